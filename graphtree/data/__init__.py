@@ -1,0 +1,45 @@
+r"""Trees and DAGs as PyTorch Geometric ``Data`` graphs.
+
+Every converter returns a ``torch_geometric.data.Data`` laid out the same way.
+Edges point **child -> parent** (``edge_index[0]`` is the child), so the
+default ``source_to_target`` flow of PyG carries information bottom-up.
+
+Graph attributes:
+
+=============== ========= ==============================================================
+``edge_index``  [2, E]    child -> parent edges
+``edge_pos``    [E]       the child's position among its parent's children (0 = leftmost)
+``num_nodes``   int
+``y``           [N] long  node label, ``NO_LABEL`` (-1) where unlabelled
+``word_pos``    [N] long  index of the node's word in ``tokens``, ``NO_WORD`` (-1) for none
+``word``        [N] long  vocabulary id of that word, ``NO_WORD`` for none (only with a vocab)
+``tokens``      list[str] the sentence's words, exactly as written (for display and round trips)
+``child_pos``   [N] long  position under its parent (the first one in a DAG), -1 at roots
+``height``      [N] long  bottom-up level: leaves 0, a parent 1 + its highest child
+``depth``       [N] long  top-down level: roots 0, a child 1 + its deepest parent
+``is_root``     [N] bool  no parent
+``is_leaf``     [N] bool  no children
+=============== ========= ==============================================================
+
+Batching with PyG's ``Batch``/``DataLoader`` keeps all of these right: only
+``edge_index`` is offset by the node count (levels and positions are not
+indices), ``tokens`` becomes one list per graph, and ``batch`` maps nodes to graphs.
+"""
+
+from .levels import topological_levels
+from .networkx import from_networkx
+from .parents import from_parents
+from .ptb import from_ptb, ptb_unescape, read_ptb, to_ptb
+from .tree import NO_LABEL, NO_WORD
+
+__all__ = [
+    "NO_LABEL",
+    "NO_WORD",
+    "from_networkx",
+    "from_parents",
+    "from_ptb",
+    "ptb_unescape",
+    "read_ptb",
+    "to_ptb",
+    "topological_levels",
+]

@@ -1,0 +1,197 @@
+"""PTB-style s-expressions, as in the Stanford Sentiment Treebank: ``(3 (2 The) (2 Rock))``.
+
+Grammar: ``node := "(" label ws (word | node (ws node)*) ")"``. A word runs up to
+the closing bracket and may contain spaces (SST has ``(2 8 1\\/2)``); brackets
+inside words are escaped (``-LRB-``), so a raw ``(`` inside a word is an error.
+Nodes are numbered in pre-order, so the root is node 0 and words are numbered
+left to right.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+
+from torch_geometric.data import Data
+
+from ..errors import TreeFormatError
+from .tree import NO_WORD, Vocabulary, tree_data
+
+__all__ = ["from_ptb", "to_ptb", "read_ptb", "ptb_unescape"]
+
+_WHITESPACE = " \t\r\n"
+_UNESCAPE = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
+
+
+def ptb_unescape(token: str) -> str:
+    """Display form of a PTB token: ``-LRB-`` -> ``(``, ``\\/`` -> ``/``, ``\\*`` -> ``*``."""
+    token = _UNESCAPE.get(token, token)
+    return token.replace("\\/", "/").replace("\\*", "*")
+
+
+def from_ptb(line: str, vocab: Vocabulary | None = None) -> Data:
+    """Convert one PTB s-expression into a ``Data`` tree.
+
+    Args:
+        line: One tree, e.g. ``"(3 (2 The) (2 Rock))"``. Surrounding whitespace is ignored.
+        vocab: Optional token -> id mapping; when given, ``data.word`` holds the ids.
+
+    Returns:
+        A ``Data`` with the attributes listed in :mod:`graphtree.data`; ``tokens``
+        holds the words exactly as written, so :func:`to_ptb` can restore the line.
+
+    Raises:
+        TreeFormatError: empty input, unbalanced brackets, a non-integer label,
+            a node without word or children, text after the tree; the error
+            carries the character offset.
+    """
+    if not isinstance(line, str):
+        raise TypeError(f"from_ptb expects a string, got {type(line).__name__}")
+    n = len(line)
+    pos = _skip(line, 0)
+    if pos == n:
+        raise TreeFormatError("empty tree string", position=0)
+
+    parent: list[int] = []
+    child_pos: list[int] = []
+    labels: list[int] = []
+    word_pos: list[int] = []
+    tokens: list[str] = []
+    num_children: list[int] = []
+    stack: list[int] = []
+    open_at: list[int] = []
+
+    while True:
+        pos = _skip(line, pos)
+        if pos == n:
+            if stack:
+                raise TreeFormatError(
+                    f"unbalanced brackets: {len(stack)} node(s) never closed, the innermost opened at "
+                    f"position {open_at[-1]}", position=n)
+            break
+        char = line[pos]
+        if char == "(":
+            if not stack and parent:
+                raise TreeFormatError("text after the end of the tree (one tree per string)", position=pos)
+            node = len(parent)
+            up = stack[-1] if stack else -1
+            parent.append(up)
+            child_pos.append(num_children[up] if up >= 0 else -1)
+            if up >= 0:
+                num_children[up] += 1
+            num_children.append(0)
+            pos = _read_label(line, pos + 1, labels)
+            word_pos.append(NO_WORD)
+            stack.append(node)
+            open_at.append(pos)
+            pos = _skip(line, pos)
+            if pos < n and line[pos] not in "()":
+                end = pos
+                while end < n and line[end] not in "()":
+                    end += 1
+                if end < n and line[end] == "(":
+                    raise TreeFormatError(
+                        "unescaped '(' inside a word (write -LRB-) or a word before a child", position=end)
+                word_pos[node] = len(tokens)
+                tokens.append(line[pos:end])
+                pos = end
+            elif pos < n and line[pos] == ")":
+                raise TreeFormatError("node has a label but neither a word nor children", position=pos)
+        elif char == ")":
+            if not stack:
+                raise TreeFormatError("unbalanced brackets: ')' closes nothing", position=pos)
+            stack.pop()
+            open_at.pop()
+            pos += 1
+        elif not stack:
+            raise TreeFormatError(
+                f"expected '(' but found {char!r}" if not parent else "text after the end of the tree",
+                position=pos)
+        else:
+            raise TreeFormatError(f"unexpected {char!r} between children", position=pos)
+
+    return tree_data(parent, child_pos, labels, word_pos, tokens, vocab)
+
+
+def _skip(line: str, pos: int) -> int:
+    while pos < len(line) and line[pos] in _WHITESPACE:
+        pos += 1
+    return pos
+
+
+def _read_label(line: str, pos: int, labels: list[int]) -> int:
+    end = pos
+    while end < len(line) and line[end] not in _WHITESPACE + "()":
+        end += 1
+    text = line[pos:end]
+    if not text:
+        raise TreeFormatError("missing label after '('", position=pos)
+    if not text.isdigit():
+        raise TreeFormatError(f"label {text!r} is not a non-negative integer", position=pos)
+    labels.append(int(text))
+    return end
+
+
+def to_ptb(data: Data) -> str:
+    """Write a tree made by :func:`from_ptb` back as the identical s-expression.
+
+    Raises:
+        ValueError: if a node is unlabelled or the graph is not a tree.
+    """
+    num_nodes = data.num_nodes
+    labels = data.y.tolist()
+    word_pos = data.word_pos.tolist()
+    tokens = data.tokens
+    children: list[list[tuple[int, int]]] = [[] for _ in range(num_nodes)]
+    has_parent = [False] * num_nodes
+    for child, parent, slot in zip(data.edge_index[0].tolist(), data.edge_index[1].tolist(), data.edge_pos.tolist()):
+        if has_parent[child]:
+            raise ValueError(f"node {child} has several parents: not a tree, cannot write PTB")
+        has_parent[child] = True
+        children[parent].append((slot, child))
+    roots = [i for i in range(num_nodes) if not has_parent[i]]
+    if len(roots) != 1:
+        raise ValueError(f"a PTB string holds one tree, but the graph has {len(roots)} roots")
+    unlabelled = [i for i, y in enumerate(labels) if y < 0]
+    if unlabelled:
+        raise ValueError(f"node {unlabelled[0]} has no label; PTB strings need a label on every node")
+
+    out: list[str] = []
+    # Iterative pre-order walk (deep trees must not hit the recursion limit).
+    # Stack entries: (node, is_first_child); node None closes a bracket.
+    stack: list[tuple[int | None, bool]] = [(roots[0], True)]
+    while stack:
+        node, first = stack.pop()
+        if node is None:
+            out.append(")")
+            continue
+        if not first:
+            out.append(" ")
+        out.append(f"({labels[node]} ")
+        if word_pos[node] >= 0:
+            out.append(f"{tokens[word_pos[node]]})")
+            continue
+        stack.append((None, True))
+        ordered = [child for _, child in sorted(children[node])]
+        stack.extend((child, k == 0) for k, child in reversed(list(enumerate(ordered))))
+    return "".join(out)
+
+
+def read_ptb(source: str | os.PathLike | Iterable[str], vocab: Vocabulary | None = None) -> Iterator[Data]:
+    """Yield one ``Data`` per non-empty line of a PTB file (or any iterable of lines).
+
+    Errors name the 1-based line number as well as the character offset.
+    """
+    lines: Iterable[str]
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, encoding="utf-8") as handle:
+            lines = handle.readlines()
+    else:
+        lines = source
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield from_ptb(line, vocab)
+        except TreeFormatError as err:
+            raise err.at_line(number) from None

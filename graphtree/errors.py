@@ -1,0 +1,65 @@
+"""Exceptions raised by graphtree.
+
+Every error about malformed input is a :class:`ValueError` subclass, so code
+that already guards against ``ValueError`` keeps working, and each one says what
+is wrong and where (a character offset, a token index, a line number, a node).
+"""
+
+from __future__ import annotations
+
+__all__ = ["GraphtreeError", "TreeFormatError", "CycleError", "ScheduleError"]
+
+
+class GraphtreeError(ValueError):
+    """Base class of every input error raised by graphtree."""
+
+
+class TreeFormatError(GraphtreeError):
+    """A tree or graph description is malformed.
+
+    Attributes:
+        position: Character offset (PTB strings) or token index (parent
+            arrays) where the problem was found, or ``None``.
+        line: 1-based line number when the input came from a file, else ``None``.
+    """
+
+    def __init__(self, message: str, position: int | None = None, line: int | None = None):
+        self.reason = message
+        self.position = position
+        self.line = line
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = []
+        if self.line is not None:
+            where.append(f"line {self.line}")
+        if self.position is not None:
+            where.append(f"position {self.position}")
+        return f"{self.reason} (at {', '.join(where)})" if where else self.reason
+
+    def at_line(self, line: int) -> TreeFormatError:
+        """Return a copy of this error that also names the input line."""
+        err = type(self).__new__(type(self))
+        TreeFormatError.__init__(err, self.reason, self.position, line)
+        for key, value in self.__dict__.items():
+            err.__dict__.setdefault(key, value)
+        return err
+
+
+class CycleError(TreeFormatError):
+    """The graph has a directed cycle, so it has no topological levels.
+
+    Attributes:
+        nodes: Node indices that lie on one cycle, in cycle order.
+    """
+
+    def __init__(self, nodes: list, message: str | None = None, line: int | None = None):
+        self.nodes = list(nodes)
+        shown = " -> ".join(str(n) for n in self.nodes[:20])
+        if len(self.nodes) > 20:
+            shown += " -> ..."
+        super().__init__(message or f"graph has a cycle through nodes {shown}", line=line)
+
+
+class ScheduleError(GraphtreeError):
+    """A layer was given a batch it cannot run on (no levels, wrong sizes, too many children)."""

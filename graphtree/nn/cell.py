@@ -1,0 +1,47 @@
+"""Base class of graphtree's tree cells."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from ..engine import Children, propagate
+from ..schedule import Schedule
+
+__all__ = ["TreeCell"]
+
+
+class TreeCell(MessagePassing):
+    """A recurrent cell that runs level by level over a tree or DAG.
+
+    Subclasses set ``state_channels`` (the width of each state component, e.g.
+    ``(hidden, hidden)`` for ``(h, c)``), optionally ``max_children`` (a fixed
+    arity), and implement :meth:`update`, which computes the states of one
+    level's nodes from their node inputs and their predecessors' states. The
+    shared engine (:func:`graphtree.engine.propagate`) owns the level schedule;
+    no cell schedules anything itself. Messages are the predecessors' states,
+    gathered into slots by position, so ``update`` both aggregates and updates.
+
+    ``update`` must be deterministic: the engine re-runs it in backward.
+    """
+
+    direction: str = "bottom_up"
+    max_children: int | None = None
+    state_channels: tuple[int, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__(aggr=None)
+
+    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, ...]:  # noqa: D102
+        raise NotImplementedError
+
+    def propagate_levels(self, inputs: tuple[Tensor, ...], batch: Schedule | Any) -> tuple[Tensor, ...]:
+        """Run this cell over every level of ``batch`` (a ``Data``/``Batch`` or a :class:`Schedule`)."""
+        return propagate(self, inputs, batch, self.direction)
+
+    def _check_input(self, x: Tensor, channels: int) -> None:
+        if x.dim() != 2 or x.size(-1) != channels:
+            raise ValueError(f"{type(self).__name__} expects node features of shape [num_nodes, {channels}], "
+                             f"got {tuple(x.shape)}")

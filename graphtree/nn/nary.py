@@ -1,0 +1,158 @@
+"""N-ary Tree-LSTM (Tai, Socher & Manning, 2015, eqs 9-14)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import Linear, Parameter
+
+from ..engine import Children
+from .cell import TreeCell
+
+__all__ = ["NaryTreeLSTM"]
+
+
+class NaryTreeLSTM(TreeCell):
+    r"""The N-ary Tree-LSTM from `"Improved Semantic Representations From
+    Tree-Structured Long Short-Term Memory Networks"
+    <https://arxiv.org/abs/1503.00075>`_ (Tai et al., 2015), eqs 9-14, for
+    ordered children :math:`\ell = 1..N` (the child's ``edge_pos``):
+
+    .. math::
+        i_j &= \sigma\Big(W^{(i)} x_j + \sum_{\ell=1}^N U^{(i)}_\ell h_{j\ell} + b^{(i)}\Big)
+
+        f_{jk} &= \sigma\Big(W^{(f)} x_j + \sum_{\ell=1}^N U^{(f)}_{k\ell} h_{j\ell} + b^{(f)}\Big)
+
+        o_j &= \sigma\Big(W^{(o)} x_j + \sum_{\ell=1}^N U^{(o)}_\ell h_{j\ell} + b^{(o)}\Big)
+
+        u_j &= \tanh\Big(W^{(u)} x_j + \sum_{\ell=1}^N U^{(u)}_\ell h_{j\ell} + b^{(u)}\Big)
+
+        c_j &= i_j \odot u_j + \sum_{\ell=1}^N f_{j\ell} \odot c_{j\ell}
+
+        h_j &= o_j \odot \tanh(c_j)
+
+    A node with fewer than :math:`N` children gets zero states in the missing
+    positions; one with more is an error naming the node.
+
+    Two settings:
+
+    * ``"constituency"`` (default), Tai's Constituency Tree-LSTM: internal nodes
+      take no input (the :math:`W x_j` terms vanish) and leaves use the leaf
+      unit of the original code, :math:`c_j = W^{(c)} x_j + b^{(c)}`,
+      :math:`o_j = \sigma(W^{(o)} x_j + b^{(o)})`, :math:`h_j = o_j \odot \tanh(c_j)`.
+      With ``NaryTreeLSTM(300, 150)`` this has exactly the 316,800 parameters
+      of Tai's Table 1.
+    * ``"general"``: eqs 9-14 at every node, with an input term wherever a node
+      has features; a leaf is an LSTM step from zero child states. With
+      ``n_ary=1`` on a chain this is the standard LSTM.
+
+    As in the original code each child's map :math:`U_\ell` carries its own
+    bias (``b_U[ℓ]``); these add up to one constant per gate.
+
+    Args:
+        in_channels (int): Size of each node input :math:`x_j`.
+        hidden_channels (int): Memory dimension :math:`d`.
+        n_ary (int): Maximum number of children :math:`N` (default 2).
+        setting (str): ``"constituency"`` or ``"general"`` (see above).
+        forget (str): Parameterization of the forget gates' off-diagonal
+            :math:`U^{(f)}_{k\ell}, k \neq \ell`: ``"full"`` (eq 10 as printed),
+            ``"tied"`` (one matrix shared by all off-diagonal pairs) or
+            ``"zero"`` (off-diagonal fixed to zero), the options Tai suggests for
+            large :math:`N`.
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}|, F_{in})`, and the batch
+          (a ``Data``/``Batch`` or its :class:`~graphtree.schedule.Schedule`).
+        - **output:** :math:`(h, c)`, each :math:`(|\mathcal{V}|, d)`, for every node.
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, n_ary: int = 2, setting: str = "constituency",
+                 forget: str = "full") -> None:
+        super().__init__()
+        if n_ary < 1:
+            raise ValueError(f"n_ary must be at least 1, got {n_ary}")
+        if setting not in ("constituency", "general"):
+            raise ValueError(f"setting must be 'constituency' or 'general', got {setting!r}")
+        if forget not in ("full", "tied", "zero"):
+            raise ValueError(f"forget must be 'full', 'tied' or 'zero', got {forget!r}")
+        self.in_channels, self.hidden_channels = in_channels, hidden_channels
+        self.n_ary, self.setting, self.forget = n_ary, setting, forget
+        self.max_children = n_ary
+        self.state_channels = (hidden_channels, hidden_channels)
+        N, d = n_ary, hidden_channels
+        if setting == "constituency":
+            self.W_leaf = Linear(in_channels, 2 * d)  # leaf unit: W^(c), W^(o)
+        else:
+            self.W = Linear(in_channels, 4 * d)  # W^(i), W^(o), W^(u), W^(f)
+        # U[:, ℓd:(ℓ+1)d] is child ℓ's block; rows are gates i, o, u, then f_1..f_N when forget="full".
+        gate_rows = (3 + N) * d if forget == "full" else 3 * d
+        self.U = Parameter(torch.empty(gate_rows, N * d))
+        if forget != "full":
+            self.U_f_diag = Parameter(torch.empty(N, d, d))  # U^(f)_kk
+        if forget == "tied":
+            self.U_f_off = Parameter(torch.empty(d, d))  # U^(f)_kl, k != l, shared
+        self.b_U = Parameter(torch.empty(N, (3 + N) * d))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_channels)
+        for param in self.parameters():
+            torch.nn.init.uniform_(param, -bound, bound)
+
+    def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
+        """Return ``(h, c)`` for every node of ``batch``."""
+        self._check_input(x, self.in_channels)
+        # Constituency: only leaves read x, and level 0 holds all leaves, so the
+        # leaf unit runs as one matmul inside the first level.
+        inputs = x if self.setting == "constituency" else self.W(x)
+        return self.propagate_levels((inputs,), batch)
+
+    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor]:
+        (x_or_Wx,) = inputs
+        h_jl, c_jl = children.states  # [n, N, d], or [n, 0, d] at the leaves
+        d, N = self.hidden_channels, self.n_ary
+        if h_jl.size(1) == 0:
+            return self._leaf(x_or_Wx)
+
+        n = h_jl.size(0)
+        gates = h_jl.reshape(n, N * d) @ self.U.t()  # sum over l of U_l h_jl, all gates at once
+        iou = gates[:, :3 * d] + self.b_U[:, :3 * d].sum(0)
+        f_pre = self._forget_terms(gates, h_jl) + self.b_U[:, 3 * d:].sum(0).view(N, d)
+        if self.setting == "general":
+            iou = iou + x_or_Wx[:, :3 * d]
+            f_pre = f_pre + x_or_Wx[:, 3 * d:].unsqueeze(1)  # W^(f) x_j is shared by all k
+        i, o, u = iou.split(d, dim=-1)
+        i, o, u = torch.sigmoid(i), torch.sigmoid(o), torch.tanh(u)  # eqs 9, 11, 12
+        f = torch.sigmoid(f_pre)  # eq 10, [n, N, d]
+        c = i * u + (f * c_jl).sum(dim=1)  # eq 13
+        h = o * torch.tanh(c)  # eq 14
+        return h, c
+
+    def _forget_terms(self, gates: Tensor, h_jl: Tensor) -> Tensor:
+        """:math:`\\sum_\\ell U^{(f)}_{k\\ell} h_{j\\ell}` for every k, shape ``[n, N, d]``."""
+        n, N, d = h_jl.size(0), self.n_ary, self.hidden_channels
+        if self.forget == "full":
+            return gates[:, 3 * d:].view(n, N, d)
+        diagonal = torch.einsum("nkd,ked->nke", h_jl, self.U_f_diag.transpose(1, 2))
+        if self.forget == "zero":
+            return diagonal
+        others = h_jl.sum(dim=1, keepdim=True) - h_jl  # sum over l != k
+        return diagonal + others @ self.U_f_off.t()
+
+    def _leaf(self, x_or_Wx: Tensor) -> tuple[Tensor, Tensor]:
+        d = self.hidden_channels
+        if self.setting == "constituency":
+            c, o = self.W_leaf(x_or_Wx).split(d, dim=-1)
+            return torch.sigmoid(o) * torch.tanh(c), c
+        # An LSTM step from zero child states: U h = 0, only the biases remain.
+        bias = self.b_U.sum(0)
+        i, o, u = (x_or_Wx[:, :3 * d] + bias[:3 * d]).split(d, dim=-1)
+        c = torch.sigmoid(i) * torch.tanh(u)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, n_ary={self.n_ary}, "
+                f"setting={self.setting!r}, forget={self.forget!r})")

@@ -1,0 +1,217 @@
+"""The level schedule of a batch: which nodes run at each step, and which states they read.
+
+A :class:`Schedule` is computed once per batch and shared by every layer that
+runs on it. For each direction it holds a :class:`LevelPlan`:
+
+* ``order``: node ids sorted by level (height for ``"bottom_up"``, depth for
+  ``"top_down"``), so every level is one contiguous slice ``ptr[l]:ptr[l + 1]``
+  of level-sorted buffers;
+* ``slots[l]``: a ``[n_l, K_l]`` matrix naming, for each node of level ``l``, the
+  level-sorted index of each predecessor whose state it reads (its children
+  bottom-up, its parents top-down). The value ``num_nodes`` pads missing slots
+  and points at an all-zero state row;
+* ``slot_pos[l]``: for each slot the ``edge_pos`` of the edge it came through
+  (the node's position under that parent, used by top-down cells).
+
+Bottom-up, a child sits in the slot equal to its ``edge_pos`` (its position among
+the parent's children), which is what ordered N-ary cells need. Top-down, a
+node's parents fill slots ``0..P-1`` in edge order.
+
+Building it is vectorized over nodes and edges; the only Python loop runs once
+per level to cut the edge list into per-level matrices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .data.levels import topological_levels
+from .errors import ScheduleError
+
+__all__ = ["LevelPlan", "Schedule", "DIRECTIONS"]
+
+DIRECTIONS = ("bottom_up", "top_down")
+
+
+@dataclass
+class LevelPlan:
+    """Execution plan for one pass direction (see module docstring)."""
+
+    direction: str
+    order: Tensor
+    rank: Tensor
+    ptr: list[int]
+    slots: list[Tensor]
+    slot_pos: list[Tensor]
+    _by_device: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.order.numel()
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.ptr) - 1
+
+    def level_sizes(self) -> list[int]:
+        return [b - a for a, b in zip(self.ptr[:-1], self.ptr[1:])]
+
+    def to(self, device: torch.device | str) -> LevelPlan:
+        """This plan with its tensors on ``device`` (cached, so repeated calls are free)."""
+        device = torch.device(device)
+        if self.order.device == device:
+            return self
+        if device not in self._by_device:
+            self._by_device[device] = LevelPlan(
+                self.direction, self.order.to(device), self.rank.to(device), self.ptr,
+                [s.to(device) for s in self.slots], [s.to(device) for s in self.slot_pos])
+        return self._by_device[device]
+
+
+class Schedule:
+    """Level schedule of a graph or batch with child -> parent edges.
+
+    Args:
+        edge_index: ``[2, E]`` edges, row 0 the child, row 1 the parent.
+        num_nodes: number of nodes.
+        height, depth: precomputed levels (as stored by graphtree's converters);
+            computed here when omitted. They are checked against the edges.
+        edge_pos: position of each edge's child among its parent's children;
+            when omitted, children are numbered in edge order.
+        batch: optional graph id per node, used only to name nodes in errors.
+
+    Plans are built lazily, the first time a direction is asked for.
+    """
+
+    def __init__(self, edge_index: Tensor, num_nodes: int, height: Tensor | None = None,
+                 depth: Tensor | None = None, edge_pos: Tensor | None = None,
+                 batch: Tensor | None = None) -> None:
+        if edge_index.dim() != 2 or edge_index.size(0) != 2:
+            raise ScheduleError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
+        edge_index = edge_index.detach().cpu().long()
+        if height is None or depth is None:
+            height, depth = topological_levels(edge_index, num_nodes)
+        self.edge_index = edge_index
+        self.num_nodes = int(num_nodes)
+        self.height = height.detach().cpu().long()
+        self.depth = depth.detach().cpu().long()
+        if self.height.numel() != self.num_nodes or self.depth.numel() != self.num_nodes:
+            raise ScheduleError(f"height/depth have {self.height.numel()}/{self.depth.numel()} entries "
+                                f"for {self.num_nodes} nodes")
+        self.edge_pos = (edge_pos.detach().cpu().long() if edge_pos is not None
+                         else _rank_within_groups(edge_index[1]))
+        self.batch = batch.detach().cpu() if batch is not None else None
+        self._plans: dict[str, LevelPlan] = {}
+
+    @classmethod
+    def from_data(cls, data) -> Schedule:
+        """Schedule of a ``Data``/``Batch`` (uses its ``height``, ``depth``, ``edge_pos`` when present)."""
+        if getattr(data, "edge_index", None) is None:
+            raise ScheduleError("the graph has no edge_index; build it with graphtree.data converters")
+        return cls(data.edge_index, data.num_nodes, getattr(data, "height", None), getattr(data, "depth", None),
+                   getattr(data, "edge_pos", None), getattr(data, "batch", None))
+
+    def plan(self, direction: str) -> LevelPlan:
+        """The :class:`LevelPlan` for ``"bottom_up"`` or ``"top_down"``."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        if direction not in self._plans:
+            if direction == "bottom_up":
+                # Receivers are parents; children fill the slot of their position.
+                plan = _build_plan(direction, self.height, receiver=self.edge_index[1],
+                                   sender=self.edge_index[0], slot=self.edge_pos, edge_pos=self.edge_pos,
+                                   describe=self.describe_node)
+            else:
+                # Receivers are children; parents fill slots in edge order.
+                plan = _build_plan(direction, self.depth, receiver=self.edge_index[0],
+                                   sender=self.edge_index[1], slot=_rank_within_groups(self.edge_index[0]),
+                                   edge_pos=self.edge_pos, describe=self.describe_node)
+            self._plans[direction] = plan
+        return self._plans[direction]
+
+    @property
+    def bottom_up(self) -> LevelPlan:
+        return self.plan("bottom_up")
+
+    @property
+    def top_down(self) -> LevelPlan:
+        return self.plan("top_down")
+
+    def describe_node(self, node: int) -> str:
+        """Human-readable name of a node: its index, and its graph and local index in a batch."""
+        if self.batch is None:
+            return f"node {node}"
+        graph = int(self.batch[node])
+        local = node - int((self.batch < graph).sum())
+        return f"node {node} (node {local} of graph {graph} in the batch)"
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, num_edges={self.edge_index.size(1)}, "
+                f"height={int(self.height.max()) + 1 if self.num_nodes else 0} levels)")
+
+
+def _rank_within_groups(group: Tensor) -> Tensor:
+    """For each entry, how many earlier entries share its group id (stable, vectorized)."""
+    if group.numel() == 0:
+        return group.clone()
+    order = torch.argsort(group, stable=True)
+    sorted_group = group[order]
+    is_start = torch.ones_like(sorted_group, dtype=torch.bool)
+    is_start[1:] = sorted_group[1:] != sorted_group[:-1]
+    start_index = torch.cummax(torch.where(is_start, torch.arange(group.numel()), 0), dim=0).values
+    rank = torch.empty_like(group)
+    rank[order] = torch.arange(group.numel()) - start_index
+    return rank
+
+
+def _build_plan(direction: str, level: Tensor, receiver: Tensor, sender: Tensor, slot: Tensor,
+                edge_pos: Tensor, describe) -> LevelPlan:
+    num_nodes = level.numel()
+    if receiver.numel():
+        bad = (level[receiver] <= level[sender]).nonzero()
+        if bad.numel():
+            e = int(bad[0])
+            name = "height" if direction == "bottom_up" else "depth"
+            raise ScheduleError(
+                f"stored {name} does not fit the edges: edge {int(sender[e])} -> {int(receiver[e])} does not "
+                f"go from a lower to a higher {name}; recompute levels (graphtree.data.topological_levels)")
+        if (slot < 0).any():
+            raise ScheduleError(f"negative edge_pos on the edge into {describe(int(receiver[(slot < 0).nonzero()[0]]))}")
+        width = int(slot.max()) + 1
+        key = receiver * width + slot
+        if torch.unique(key).numel() != key.numel():
+            sorted_key, idx = torch.sort(key)
+            dup = int(idx[1:][sorted_key[1:] == sorted_key[:-1]][0])
+            raise ScheduleError(f"two edges into {describe(int(receiver[dup]))} share position {int(slot[dup])}")
+
+    order = torch.argsort(level, stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(num_nodes)
+    num_levels = int(level.max()) + 1 if num_nodes else 0
+    ptr = [0] + torch.bincount(level, minlength=num_levels).cumsum(0).tolist()
+
+    edge_order = torch.argsort(rank[receiver], stable=True)
+    row = rank[receiver][edge_order]
+    col = slot[edge_order]
+    source = rank[sender][edge_order]
+    pos = edge_pos[edge_order]
+    per_level = torch.bincount(level[receiver], minlength=num_levels).tolist() if receiver.numel() else [0] * num_levels
+
+    slots, slot_pos = [], []
+    start = 0
+    for lvl in range(num_levels):
+        stop = start + per_level[lvl]
+        n_level = ptr[lvl + 1] - ptr[lvl]
+        r, c = row[start:stop] - ptr[lvl], col[start:stop]
+        width = int(c.max()) + 1 if stop > start else 0
+        index = torch.full((n_level, width), num_nodes, dtype=torch.long)
+        position = torch.full((n_level, width), -1, dtype=torch.long)
+        index[r, c] = source[start:stop]
+        position[r, c] = pos[start:stop]
+        slots.append(index)
+        slot_pos.append(position)
+        start = stop
+    return LevelPlan(direction, order, rank, ptr, slots, slot_pos)
