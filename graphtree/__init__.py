@@ -1,9 +1,12 @@
 """graphtree: tree-structured LSTMs as PyTorch Geometric message passing, run level by level."""
 
-from . import data, nn
+from . import data, datasets, models, nn
+from .embeddings import load_glove
 from .engine import Children, propagate, schedule_of
 from .errors import CycleError, GraphtreeError, ScheduleError, TreeFormatError
+from .parse import parse
 from .schedule import LevelPlan, Schedule
+from .vocab import Vocab
 
 __version__ = "0.1.0"
 
@@ -15,8 +18,13 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "TreeFormatError",
+    "Vocab",
     "data",
+    "datasets",
+    "load_glove",
+    "models",
     "nn",
+    "parse",
     "propagate",
     "schedule_of",
 ]

@@ -7,7 +7,7 @@ is wrong and where (a character offset, a token index, a line number, a node).
 
 from __future__ import annotations
 
-__all__ = ["GraphtreeError", "TreeFormatError", "CycleError", "ScheduleError"]
+__all__ = ["CycleError", "GraphtreeError", "ScheduleError", "TreeFormatError"]
 
 
 class GraphtreeError(ValueError):

@@ -31,7 +31,7 @@ from torch import Tensor
 from .data.levels import topological_levels
 from .errors import ScheduleError
 
-__all__ = ["LevelPlan", "Schedule", "DIRECTIONS"]
+__all__ = ["DIRECTIONS", "LevelPlan", "Schedule"]
 
 DIRECTIONS = ("bottom_up", "top_down")
 
@@ -179,7 +179,8 @@ def _build_plan(direction: str, level: Tensor, receiver: Tensor, sender: Tensor,
                 f"stored {name} does not fit the edges: edge {int(sender[e])} -> {int(receiver[e])} does not "
                 f"go from a lower to a higher {name}; recompute levels (graphtree.data.topological_levels)")
         if (slot < 0).any():
-            raise ScheduleError(f"negative edge_pos on the edge into {describe(int(receiver[(slot < 0).nonzero()[0]]))}")
+            node = int(receiver[(slot < 0).nonzero()[0]])
+            raise ScheduleError(f"negative edge_pos on an edge into {describe(node)}")
         width = int(slot.max()) + 1
         key = receiver * width + slot
         if torch.unique(key).numel() != key.numel():

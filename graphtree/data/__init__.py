@@ -30,14 +30,17 @@ from .levels import topological_levels
 from .networkx import from_networkx
 from .parents import from_parents
 from .ptb import from_ptb, ptb_unescape, read_ptb, to_ptb
+from .spacy import binarize, from_spacy
 from .tree import NO_LABEL, NO_WORD
 
 __all__ = [
     "NO_LABEL",
     "NO_WORD",
+    "binarize",
     "from_networkx",
     "from_parents",
     "from_ptb",
+    "from_spacy",
     "ptb_unescape",
     "read_ptb",
     "to_ptb",

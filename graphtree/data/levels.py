@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..errors import CycleError
 
-__all__ = ["topological_levels", "longest_path_levels"]
+__all__ = ["longest_path_levels", "topological_levels"]
 
 
 def _as_numpy_edges(edge_index: Tensor | np.ndarray) -> np.ndarray:

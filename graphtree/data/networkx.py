@@ -44,6 +44,9 @@ def from_networkx(graph: Any, position: str = "position") -> Data:
     if not isinstance(graph, nx.DiGraph) or graph.is_multigraph():
         raise TypeError("from_networkx expects a networkx.DiGraph (edges child -> parent), "
                         f"got {type(graph).__name__}")
+    loop = next(iter(nx.selfloop_edges(graph)), None)
+    if loop is not None:
+        raise CycleError([loop[0]], f"node {loop[0]!r} is its own parent (a self-loop)")
     names = list(graph.nodes)
     index = {name: k for k, name in enumerate(names)}
     num_nodes = len(names)

@@ -17,7 +17,7 @@ from torch_geometric.data import Data
 from ..errors import TreeFormatError
 from .tree import NO_WORD, Vocabulary, tree_data
 
-__all__ = ["from_ptb", "to_ptb", "read_ptb", "ptb_unescape"]
+__all__ = ["from_ptb", "ptb_unescape", "read_ptb", "to_ptb"]
 
 _WHITESPACE = " \t\r\n"
 _UNESCAPE = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}

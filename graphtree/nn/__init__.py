@@ -2,6 +2,22 @@
 
 from .cell import TreeCell
 from .child_sum import ChildSumTreeLSTM
+from .head_lexicalization import HeadLexicalization, head_leaves, head_words
+from .lexicalized import LexicalizedTreeLSTM
+from .lstm_rnn import LSTMRNN
 from .nary import NaryTreeLSTM
+from .slstm import SLSTM
+from .top_down import TopDownTreeLSTM
 
-__all__ = ["TreeCell", "ChildSumTreeLSTM", "NaryTreeLSTM"]
+__all__ = [
+    "LSTMRNN",
+    "SLSTM",
+    "ChildSumTreeLSTM",
+    "HeadLexicalization",
+    "LexicalizedTreeLSTM",
+    "NaryTreeLSTM",
+    "TopDownTreeLSTM",
+    "TreeCell",
+    "head_leaves",
+    "head_words",
+]

@@ -34,7 +34,7 @@ class TreeCell(MessagePassing):
     def __init__(self) -> None:
         super().__init__(aggr=None)
 
-    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, ...]:  # noqa: D102
+    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, ...]:
         raise NotImplementedError
 
     def propagate_levels(self, inputs: tuple[Tensor, ...], batch: Schedule | Any) -> tuple[Tensor, ...]:

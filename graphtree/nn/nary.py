@@ -136,7 +136,7 @@ class NaryTreeLSTM(TreeCell):
         n, N, d = h_jl.size(0), self.n_ary, self.hidden_channels
         if self.forget == "full":
             return gates[:, 3 * d:].view(n, N, d)
-        diagonal = torch.einsum("nkd,ked->nke", h_jl, self.U_f_diag.transpose(1, 2))
+        diagonal = torch.einsum("nkd,ked->nke", h_jl, self.U_f_diag)  # U_kk h_jk
         if self.forget == "zero":
             return diagonal
         others = h_jl.sum(dim=1, keepdim=True) - h_jl  # sum over l != k

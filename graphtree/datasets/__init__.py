@@ -1,0 +1,38 @@
+"""Benchmark corpora as PyTorch Geometric ``InMemoryDataset`` s: SST, SICK and TREC.
+
+Each dataset keeps its files under ``<root>/<corpus>/raw`` and its processed
+cache under ``<root>/<corpus>/processed`` (``root`` defaults to ``datasets``),
+one split per instance::
+
+    from graphtree.datasets import SST
+    from graphtree.vocab import Vocab
+
+    vocab = Vocab.build(SST("datasets", "train"))
+    train = SST("datasets", "train", fine_grained=False, vocab=vocab)
+
+Files come from the official URLs, or from a mirror (``mirror=`` or
+``$GRAPHTREE_MIRROR``: a folder or http(s) URL laid out like the data folder,
+see :mod:`graphtree.datasets.download` and ``datasets/README.md``).
+"""
+
+from .base import DEFAULT_ROOT, CorpusDataset
+from .download import MIRROR_ENV, CorruptFileError, DatasetError, DownloadError, RemoteFile
+from .sick import SICK, PairData, pair_side, sick_target
+from .sst import SST
+from .trec import TREC
+
+__all__ = [
+    "DEFAULT_ROOT",
+    "MIRROR_ENV",
+    "SICK",
+    "SST",
+    "TREC",
+    "CorpusDataset",
+    "CorruptFileError",
+    "DatasetError",
+    "DownloadError",
+    "PairData",
+    "RemoteFile",
+    "pair_side",
+    "sick_target",
+]

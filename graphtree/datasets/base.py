@@ -1,0 +1,118 @@
+"""What SST, SICK and TREC share: the folder layout, split and root checks, cache names, atomic saves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_geometric.data import Data, InMemoryDataset
+
+from ..vocab import Vocab
+from .download import DatasetError, RemoteFile, atomic_torch_save, resolve_mirror
+
+__all__ = ["DEFAULT_ROOT", "CorpusDataset", "vocab_tag"]
+
+DEFAULT_ROOT = "datasets"
+"""Default data root: ``<root>/<corpus>/raw`` holds the fetched files, ``<root>/<corpus>/processed`` the caches."""
+
+
+def vocab_tag(vocab: Any) -> str:
+    """Name of a vocabulary in processed file names: ``tokens`` without one, else ``vocab-<hash>``.
+
+    Raises:
+        TypeError: ``vocab`` is neither ``None`` nor a ``Mapping`` (a function
+            cannot be fingerprinted, so a cache built with it could be reused wrongly).
+    """
+    if vocab is None:
+        return "tokens"
+    if isinstance(vocab, Vocab):
+        return f"vocab-{vocab.fingerprint}"
+    if isinstance(vocab, Mapping):
+        items = sorted((str(k), int(v)) for k, v in vocab.items())
+        return "vocab-" + hashlib.sha256(json.dumps(items, ensure_ascii=False).encode()).hexdigest()[:12]
+    raise TypeError(f"datasets take a Vocab or a dict token -> id as vocab, got {type(vocab).__name__}; "
+                    f"build one with graphtree.vocab.Vocab.build")
+
+
+class CorpusDataset(InMemoryDataset):
+    """Base of the corpus datasets: ``<root>/<name>/raw`` and ``<root>/<name>/processed``, one split each.
+
+    Subclasses set :attr:`name`, :attr:`splits`, :attr:`remote_files` (for the
+    root check) and implement ``raw_file_names``, ``download``, ``process`` and
+    :meth:`options_tag`.
+    """
+
+    name: str = ""
+    splits: Sequence[str] = ("train", "dev", "test")
+    remote_files: Sequence[RemoteFile] = ()
+    data_cls: type[Data] = Data
+
+    def __init__(self, root: str | os.PathLike | None, split: str, vocab: Any, mirror: str | os.PathLike | None,
+                 transform: Callable | None, pre_transform: Callable | None, pre_filter: Callable | None,
+                 log: bool, force_reload: bool) -> None:
+        if split not in self.splits:
+            raise DatasetError(f"{type(self).__name__} has no split {split!r}; choose one of "
+                               f"{', '.join(repr(s) for s in self.splits)}")
+        root = os.fspath(root) if root is not None else DEFAULT_ROOT
+        self._check_root(Path(root).expanduser())
+        self.split = split
+        self.vocab = vocab
+        self._vocab_tag = vocab_tag(vocab)
+        self.mirror = mirror
+        if mirror is not None:
+            resolve_mirror(mirror)  # fail early on a mirror folder that does not exist
+        super().__init__(root, transform, pre_transform, pre_filter, log=log, force_reload=force_reload)
+        self.load(self.processed_paths[0], self.data_cls)
+
+    def _check_root(self, root: Path) -> None:
+        if root.exists() and not root.is_dir():
+            raise DatasetError(f"root {root} is a file; pass a folder (it will hold {self.name}/raw and "
+                               f"{self.name}/processed), e.g. root='{DEFAULT_ROOT}'")
+        if root.name == self.name and ((root / "raw").is_dir() or (root / "processed").is_dir()):
+            raise DatasetError(f"root {root} is the {self.name} folder itself; pass its parent ({root.parent}) "
+                               f"as root")
+        for remote in self.remote_files:
+            if (root / remote.path).is_file():
+                raise DatasetError(
+                    f"root {root} looks like a data mirror (it holds {remote.path}); pass it as mirror=, and "
+                    f"give root a folder of your own for the raw/ and processed/ files, e.g. root='{DEFAULT_ROOT}'")
+
+    @property
+    def raw_dir(self) -> str:
+        return os.path.join(self.root, self.name, "raw")
+
+    @property
+    def processed_dir(self) -> str:
+        return os.path.join(self.root, self.name, "processed")
+
+    def options_tag(self) -> str:
+        """The options that shape the processed data, as a file-name fragment (e.g. ``binary``)."""
+        raise NotImplementedError
+
+    @property
+    def processed_file_names(self) -> list[str]:
+        # Every option that changes the content is in the name, so changing one builds a new cache
+        # instead of silently reusing the old one.
+        return [f"{self.split}-{self.options_tag()}-{self._vocab_tag}.pt"]
+
+    def save_processed(self, data_list: list[Data]) -> None:
+        """Apply ``pre_filter``/``pre_transform`` and save atomically to the processed path.
+
+        Raises:
+            DatasetError: nothing is left to save (every example filtered out).
+        """
+        if self.pre_filter is not None:
+            data_list = [d for d in data_list if self.pre_filter(d)]
+        if self.pre_transform is not None:
+            data_list = [self.pre_transform(d) for d in data_list]
+        if not data_list:
+            raise DatasetError(f"{type(self).__name__} {self.split}: no examples left after pre_filter")
+        data, slices = self.collate(data_list)
+        atomic_torch_save((data.to_dict(), slices, data.__class__), self.processed_paths[0])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.split!r}, {len(self)} examples, {self.options_tag()})"

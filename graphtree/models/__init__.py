@@ -1,0 +1,5 @@
+"""Complete models built from graphtree's cells."""
+
+from .bicontree import BiTreeLSTM
+
+__all__ = ["BiTreeLSTM"]

@@ -1,0 +1,154 @@
+"""Lexicalized bottom-up Tree-LSTM (Teng & Zhang, 2017, eqs 4-7 and 10-11)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import Parameter
+
+from ..engine import Children
+from .cell import TreeCell
+
+__all__ = ["LexicalizedTreeLSTM"]
+
+
+class LexicalizedTreeLSTM(TreeCell):
+    r"""The head-lexicalized constituent Tree-LSTM from `"Head-Lexicalized
+    Bidirectional Tree LSTMs" <https://aclanthology.org/Q17-1012/>`_ (Teng &
+    Zhang, TACL 2017), Section 4.2: the binary Tree-LSTM of Zhu et al. (2015)
+    with peephole connections, whose every gate and candidate also reads the
+    node's head lexicon vector :math:`x_t` (eqs 4, 10, 11, 1):
+
+    .. math::
+        i_t &= \sigma\Big(W_{xi} x_t + \sum_{N \in \{L,R\}} (W_{hi}^N h_{t-1}^N
+        + W_{ci}^N c_{t-1}^N) + b_i\Big)
+
+        f_t^L &= \sigma\Big(W_{xf} x_t + \sum_{N \in \{L,R\}} (W_{hf_l}^N h_{t-1}^N
+        + W_{cf_l}^N c_{t-1}^N) + b_{f_l}\Big)
+
+        f_t^R &= \sigma\Big(W_{xf} x_t + \sum_{N \in \{L,R\}} (W_{hf_r}^N h_{t-1}^N
+        + W_{cf_r}^N c_{t-1}^N) + b_{f_r}\Big)
+
+        g_t &= \tanh\Big(W_{xg} x_t + \sum_{N \in \{L,R\}} W_{hg}^N h_{t-1}^N + b_g\Big)
+
+        c_t &= f_t^L \otimes c_{t-1}^L + f_t^R \otimes c_{t-1}^R + i_t \otimes g_t
+
+        o_t &= \sigma\Big(W_{xo} x_t + \sum_{N \in \{L,R\}} W_{ho}^N h_{t-1}^N
+        + W_{co} c_t + b_o\Big)
+
+        h_t &= o_t \otimes \tanh(c_t)
+
+    As in eq 10, both forget gates share :math:`W_{xf}`. The input :math:`x` is
+    the head vector of every node, e.g. from
+    :class:`~graphtree.nn.HeadLexicalization` (eqs 8-9). A leaf runs the same
+    equations from zero child states, with its word vector as :math:`x_t`
+    (Figure 1c): :math:`c_t = i_t \otimes g_t`.
+
+    With ``lexicalized=False`` this is the unlexicalized baseline (ConTree,
+    eqs 4-7): internal nodes take no input (the :math:`W_x` terms vanish and
+    :math:`W_{xf}` does not exist); leaves still read their word vector through
+    :math:`W_{xi}, W_{xg}, W_{xo}`.
+
+    For ``n_ary = N > 2`` children the sums run over the :math:`N` positions
+    and each child :math:`k` has its own forget gate :math:`f_t^k` with its own
+    :math:`W_{hf_k}^{N}, W_{cf_k}^{N}, b_{f_k}`; a node with fewer children
+    gets zero states in the missing positions, one with more is an error.
+
+    Parameter layout (gate blocks of :math:`d` rows, child blocks of
+    :math:`d` columns, :math:`L` = child 0, :math:`R` = child 1):
+
+    * ``W_x`` :math:`[W_{xi}; W_{xf}; W_{xg}; W_{xo}]`, or
+      :math:`[W_{xi}; W_{xg}; W_{xo}]` when ``lexicalized=False``;
+    * ``W_h`` rows :math:`i, f_1, \ldots, f_N, g, o`, e.g. ``W_h[0:d, d:2d]``
+      is :math:`W_{hi}^R`;
+    * ``W_c`` rows :math:`i, f_1, \ldots, f_N` (the peepholes on the children's
+      cells), ``W_co`` the peephole on :math:`c_t`;
+    * ``b`` :math:`[b_i; b_{f_1}; \ldots; b_{f_N}; b_g; b_o]`.
+
+    The binary cell has :math:`17 d^2 + 4 d D + 5 d` parameters
+    (:math:`17 d^2 + 3 d D + 5 d` unlexicalized), the counts behind Table 4.
+
+    Args:
+        in_channels (int): Size :math:`D` of the head (word) vectors.
+        hidden_channels (int): Size :math:`d` of :math:`h` and :math:`c`.
+        n_ary (int): Maximum number of children (default 2).
+        lexicalized (bool): If ``False``, only leaves read their input
+            (the ConTree baseline). Default ``True``.
+
+    Shapes:
+        - **input:** head vectors :math:`(|\mathcal{V}|, D)` for every node
+          (with ``lexicalized=False`` only the leaves' rows are read), and the
+          batch (a ``Data``/``Batch`` or its :class:`~graphtree.schedule.Schedule`).
+        - **output:** :math:`(h, c)`, each :math:`(|\mathcal{V}|, d)`, for every node.
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, n_ary: int = 2, lexicalized: bool = True) -> None:
+        super().__init__()
+        if n_ary < 1:
+            raise ValueError(f"n_ary must be at least 1, got {n_ary}")
+        self.in_channels, self.hidden_channels = in_channels, hidden_channels
+        self.n_ary, self.lexicalized = n_ary, lexicalized
+        self.max_children = n_ary
+        self.state_channels = (hidden_channels, hidden_channels)
+        D, d, N = in_channels, hidden_channels, n_ary
+        self.W_x = Parameter(torch.empty((4 if lexicalized else 3) * d, D))
+        self.W_h = Parameter(torch.empty((N + 3) * d, N * d))
+        self.W_c = Parameter(torch.empty((N + 1) * d, N * d))
+        self.W_co = Parameter(torch.empty(d, d))
+        self.b = Parameter(torch.empty((N + 3) * d))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_channels)
+        for param in self.parameters():
+            torch.nn.init.uniform_(param, -bound, bound)
+
+    def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
+        """Return ``(h, c)`` for every node of ``batch``."""
+        self._check_input(x, self.in_channels)
+        # Lexicalized: every node reads x, so W_x x_t is one matmul for all nodes.
+        # Unlexicalized: only leaves do, and level 0 is exactly the leaves, so
+        # the projection runs inside the first level.
+        inputs = x @ self.W_x.t() if self.lexicalized else x
+        return self.propagate_levels((inputs,), batch)
+
+    def _input_gates(self, Wx: Tensor) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+        d = self.hidden_channels
+        if self.lexicalized:
+            x_i, x_f, x_g, x_o = Wx.split(d, dim=-1)
+            return x_i, x_f, x_g, x_o
+        x_i, x_g, x_o = Wx.split(d, dim=-1)
+        return x_i, None, x_g, x_o
+
+    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor]:
+        (x_in,) = inputs
+        h_ch, c_ch = children.states  # [n, N, d], or [n, 0, d] at the leaves
+        d, N = self.hidden_channels, self.n_ary
+        b_i, b_f, b_g, b_o = self.b.split([d, N * d, d, d])
+        if h_ch.size(1) == 0:
+            Wx = x_in if self.lexicalized else x_in @ self.W_x.t()
+            x_i, _, x_g, x_o = self._input_gates(Wx)
+            c = torch.sigmoid(x_i + b_i) * torch.tanh(x_g + b_g)  # no children, so no forget terms
+            o = torch.sigmoid(x_o + c @ self.W_co.t() + b_o)
+            return o * torch.tanh(c), c
+
+        n = h_ch.size(0)
+        pre_h = h_ch.reshape(n, N * d) @ self.W_h.t()  # sum over children of W_h^N h^N, all gates
+        pre_c = c_ch.reshape(n, N * d) @ self.W_c.t()  # sum over children of W_c^N c^N, gates i, f
+        h_i, h_f, h_g, h_o = pre_h.split([d, N * d, d, d], dim=-1)
+        c_i, c_f = pre_c.split([d, N * d], dim=-1)
+        a_i, a_f, a_g, a_o = h_i + c_i + b_i, (h_f + c_f + b_f).view(n, N, d), h_g + b_g, h_o + b_o
+        if self.lexicalized:
+            x_i, x_f, x_g, x_o = self._input_gates(x_in)
+            a_i, a_f, a_g, a_o = a_i + x_i, a_f + x_f.unsqueeze(1), a_g + x_g, a_o + x_o
+        i, f, g = torch.sigmoid(a_i), torch.sigmoid(a_f), torch.tanh(a_g)
+        c = (f * c_ch).sum(dim=1) + i * g  # eq 4
+        o = torch.sigmoid(a_o + c @ self.W_co.t())  # the peephole reads the new cell c_t
+        return o * torch.tanh(c), c  # eq 1
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, n_ary={self.n_ary}, "
+                f"lexicalized={self.lexicalized})")

@@ -1,0 +1,187 @@
+"""LSTM-RNN composition (Le & Zuidema, 2015, sections 3-4)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn import Parameter
+
+from ..engine import Children
+from .cell import TreeCell
+
+__all__ = ["LSTMRNN"]
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "tanh": torch.tanh,
+    "softsign": F.softsign,
+    "sigmoid": torch.sigmoid,
+}
+
+
+class LSTMRNN(TreeCell):
+    r"""The LSTM-RNN composition from `"Compositional Distributional Semantics
+    with Long Short Term Memory" <https://aclanthology.org/S15-1002/>`_
+    (Le & Zuidema, 2015), sections 3-4. A parent :math:`p` with first child
+    :math:`x` (``edge_pos`` 0) and second child :math:`y` (``edge_pos`` 1), of
+    outputs :math:`\mathbf{x}, \mathbf{y}` and memories :math:`\mathbf{c}_x,
+    \mathbf{c}_y`, computes
+
+    .. math::
+        \mathbf{i}_1 &= \sigma(\mathbf{W}_{i1} \mathbf{x} + \mathbf{W}_{i2} \mathbf{y}
+            + \mathbf{W}_{ci1} \mathbf{c}_x + \mathbf{W}_{ci2} \mathbf{c}_y + \mathbf{b}_i)
+
+        \mathbf{i}_2 &= \sigma(\mathbf{W}_{i1} \mathbf{y} + \mathbf{W}_{i2} \mathbf{x}
+            + \mathbf{W}_{ci1} \mathbf{c}_y + \mathbf{W}_{ci2} \mathbf{c}_x + \mathbf{b}_i)
+
+        \mathbf{f}_1 &= \sigma(\mathbf{W}_{f1} \mathbf{x} + \mathbf{W}_{f2} \mathbf{y}
+            + \mathbf{W}_{cf1} \mathbf{c}_x + \mathbf{W}_{cf2} \mathbf{c}_y + \mathbf{b}_f)
+
+        \mathbf{f}_2 &= \sigma(\mathbf{W}_{f1} \mathbf{y} + \mathbf{W}_{f2} \mathbf{x}
+            + \mathbf{W}_{cf1} \mathbf{c}_y + \mathbf{W}_{cf2} \mathbf{c}_x + \mathbf{b}_f)
+
+        \mathbf{c}_p &= \mathbf{f}_1 \odot \mathbf{c}_x + \mathbf{f}_2 \odot \mathbf{c}_y
+            + g(\mathbf{W}_{c1} \mathbf{x} \odot \mathbf{i}_1 + \mathbf{W}_{c2} \mathbf{y} \odot \mathbf{i}_2
+            + \mathbf{b}_c)
+
+        \mathbf{o} &= \sigma(\mathbf{W}_{o1} \mathbf{x} + \mathbf{W}_{o2} \mathbf{y}
+            + \mathbf{W}_{co} \mathbf{c}_p + \mathbf{b}_o)
+
+        \mathbf{p} &= \mathbf{o} \odot g(\mathbf{c}_p)
+
+    with one input gate and one forget gate per child (the paper's
+    :math:`\mathbf{W}_{co} \mathbf{c}` is read as the parent's new memory
+    :math:`\mathbf{c}_p`, as in its LSTM of section 2.3); :math:`\mathbf{i}_2,
+    \mathbf{f}_2` reuse the weights of :math:`\mathbf{i}_1, \mathbf{f}_1` with
+    the children swapped. :math:`g` is ``activation`` (tanh, softsign or
+    sigmoid); the gates are always logistic. A leaf :math:`w` has output
+    :math:`\mathbf{w}` (its word vector, the node input) and memory
+    :math:`\mathbf{c}_w = 0`; internal nodes take no input. Leaf and inner
+    weights are untied (section 4): the maps :math:`\mathbf{W}_{i1}, \dots,
+    \mathbf{W}_{o2}` applied to a child's output come from one set when that
+    child is a leaf and from another when it is an inner node. The peephole maps
+    :math:`\mathbf{W}_{ci\cdot}, \mathbf{W}_{cf\cdot}` only ever see inner
+    memories (a leaf's is 0), and :math:`\mathbf{W}_{co}` sees the node's own
+    memory, so each exists once. All maps are full matrices, as the paper's
+    complexity count (section 4.1) implies. A node with one child gets zero
+    output and memory on the missing side; more than two children is an error
+    naming the node.
+
+    **How it runs.** Besides :math:`(\mathbf{p}, \mathbf{c}_p)` every node
+    carries a third state :math:`\mathbf{m}`: its output and memory already
+    projected by every map a parent will apply to them, in eight blocks of
+    :math:`d`,
+
+    .. math::
+        \mathbf{m}_u = [\mathbf{W}_{i1} \mathbf{u} + \mathbf{W}_{ci1} \mathbf{c}_u,\;
+        \mathbf{W}_{f1} \mathbf{u} + \mathbf{W}_{cf1} \mathbf{c}_u,\;
+        \mathbf{W}_{i2} \mathbf{u} + \mathbf{W}_{ci2} \mathbf{c}_u,\;
+        \mathbf{W}_{f2} \mathbf{u} + \mathbf{W}_{cf2} \mathbf{c}_u,\;
+        \mathbf{W}_{c1} \mathbf{u},\; \mathbf{W}_{o1} \mathbf{u},\;
+        \mathbf{W}_{c2} \mathbf{u},\; \mathbf{W}_{o2} \mathbf{u}]
+
+    computed with the leaf set for all leaves in one matmul at the first level,
+    and with the inner set for each inner node at its own level. A parent then
+    only adds blocks of its children's :math:`\mathbf{m}` (e.g.
+    :math:`\mathbf{i}_2 = \sigma(\mathbf{m}^{i1}_y + \mathbf{m}^{i2}_x + \mathbf{b}_i)`,
+    naming each block by its map), so the leaf/inner choice costs no gather and
+    the weight sharing of :math:`\mathbf{i}_2, \mathbf{f}_2` is exact by
+    construction. The price is two unused blocks per node (a child needs only
+    the :math:`\mathbf{W}_{c\cdot}, \mathbf{W}_{o\cdot}` of its own position):
+    about :math:`21 N d^2` multiply-adds for a binary tree of :math:`N` leaves
+    where section 4.1 counts :math:`17 N d^2`. :math:`\mathbf{m}` is internal and is not returned.
+
+    Parameters:
+
+    * ``W_leaf`` (applied to leaf children) and ``W_inner`` (applied to inner
+      children), each :math:`(8d, d)`: row blocks
+      :math:`\mathbf{W}_{i1}, \mathbf{W}_{f1}, \mathbf{W}_{i2}, \mathbf{W}_{f2},
+      \mathbf{W}_{c1}, \mathbf{W}_{o1}, \mathbf{W}_{c2}, \mathbf{W}_{o2}`.
+    * ``W_cell`` :math:`(5d, d)`: row blocks :math:`\mathbf{W}_{ci1},
+      \mathbf{W}_{cf1}, \mathbf{W}_{ci2}, \mathbf{W}_{cf2}, \mathbf{W}_{co}`.
+    * ``b`` :math:`(4d)`: :math:`\mathbf{b}_i, \mathbf{b}_f, \mathbf{b}_c, \mathbf{b}_o`.
+
+    That is :math:`21d^2 + 4d` parameters.
+
+    Args:
+        in_channels (int): Size of the word vectors :math:`d_w`. Must equal
+            ``hidden_channels``: a leaf's output is its word vector, and every
+            node's output :math:`h` has one width.
+        hidden_channels (int): Dimension :math:`d` of outputs and memories.
+        activation (str): :math:`g`, one of ``"tanh"`` (default), ``"softsign"``
+            or ``"sigmoid"``.
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}|, d)` (read at leaves
+          only), and the batch (a ``Data``/``Batch`` or its
+          :class:`~graphtree.schedule.Schedule`).
+        - **output:** :math:`(h, c)` = :math:`(\mathbf{p}, \mathbf{c}_p)`, each
+          :math:`(|\mathcal{V}|, d)`, for every node (leaves included).
+    """
+
+    max_children = 2
+
+    def __init__(self, in_channels: int, hidden_channels: int, activation: str = "tanh") -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+        if in_channels != hidden_channels:
+            raise ValueError(f"LSTMRNN needs in_channels == hidden_channels (got {in_channels} and "
+                             f"{hidden_channels}): a leaf's output is its word vector itself (Le & Zuidema, "
+                             "section 4), and leaf and inner outputs share one h tensor. Project the word "
+                             "vectors to hidden_channels first if they differ.")
+        self.in_channels, self.hidden_channels, self.activation = in_channels, hidden_channels, activation
+        self.g = ACTIVATIONS[activation]
+        d = hidden_channels
+        self.state_channels = (d, d, 8 * d)  # (p, c_p, m)
+        self.W_leaf = Parameter(torch.empty(8 * d, in_channels))
+        self.W_inner = Parameter(torch.empty(8 * d, d))
+        self.W_cell = Parameter(torch.empty(5 * d, d))
+        self.b = Parameter(torch.empty(4 * d))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.hidden_channels)
+        for param in self.parameters():
+            torch.nn.init.uniform_(param, -bound, bound)
+
+    def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
+        """Return ``(h, c)`` for every node of ``batch`` (``h`` is the node output :math:`\\mathbf{p}`)."""
+        self._check_input(x, self.in_channels)
+        p, c, _ = self.propagate_levels((x,), batch)
+        return p, c
+
+    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor, Tensor]:
+        (x,) = inputs
+        _, c_xy, m_xy = children.states  # [n, 2, ·], or [n, 0, ·] at the leaves
+        d = self.hidden_channels
+        if m_xy.size(1) == 0:
+            # Leaves: output w, memory 0, so m is the leaf set applied to w alone.
+            return x, torch.zeros_like(x), x @ self.W_leaf.t()
+
+        n = m_xy.size(0)
+        b_if, b_c, b_o = self.b.split((2 * d, d, d))
+        # Row k of [n, 2, ·] is child k: "first" holds its (W_i1, W_f1) blocks, "second"
+        # its (W_i2, W_f2) blocks, "own" its (W_c1, W_o1, W_c2, W_o2) blocks.
+        first, second, own = m_xy.split((2 * d, 2 * d, 4 * d), dim=-1)
+        # Child k's gates (i_k, f_k) add its own first blocks to the other child's
+        # second blocks, so i_2 and f_2 reuse W_i1, W_f1 with the children swapped.
+        i, f = torch.sigmoid(first + second.flip(1) + b_if).split(d, dim=-1)
+        # W_c1, W_o1 apply to the first child, W_c2, W_o2 to the second: the diagonal of (child, position).
+        Wc_u, Wo_u = own.reshape(n, 2, 2, 2 * d).diagonal(dim1=1, dim2=2).transpose(1, 2).split(d, dim=-1)
+        c_p = (f * c_xy).sum(dim=1) + self.g((Wc_u * i).sum(dim=1) + b_c)
+        # W_ci1 .. W_cf2 feed this node's m; W_co feeds its own output gate.
+        peep, Wco_c = (c_p @ self.W_cell.t()).split((4 * d, d), dim=-1)
+        o = torch.sigmoid(Wo_u.sum(dim=1) + Wco_c + b_o)
+        p = o * self.g(c_p)
+        gates_u, own_u = (p @ self.W_inner.t()).split((4 * d, 4 * d), dim=-1)
+        m_p = torch.cat((gates_u + peep, own_u), dim=-1)
+        return p, c_p, m_p
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, "
+                f"activation={self.activation!r})")

@@ -1,0 +1,119 @@
+"""The level schedule against a plain recursive reference, on trees, DAGs and batches."""
+
+import random
+import sys
+
+import networkx as nx
+import pytest
+import torch
+from torch_geometric.data import Batch
+from trees import random_ptb
+
+from graphtree.data import from_networkx, from_ptb
+from graphtree.engine import schedule_of
+from graphtree.errors import CycleError, ScheduleError
+from graphtree.schedule import Schedule
+
+
+def recursive_heights(children: dict[int, list[int]], num_nodes: int) -> list[int]:
+    """Height by plain child-first recursion (memoized, so DAGs work)."""
+    memo: dict[int, int] = {}
+
+    def visit(node: int) -> int:
+        if node not in memo:
+            memo[node] = 1 + max((visit(c) for c in children[node]), default=-1)
+        return memo[node]
+
+    return [visit(v) for v in range(num_nodes)]
+
+
+def adjacency(edge_index):
+    children, parents = {}, {}
+    for child, parent in edge_index.t().tolist():
+        children.setdefault(parent, []).append(child)
+        parents.setdefault(child, []).append(parent)
+    return children, parents
+
+
+def check_plan_against_recursion(data):
+    n = data.num_nodes
+    children, parents = adjacency(data.edge_index)
+    children = {v: children.get(v, []) for v in range(n)}
+    parents = {v: parents.get(v, []) for v in range(n)}
+    for direction, preds in (("bottom_up", children), ("top_down", parents)):
+        plan = Schedule(data.edge_index, n).plan(direction)  # levels recomputed, not read from data
+        level_of = torch.empty(n, dtype=torch.long)
+        for level in range(plan.num_levels):
+            level_of[plan.order[plan.ptr[level]:plan.ptr[level + 1]]] = level
+        assert level_of.tolist() == recursive_heights(preds, n)
+        for level in range(plan.num_levels):
+            nodes = plan.order[plan.ptr[level]:plan.ptr[level + 1]].tolist()
+            slots = plan.slots[level]
+            for row, node in enumerate(nodes):
+                filled = slots[row][slots[row] != n]
+                # Every predecessor is read, from an earlier level, and nothing else is.
+                assert sorted(plan.order[filled].tolist()) == sorted(preds[node])
+                assert all(level_of[p] < level for p in preds[node])
+
+
+def test_schedule_matches_recursion_on_mixed_batch():
+    rng = random.Random(0)
+    trees = [from_ptb(random_ptb(rng.randint(1, 30), rng.randint(2, 5), rng)) for _ in range(20)]
+    batch = Batch.from_data_list(trees)
+    check_plan_against_recursion(batch)
+    schedule = Schedule.from_data(batch)
+    assert schedule.bottom_up.ptr[-1] == batch.num_nodes
+    # The levels stored by the converters agree with the schedule's own.
+    fresh = Schedule(batch.edge_index, batch.num_nodes)
+    assert torch.equal(fresh.height, batch.height) and torch.equal(fresh.depth, batch.depth)
+
+
+def test_schedule_matches_recursion_on_random_dags():
+    rng = random.Random(1)
+    for _ in range(10):
+        g = nx.gnp_random_graph(25, 0.15, seed=rng.randrange(10**6), directed=True)
+        dag = nx.DiGraph([(u, v) for u, v in g.edges if u < v])
+        dag.add_nodes_from(range(25))
+        check_plan_against_recursion(from_networkx(dag))
+
+
+def test_slots_follow_child_positions():
+    data = from_ptb("(0 (1 a) (2 b) (3 c))")
+    plan = Schedule.from_data(data).bottom_up
+    # Level 1 holds the root; its slots are its children in left-to-right order.
+    assert plan.order[plan.slots[1][0]].tolist() == [1, 2, 3]
+    down = Schedule.from_data(data).top_down
+    assert down.slot_pos[1].view(-1).tolist() == [0, 1, 2]  # each child's own position
+
+
+def test_schedule_is_cached_and_rebuilt_when_the_graph_changes():
+    data = from_ptb("(0 (1 a) (2 b))")
+    first = schedule_of(data)
+    assert schedule_of(data) is first
+    batch = Batch.from_data_list([data, data])
+    assert schedule_of(batch) is not first and schedule_of(batch).num_nodes == 6
+
+
+def test_schedule_errors():
+    with pytest.raises(CycleError) as info:
+        Schedule(torch.tensor([[0, 1, 2], [1, 2, 0]]), 3)
+    assert sorted(info.value.nodes) == [0, 1, 2]
+    data = from_ptb("(0 (1 a) (2 b))")
+    data.height = torch.tensor([0, 1, 1])  # stale: the root is not above its children
+    with pytest.raises(ScheduleError, match="does not fit the edges"):
+        _ = Schedule.from_data(data).bottom_up
+    data = from_ptb("(0 (1 a) (2 b))")
+    data.edge_pos = torch.tensor([0, 0])
+    with pytest.raises(ScheduleError, match="share position 0"):
+        _ = Schedule.from_data(data).bottom_up
+    with pytest.raises(ValueError, match="direction"):
+        Schedule.from_data(data).plan("sideways")
+
+
+def test_deep_chain_schedule_without_recursion():
+    n = 10_000
+    edge_index = torch.stack([torch.arange(n - 1), torch.arange(1, n)])
+    limit = sys.getrecursionlimit()
+    plan = Schedule(edge_index, n).bottom_up
+    assert sys.getrecursionlimit() == limit
+    assert plan.num_levels == n and plan.order.tolist() == list(range(n))
