@@ -262,3 +262,19 @@ def test_bad_input_is_a_clear_error():
         ChildSumTreeLSTM(IN, HID)(torch.randn(3, IN), data)
     with pytest.raises(ScheduleError, match="expected a graphtree Schedule"):
         ChildSumTreeLSTM(IN, HID)(torch.randn(4, IN), torch.zeros(2, 3))
+
+
+def test_tree_classifier_sums_the_loss_over_labelled_nodes():
+    from graphtree.models import NodeEmbedding, TreeClassifier, node_loss
+
+    data = from_ptb("(3 (2 a) (4 (1 b) (0 c)))", vocab={"a": 0, "b": 1, "c": 2})
+    data.y[1] = -1  # one unlabelled node
+    model = TreeClassifier(NodeEmbedding(3, IN), NaryTreeLSTM(IN, HID), num_classes=5, dropout=0.0)
+    logits = model(data)
+    assert logits.shape == (5, 5)
+    # Hand reference: -sum of log-softmax at the labelled nodes' gold classes.
+    log_p = torch.log_softmax(logits, dim=-1)
+    expected = -(log_p[0, 3] + log_p[2, 4] + log_p[3, 1] + log_p[4, 0])
+    torch.testing.assert_close(node_loss(logits, data.y), expected)
+    # Internal nodes (no word) see zero input vectors.
+    assert model.embedding(data.word)[[0, 2]].abs().sum() == 0
