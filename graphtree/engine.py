@@ -94,113 +94,159 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor], schedule: Schedul
                                 "was the schedule built for another batch?")
     device = inputs[0].device
     plan = schedule.plan(direction).to(device)
-    slots = _slots_for(cell, plan, schedule)
+    levels = _level_slots(cell, plan, schedule)
     sorted_inputs = [x[plan.order] for x in inputs]
     params = [p for p in cell.parameters() if p.requires_grad]
-    needs_grad = torch.is_grad_enabled() and (any(p.requires_grad for p in params) or
-                                              any(x.requires_grad for x in sorted_inputs))
+    needs_grad = torch.is_grad_enabled() and (bool(params) or any(x.requires_grad for x in sorted_inputs))
     if needs_grad:
-        buffers = _LevelPass.apply(cell, plan, slots, len(sorted_inputs), *sorted_inputs, *params)
+        buffers = _LevelPass.apply(cell, plan, levels, len(sorted_inputs), *sorted_inputs, *params)
     else:
-        buffers = _run_levels(cell, plan, slots, sorted_inputs)
+        buffers, _ = _run_levels(cell, plan, levels, sorted_inputs, save=False)
     num_nodes = plan.num_nodes
     return tuple(buf[:num_nodes][plan.rank] for buf in buffers)
 
 
-def _slots_for(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule) -> list[Tensor]:
-    """The plan's slot matrices, widened to ``cell.max_children`` for fixed-arity cells."""
-    arity = getattr(cell, "max_children", None)
-    if arity is None or plan.direction != "bottom_up":
-        return plan.slots
-    key = ("arity", arity)
+class _Slots(NamedTuple):
+    index: Tensor  # [n, K] level-sorted predecessor ids, num_nodes where empty
+    mask: Tensor
+    position: Tensor
+
+
+def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule) -> list[_Slots]:
+    """Per level: slot indices, mask and positions, widened to ``cell.max_children`` for fixed-arity cells.
+
+    Computed once per plan and arity, so the level loop does nothing but gather.
+    """
+    arity = getattr(cell, "max_children", None) if plan.direction == "bottom_up" else None
+    key = ("slots", arity)
     if key in plan._by_device:
         return plan._by_device[key]
-    widened = []
-    for level, index in enumerate(plan.slots):
+    levels = []
+    for level, (index, position) in enumerate(zip(plan.slots, plan.slot_pos)):
         width = index.size(1)
-        if width > arity:
+        if arity is not None and width > arity:
             row = int((index[:, arity:] != plan.num_nodes).any(dim=1).nonzero()[0])
             node = int(plan.order[plan.ptr[level] + row])
             count = int((index[row] != plan.num_nodes).sum())
             raise ScheduleError(f"{schedule.describe_node(node)} has {count} children (or a child at position "
                                 f"{width - 1}), but {type(cell).__name__} takes at most {arity}")
-        if 0 < width < arity:
+        if arity is not None and 0 < width < arity:
             index = torch.nn.functional.pad(index, (0, arity - width), value=plan.num_nodes)
-        widened.append(index)
-    plan._by_device[key] = widened
-    return widened
+            position = torch.nn.functional.pad(position, (0, arity - width), value=-1)
+        levels.append(_Slots(index, index != plan.num_nodes, position))
+    plan._by_device[key] = levels
+    return levels
 
 
-def _gather(buffers: list[Tensor], index: Tensor, plan: LevelPlan, level: int) -> Children:
-    return Children(tuple(buf[index] for buf in buffers), index != plan.num_nodes,
-                    plan.slot_pos[level] if plan.slot_pos[level].shape == index.shape else
-                    torch.where(index != plan.num_nodes, torch.arange(index.size(1), device=index.device), -1)
-                    .expand_as(index))
+def _gather(buffers: list[Tensor], slots: _Slots) -> Children:
+    return Children(tuple(buf[slots.index] for buf in buffers), slots.mask, slots.position)
 
 
-def _run_levels(cell, plan: LevelPlan, slots: list[Tensor], inputs: list[Tensor]) -> list[Tensor]:
+def _has_fused_backward(cell: torch.nn.Module) -> bool:
+    return bool(getattr(cell, "fused_backward", False))
+
+
+def _run_levels(cell, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor],
+                save: bool) -> tuple[list[Tensor], list[Any]]:
+    """Forward through all levels; with ``save`` and a fused cell, keep what its backward needs."""
     reference = next((x for x in inputs if x.is_floating_point()), None)
     dtype = reference.dtype if reference is not None else next(cell.parameters()).dtype
     buffers = [torch.zeros(plan.num_nodes + 1, d, dtype=dtype, device=inputs[0].device)
                for d in cell.state_channels]
+    fused = save and _has_fused_backward(cell)
+    saved: list[Any] = []
     for level in range(plan.num_levels):
         a, b = plan.ptr[level], plan.ptr[level + 1]
-        children = _gather(buffers, slots[level], plan, level)
-        states = cell.update(tuple(x[a:b] for x in inputs), children)
+        children = _gather(buffers, levels[level])
+        level_inputs = tuple(x[a:b] for x in inputs)
+        if fused:
+            states, context = cell.forward_level(level_inputs, children)
+            saved.append(context)
+        else:
+            states = cell.update(level_inputs, children)
         for buf, value in zip(buffers, states):
             buf[a:b] = value
-    return buffers
+    return buffers, saved
 
 
 class _LevelPass(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, cell, plan, slots, num_inputs, *tensors):
+    def forward(ctx, cell, plan, levels, num_inputs, *tensors):
         inputs = list(tensors[:num_inputs])
-        buffers = _run_levels(cell, plan, slots, inputs)
-        ctx.cell, ctx.plan, ctx.slots, ctx.num_inputs = cell, plan, slots, num_inputs
+        buffers, saved = _run_levels(cell, plan, levels, inputs, save=True)
+        ctx.cell, ctx.plan, ctx.levels, ctx.num_inputs = cell, plan, levels, num_inputs
         # Parameters are kept as they are (not via save_for_backward) so that the
         # recomputation in backward differentiates with respect to these very objects.
         ctx.params = tensors[num_inputs:]
+        ctx.level_context = saved
         ctx.save_for_backward(*inputs, *buffers)
         return tuple(buffers)
 
     @staticmethod
     def backward(ctx, *grad_buffers):
-        cell, plan, slots = ctx.cell, ctx.plan, ctx.slots
         saved = ctx.saved_tensors
         inputs, buffers = saved[:ctx.num_inputs], list(saved[ctx.num_inputs:])
-        params = ctx.params
         grad_states = [g.clone() for g in grad_buffers]
         grad_inputs = [torch.zeros_like(x) if x.requires_grad else None for x in inputs]
-        grad_params = [torch.zeros_like(p) for p in params]
-
-        for level in reversed(range(plan.num_levels)):
-            a, b = plan.ptr[level], plan.ptr[level + 1]
-            index = slots[level]
-            with torch.enable_grad():
-                level_inputs = [x[a:b].detach().requires_grad_(x.requires_grad) for x in inputs]
-                children = _gather([buf.detach() for buf in buffers], index, plan, level)
-                child_states = tuple(s.requires_grad_() for s in children.states)
-                children = children._replace(states=child_states)
-                states = cell.update(tuple(level_inputs), children)
-                pairs = [(s, g[a:b]) for s, g in zip(states, grad_states) if s.requires_grad]
-                if not pairs:
-                    continue
-                wrt = [x for x in level_inputs if x.requires_grad] + list(child_states) + list(params)
-                grads = torch.autograd.grad([s for s, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True)
-            grads = list(grads)
-            for k, x in enumerate(level_inputs):
-                if x.requires_grad:
-                    g = grads.pop(0)
-                    if g is not None:
-                        grad_inputs[k][a:b] += g
-            flat_index = index.reshape(-1)
-            for grad_state, g in zip(grad_states, grads[:len(child_states)]):
-                if g is not None and flat_index.numel():
-                    # index_put_ rather than index_add_: the latter goes multi-threaded on
-                    # small inputs and costs milliseconds per level on a 2-core machine.
-                    grad_state.index_put_((flat_index,), g.reshape(flat_index.numel(), -1), accumulate=True)
-            for acc, g in zip(grad_params, grads[len(child_states):]):
-                if g is not None:
-                    acc += g
+        if _has_fused_backward(ctx.cell):
+            grad_params = _fused_backward(ctx, inputs, grad_states, grad_inputs)
+        else:
+            grad_params = _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs)
+        ctx.level_context = None
         return (None, None, None, None, *grad_inputs, *grad_params)
+
+
+def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequence[Tensor | None]) -> None:
+    flat_index = slots.index.reshape(-1)
+    if not flat_index.numel():
+        return
+    for grad_state, g in zip(grad_states, grads):
+        if g is not None:
+            # index_put_ rather than index_add_: the latter goes multi-threaded on
+            # small inputs and costs milliseconds per level on a 2-core machine.
+            grad_state.index_put_((flat_index,), g.reshape(flat_index.numel(), -1), accumulate=True)
+
+
+def _fused_backward(ctx, inputs, grad_states, grad_inputs) -> list[Tensor]:
+    """Backward with the cell's hand-written per-level derivatives (no recomputation)."""
+    cell, plan, levels = ctx.cell, ctx.plan, ctx.levels
+    names = {id(p): name for name, p in cell.named_parameters()}
+    grad_params = {names[id(p)]: torch.zeros_like(p) for p in ctx.params}
+    for level in reversed(range(plan.num_levels)):
+        a, b = plan.ptr[level], plan.ptr[level + 1]
+        level_grads = tuple(g[a:b] for g in grad_states)
+        input_grads, child_grads = cell.backward_level(ctx.level_context[level], level_grads, grad_params)
+        for k, g in enumerate(input_grads):
+            if g is not None and grad_inputs[k] is not None:
+                grad_inputs[k][a:b] += g
+        _accumulate_children(grad_states, levels[level], child_grads)
+    return [grad_params[names[id(p)]] for p in ctx.params]
+
+
+def _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs) -> list[Tensor]:
+    """Backward for any cell: re-run each level's ``update`` under autograd, on that level alone."""
+    cell, plan, levels, params = ctx.cell, ctx.plan, ctx.levels, ctx.params
+    grad_params = [torch.zeros_like(p) for p in params]
+    detached = [buf.detach() for buf in buffers]
+    for level in reversed(range(plan.num_levels)):
+        a, b = plan.ptr[level], plan.ptr[level + 1]
+        with torch.enable_grad():
+            level_inputs = [x[a:b].detach().requires_grad_(x.requires_grad) for x in inputs]
+            children = _gather(detached, levels[level])
+            child_states = tuple(s.requires_grad_() for s in children.states)
+            states = cell.update(tuple(level_inputs), children._replace(states=child_states))
+            pairs = [(s, g[a:b]) for s, g in zip(states, grad_states) if s.requires_grad]
+            if not pairs:
+                continue
+            wrt = [x for x in level_inputs if x.requires_grad] + list(child_states) + list(params)
+            grads = list(torch.autograd.grad([s for s, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True))
+        for k, x in enumerate(level_inputs):
+            if x.requires_grad:
+                g = grads.pop(0)
+                if g is not None:
+                    grad_inputs[k][a:b] += g
+        _accumulate_children(grad_states, levels[level], grads[:len(child_states)])
+        for acc, g in zip(grad_params, grads[len(child_states):]):
+            if g is not None:
+                acc += g
+    return grad_params
