@@ -8,13 +8,18 @@ slots (a sum, or by position) and applies its gates. States live in
 level-sorted buffers, so a level is a contiguous slice and nothing is scattered.
 
 Backward is one custom autograd function for the whole pass. It walks the
-levels in reverse, re-runs each level's ``update`` under autograd on that
-level's slice alone, and accumulates the children's gradients with one
-``index_add_`` per state. The cost of a pass is therefore linear in the number
-of nodes (autograd's usual in-place buffer bookkeeping would copy the whole
-buffer at every level), and a 10,000-deep chain backpropagates with no
-recursion. A cell's ``update`` must be deterministic (no dropout inside) for
-the recomputation to be exact.
+levels in reverse and accumulates the children's gradients with one indexed
+add per state, so a pass costs time linear in the number of nodes (autograd's
+usual in-place buffer bookkeeping would copy the whole buffer at every level)
+and a 10,000-deep chain backpropagates with no recursion. Per level it either
+
+* calls the cell's hand-written ``backward_level`` with what ``forward_level``
+  saved, when the cell sets ``fused_backward`` (no recomputation, no autograd
+  graph: the fast path), or
+* re-runs the cell's ``update`` under autograd on that level's slice alone and
+  differentiates it (any cell works; ``update`` must then be deterministic).
+
+The exactness tests check both paths against per-node recursive references.
 """
 
 from __future__ import annotations

@@ -25,6 +25,12 @@ class TreeCell(MessagePassing):
     gathered into slots by position, so ``update`` both aggregates and updates.
 
     ``update`` must be deterministic: the engine re-runs it in backward.
+
+    For speed a cell may instead set ``fused_backward = True`` and implement
+    ``forward_level(inputs, children) -> (states, context)`` and
+    ``backward_level(context, grad_states, grad_params) -> (grad_inputs,
+    grad_children_states)``, the level's hand-written derivatives; it adds its
+    parameter gradients into ``grad_params`` (keyed by parameter name).
     """
 
     direction: str = "bottom_up"
