@@ -84,7 +84,7 @@ def from_parents(
 
     edges = [[node for node, up in enumerate(parent) if up >= 0], [up for up in parent if up >= 0]]
     try:
-        topological_levels(edges, len(kept))
+        levels = topological_levels(edges, len(kept))
     except CycleError as err:
         raise CycleError([kept[node] for node in err.nodes],
                          "heads form a cycle through tokens " + " -> ".join(str(kept[v]) for v in err.nodes)
@@ -93,7 +93,7 @@ def from_parents(
     node_labels = None
     if labels is not None:
         node_labels = [NO_LABEL if labels[t - 1] is None else int(labels[t - 1]) for t in kept]
-    return tree_data(parent, child_pos, node_labels, [t - 1 for t in kept], tokens, vocab)
+    return tree_data(parent, child_pos, node_labels, [t - 1 for t in kept], tokens, vocab, levels)
 
 
 def _parse_ints(values: Sequence[int] | str) -> list[int]:

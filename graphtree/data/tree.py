@@ -38,12 +38,16 @@ def tree_data(
     word_pos: Sequence[int],
     tokens: Sequence[str] | None,
     vocab: Vocabulary | None = None,
+    levels: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Data:
-    """Build the ``Data`` of a tree given per node: parent (-1 at the root), position under it, label, word."""
+    """Build the ``Data`` of a tree given per node: parent (-1 at the root), position under it, label, word.
+
+    ``levels`` passes ``(height, depth)`` when the caller has computed them already.
+    """
     num_nodes = len(parent)
     child = [i for i, p in enumerate(parent) if p >= 0]
     edge_index = torch.tensor([child, [parent[i] for i in child]], dtype=torch.long).view(2, -1)
-    height, depth = topological_levels(edge_index, num_nodes)
+    height, depth = levels if levels is not None else topological_levels(edge_index, num_nodes)
     child_pos_t = torch.tensor(child_pos, dtype=torch.long)
     data = Data(
         edge_index=edge_index,
