@@ -1,0 +1,322 @@
+"""Build experiments/results/sst.md and the SST plots from the per-run JSON files.
+
+    python experiments/report_sst.py            # writes sst.md, sst_by_length.png, sst_by_depth.png
+    python experiments/report_sst.py --readme   # also prints a short results section for the README
+
+Every number of ours comes from ``experiments/results/sst/*.json`` (written by
+``experiments/sst.py``); the only numbers typed here are the papers'. A row
+pools the runs whose config matches it: mean ± sample standard deviation
+(n - 1) over seeds of the dev-selected test accuracy. Rows without runs say
+"not run".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sst import MODELS, PRESETS  # the paper's epochs and optimizer per model
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "experiments" / "results"
+RUNS = RESULTS / "sst"
+
+TAI = "Tai et al. 2015"
+ZHU = "Zhu et al. 2015"
+LZ = "Le & Zuidema 2015"
+TENG = "Teng & Zhang 2017"
+GLOVE_300 = "GloVe 840B 300d, tuned"
+GLOVE_50 = "GloVe 6B 50d, tuned"
+
+# One row per result the issue asks for. match: the run config values that define the row (keys absent from
+# match must be at their defaults: see DEFAULTS). paper: (fine root, fine phrase, binary root, binary phrase).
+DEFAULTS = dict(supervision="all", structure="gold")
+ROWS = [
+    dict(source=f"{TAI}, Table 2", name="Constituency Tree-LSTM, random vectors",
+         match=dict(model="nary", embeddings="random"), paper=(43.9, None, 82.0, None),
+         setting="random 300d", ours="random 300d (U(±0.05))"),
+    dict(source=f"{TAI}, Table 2", name="Constituency Tree-LSTM, GloVe",
+         match=dict(model="nary", embeddings="glove50"), paper=(51.0, None, 88.0, None),
+         setting=GLOVE_300, ours=GLOVE_50),
+    dict(source=f"{ZHU}, Table 1", name="S-LSTM", match=dict(model="slstm", embeddings="random"),
+         paper=(48.9, 81.9, None, None), setting="random vectors, all phrases", ours="random 100d"),
+    dict(source=f"{ZHU}, Table 3", name="S-LSTM, root labels",
+         match=dict(model="slstm", embeddings="random", supervision="root"), paper=(43.5, None, None, None),
+         setting="roots only", ours="random 100d"),
+    dict(source=f"{ZHU}, Table 3", name="S-LSTM, root + leaf labels",
+         match=dict(model="slstm", embeddings="random", supervision="root+leaf"), paper=(44.1, None, None, None),
+         setting="roots and words", ours="random 100d"),
+    dict(source=f"{ZHU}, Table 4", name="S-LSTM-LR, root labels",
+         match=dict(model="slstm", embeddings="random", supervision="root", structure="left"),
+         paper=(40.2, None, None, None), setting="left-recursive", ours="random 100d"),
+    dict(source=f"{ZHU}, Table 4", name="S-LSTM-RR, root labels",
+         match=dict(model="slstm", embeddings="random", supervision="root", structure="right"),
+         paper=(40.3, None, None, None), setting="right-recursive", ours="random 100d"),
+    dict(source=f"{ZHU}, Table 4", name="S-LSTM-LR, root + leaf labels",
+         match=dict(model="slstm", embeddings="random", supervision="root+leaf", structure="left"),
+         paper=(43.1, None, None, None), setting="left-recursive", ours="random 100d"),
+    dict(source=f"{ZHU}, Table 4", name="S-LSTM-RR, root + leaf labels",
+         match=dict(model="slstm", embeddings="random", supervision="root+leaf", structure="right"),
+         paper=(43.2, None, None, None), setting="right-recursive", ours="random 100d"),
+    dict(source=f"{LZ}, Table 1", name="LSTM-RNN (tanh)",
+         match=dict(model="lstmrnn", embeddings="glove50", activation="tanh"), paper=(48.0, None, 86.2, None),
+         setting="GloVe 6B 100d, d = 50; best dev of 10 runs", ours=f"{GLOVE_50}, d = 50"),
+    dict(source=f"{LZ}, Fig. 6-7", name="LSTM-RNN (softsign)",
+         match=dict(model="lstmrnn", embeddings="glove50", activation="softsign"), paper=(None, None, None, None),
+         setting="medians in figures only: softsign best binary (86.4)", ours=f"{GLOVE_50}, d = 50"),
+    dict(source=f"{LZ}, Fig. 6-7", name="LSTM-RNN (sigmoid)",
+         match=dict(model="lstmrnn", embeddings="glove50", activation="sigmoid"), paper=(None, None, None, None),
+         setting="medians in figures only: sigmoid worst", ours=f"{GLOVE_50}, d = 50"),
+    dict(source=f"{TENG}, Table 1", name="ConTree", match=dict(model="contree", embeddings="glove50"),
+         paper=(51.2, 83.0, 88.5, 92.5), setting=GLOVE_300, ours=GLOVE_50),
+    dict(source=f"{TENG}, Table 1", name="Top-down ConTree", match=dict(model="topdown", embeddings="glove50",
+                                                                         head="gated"),
+         paper=(51.0, 82.9, 87.8, 92.1), setting=GLOVE_300, ours=GLOVE_50),
+    dict(source=f"{TENG}, Table 1", name="ConTree + Lex", match=dict(model="contree_lex", embeddings="glove50",
+                                                                      head="gated"),
+         paper=(52.8, 83.2, 89.2, 92.3), setting=GLOVE_300, ours=GLOVE_50),
+    dict(source=f"{TENG}, Table 1 / 5 (G)", name="BiConTree (gated heads)",
+         match=dict(model="bicontree", embeddings="glove50", head="gated"),
+         paper=(53.5, 83.5, 90.3, 92.8), setting=GLOVE_300, ours=GLOVE_50),
+    dict(source=f"{TENG}, Table 5 (L)", name="BiConTree, left heads",
+         match=dict(model="bicontree", embeddings="glove50", head="left"), paper=(51.1, None, None, None),
+         setting=GLOVE_300, ours=GLOVE_50),
+    dict(source=f"{TENG}, Table 5 (R)", name="BiConTree, right heads",
+         match=dict(model="bicontree", embeddings="glove50", head="right"), paper=(51.6, None, None, None),
+         setting=GLOVE_300, ours=GLOVE_50),
+    dict(source=f"{TENG}, Table 5 (A)", name="BiConTree, average heads",
+         match=dict(model="bicontree", embeddings="glove50", head="average"), paper=(51.8, None, None, None),
+         setting=GLOVE_300, ours=GLOVE_50),
+    dict(source=f"{ZHU}, Table 1", name="Naive Bayes, n-grams", match=dict(model="nb"),
+         paper=(41.0, 67.2, None, None), setting="bag of words (Socher et al. 2013)",
+         ours="scikit-learn, word presence, trained on all phrases"),
+    dict(source=f"{ZHU}, Table 1", name="SVM, n-grams", match=dict(model="svm"),
+         paper=(40.7, 64.3, None, None), setting="bag of words (Socher et al. 2013)",
+         ours="scikit-learn, word presence, trained on all phrases"),
+    dict(source=f"{TAI}, Table 2", name="Bidirectional LSTM", match=dict(model="bilstm", embeddings="glove50"),
+         paper=(49.1, None, 87.5, None), setting=GLOVE_300, ours=GLOVE_50),
+]
+COLUMNS = (("fine", "root"), ("fine", "phrase"), ("binary", "root"), ("binary", "phrase"))
+PLOT_ROWS = ("Constituency Tree-LSTM, random vectors", "Constituency Tree-LSTM, GloVe", "S-LSTM", "LSTM-RNN (tanh)",
+             "ConTree", "Top-down ConTree", "ConTree + Lex", "BiConTree (gated heads)")
+
+
+def load_runs(folder: Path = RUNS) -> list[dict]:
+    """Every finished run (quick runs never land here)."""
+    runs = []
+    for path in sorted(folder.glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("experiment") == "sst" and not record["config"].get("quick"):
+            runs.append(record)
+    return runs
+
+
+def matches(config: dict, match: dict) -> bool:
+    """A run belongs to a row when every matched key agrees, the rest is at its default, and it ran the
+    paper's number of epochs and optimizer settings (anything else is not a reproduction)."""
+    if any(config.get(key) != value for key, value in {**DEFAULTS, **match}.items()):
+        return False
+    if config["model"] not in MODELS:
+        return True
+    return (config.get("epochs") == MODELS[config["model"]]["epochs"]
+            and config["optimizer"] == PRESETS[config["paper"]].as_dict())
+
+
+def task_of(run: dict) -> str:
+    return "fine" if run["config"]["fine_grained"] else "binary"
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "not run"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def cell(runs: list[dict], task: str, metric: str, paper: float | None) -> str:
+    values = [r["test"][metric] for r in runs if task_of(r) == task]
+    ours = mean_std(values)
+    return f"{ours} ({paper:.1f})" if paper is not None else (ours if values else "—")
+
+
+def row_runs(row: dict, runs: list[dict]) -> list[dict]:
+    return [r for r in runs if matches(r["config"], row["match"])]
+
+
+def command_for(row: dict, task: str) -> str:
+    m = row["match"]
+    if m["model"] == "bilstm":
+        return "(sequential BiLSTM baseline: not implemented yet)"
+    if m["model"] in ("nb", "svm"):
+        return f"python experiments/sst.py --model {m['model']} --{'fine-grained' if task == 'fine' else 'binary'}"
+    parts = ["python experiments/sst.py", f"--model {m['model']}", f"--embeddings {m.get('embeddings', 'random')}",
+             "--fine-grained" if task == "fine" else "--binary"]
+    for key in ("supervision", "structure"):
+        if key in m:
+            parts.append(f"--{key} {m[key]}")
+    if m.get("head", "gated") != "gated":
+        parts.append(f"--head {m['head']}")
+    if m["model"] == "lstmrnn":
+        parts.append(f"--activation {m['activation']}")
+    return " ".join(parts + ["--seeds 1 2 3"])
+
+
+def tasks_of(row: dict) -> list[str]:
+    fine = row["paper"][0] is not None or row["paper"][1] is not None or row["match"]["model"] == "lstmrnn"
+    binary = row["paper"][2] is not None or row["paper"][3] is not None or row["match"]["model"] == "lstmrnn"
+    return [t for t, keep in (("fine", fine), ("binary", binary)) if keep]
+
+
+def table(runs: list[dict]) -> list[str]:
+    lines = ["| Source | Model | Paper's setting | Ours | Fine root | Fine phrase | Binary root | Binary phrase "
+             "| Seeds (fine / bin.) | Minutes per run |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in ROWS:
+        mine = row_runs(row, runs)
+        cells = [cell(mine, task, metric, paper) for (task, metric), paper in zip(COLUMNS, row["paper"])]
+        seeds = " / ".join(str(sum(task_of(r) == t for r in mine)) for t in ("fine", "binary"))
+        minutes = mean_std([r["wall_time_s"] / 60 for r in mine]) if mine else "—"
+        lines.append(f"| {row['source']} | {row['name']} | {row['setting']} | {row['ours']} | "
+                     + " | ".join(cells) + f" | {seeds} | {minutes} |")
+    return lines
+
+
+def runs_table(runs: list[dict]) -> list[str]:
+    lines = ["| Run | Best epoch / epochs | Dev root | Test root | Test phrase | s per epoch (train) | Threads |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(runs, key=lambda r: r["run"]):
+        lines.append(f"| {r['run']} | {r['best_epoch']} / {len(r['history'])} | {r['dev']['root']:.2f} | "
+                     f"{r['test']['root']:.2f} | {r['test']['phrase']:.2f} | {r['train_seconds_per_epoch']:.0f} | "
+                     f"{r['threads']} |")
+    return lines
+
+
+def pooled(runs: list[dict], key: str) -> dict[int, list[int]]:
+    """Counts by sentence length / height / span summed over runs (same test set, so seeds weigh equally)."""
+    out: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for r in runs:
+        for k, (c, t) in r["test"].get(key, {}).items():
+            out[int(k)][0] += c
+            out[int(k)][1] += t
+    return out
+
+
+def windows(counts: dict[int, list[int]], last: int = 45, half: int = 2) -> tuple[list[int], list[float]]:
+    """Tai et al. Fig. 3: accuracy over lengths in [l - 2, l + 2]; lengths beyond ``last`` join the last window."""
+    xs, ys = [], []
+    for center in range(1 + half, last + 1):
+        lo, hi = center - half, (center + half if center < last else 10**9)
+        c = sum(v[0] for k, v in counts.items() if lo <= k <= hi)
+        t = sum(v[1] for k, v in counts.items() if lo <= k <= hi)
+        if t:
+            xs.append(center)
+            ys.append(100.0 * c / t)
+    return xs, ys
+
+
+def plots(runs: list[dict]) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = []
+    for row in ROWS:
+        if row["name"] in PLOT_ROWS:
+            mine = [r for r in row_runs(row, runs) if task_of(r) == "fine"]
+            if mine:
+                series.append((f"{row['name']} ({len(mine)} seed{'s' if len(mine) > 1 else ''})", mine))
+    written = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, mine in series:
+        xs, ys = windows(pooled(mine, "by_length"))
+        ax.plot(xs, ys, label=label, lw=1.4)
+    ax.set_xlabel("sentence length (words), window [l-2, l+2]; l = 45 holds all longer")
+    ax.set_ylabel("test root accuracy (%)")
+    ax.set_title("SST fine-grained: accuracy by sentence length (cf. Tai et al. Fig. 3)")
+    if series:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "sst_by_length.png", dpi=120)
+    plt.close(fig)
+    written.append("sst_by_length.png")
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for label, mine in series:
+        for ax, key in zip(axes, ("by_height", "by_span")):
+            counts = pooled(mine, key)
+            keys = sorted(k for k, (c, t) in counts.items() if t >= 20 * len(mine))  # drop sparse tails
+            ax.plot(keys, [100.0 * counts[k][0] / counts[k][1] for k in keys], label=label, lw=1.4)
+    axes[0].set_xlabel("node depth (longest path down to a word)")
+    axes[1].set_xlabel("phrase length (words)")
+    for ax in axes:
+        ax.set_ylabel("test accuracy, all phrases (%)")
+    axes[0].set_title("by depth (cf. Zhu et al. Fig. 4, upper)")
+    axes[1].set_title("by phrase length (cf. Zhu et al. Fig. 4, lower)")
+    if series:
+        axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "sst_by_depth.png", dpi=120)
+    plt.close(fig)
+    written.append("sst_by_depth.png")
+    return written
+
+
+def report(runs: list[dict]) -> str:
+    lines = ["# Stanford Sentiment Treebank: our runs next to the papers", "",
+             "Generated by `python experiments/report_sst.py` from `experiments/results/sst/*.json`; do not edit.",
+             "", "Test accuracy (%) of the epoch with the best dev root accuracy: mean ± sample standard deviation "
+             "over seeds, the paper's number in parentheses. Fine: 5 classes; binary: neutral sentences dropped "
+             "and neutral phrases not counted. Phrase accuracy counts every labelled node (words and roots "
+             "included). Paper numbers are means over 5 runs (Tai), single runs (Zhu), the best-dev of 10 runs "
+             "(Le & Zuidema) and the best-dev model of 5 seeds (Teng & Zhang).", ""]
+    lines += table(runs)
+    lines += ["", "Settings: the papers' optimizers (`graphtree.train.optim.PRESETS`), minibatches, dropout and "
+              "epochs (`MODELS` in `experiments/sst.py`). The 300d GloVe 840B vectors of Tai, Zhu and Teng & "
+              "Zhang and the 100d 6B vectors of Le & Zuidema are not available here; our GloVe rows use the "
+              "50d 6B vectors, a smaller and weaker input. Zhu's Table 4 rows train and test on left- or "
+              "right-recursive trees over the same words; only the words and the root keep labels.", "",
+              "![accuracy by sentence length](sst_by_length.png)", "",
+              "![accuracy by depth and phrase length](sst_by_depth.png)", "", "## Runs", ""]
+    lines += runs_table(runs) if runs else ["No runs yet."]
+    lines += ["", "## Commands", "", "```"]
+    for row in ROWS:
+        for task in tasks_of(row):
+            lines.append(f"{command_for(row, task)}    # {row['name']}, {task}")
+    lines += ["python experiments/report_sst.py", "```", ""]
+    return "\n".join(lines)
+
+
+def readme_section(runs: list[dict]) -> str:
+    lines = ["## Results: Stanford Sentiment Treebank", "",
+             "Test root accuracy (%), mean ± std over seeds (paper in parentheses); full table, plots and "
+             "commands in `experiments/results/sst.md`.", "",
+             "| Model | Fine | Binary | Minutes per run (1 thread) |", "|---|---|---|---|"]
+    for row in ROWS:
+        mine = row_runs(row, runs)
+        if mine:
+            minutes = statistics.mean(r["wall_time_s"] / 60 for r in mine)
+            lines.append(f"| {row['name']} | {cell(mine, 'fine', 'root', row['paper'][0])} | "
+                         f"{cell(mine, 'binary', 'root', row['paper'][2])} | {minutes:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--readme", action="store_true", help="print a results section for the README")
+    args = parser.parse_args()
+    runs = load_runs()
+    (RESULTS / "sst.md").write_text(report(runs))
+    written = plots(runs)
+    print(f"{len(runs)} runs -> {RESULTS / 'sst.md'}, " + ", ".join(written))
+    if args.readme:
+        print(readme_section(runs))
+
+
+if __name__ == "__main__":
+    main()

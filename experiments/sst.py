@@ -1,0 +1,417 @@
+"""Sentiment classification on the Stanford Sentiment Treebank with graphtree's tree LSTMs.
+
+One run per seed: train with the paper's optimizer, keep the epoch with the best
+dev root accuracy, test it, and write ``experiments/results/sst/<run>.json``
+(config, per-epoch metrics, dev-selected test numbers, wall time) with the
+per-epoch ``<run>.csv`` beside it. Checkpoints go to
+``experiments/checkpoints/sst/<run>.pt`` after every epoch; running the same
+command again resumes a killed run, and skips a finished one.
+
+    python experiments/sst.py --model nary --embeddings glove50 --fine-grained --seeds 1 2 3
+    python experiments/sst.py --model slstm --supervision root --structure left --seeds 1 2 3
+    python experiments/sst.py --model bicontree --embeddings glove50 --binary --head average
+    python experiments/sst.py --model nary --quick            # a few minutes, results under experiments/runs/
+    python experiments/sst.py predict experiments/checkpoints/sst/<run>.pt "A gorgeous, witty film."
+
+The data is read from ``$GRAPHTREE_MIRROR`` (else ``../shared/data`` next to
+the repository, else the official URL) into ``datasets/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from graphtree.datasets import SST
+from graphtree.embeddings import embedding_matrix, load_glove
+from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier
+from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
+from graphtree.train import (
+    PRESETS,
+    OptimizerSpec,
+    PaperOptimizer,
+    Trainer,
+    WordInputModel,
+    atomic_write_text,
+    recursive_tree,
+    restrict_supervision,
+    seed_everything,
+)
+from graphtree.vocab import Vocab
+
+# ----------------------------------------------------------------------------------------------------------------
+# The papers' settings. dim: word vector size with random vectors (pretrained ones bring their own);
+# hidden: memory size; dropout: where the paper uses it (Tai: on h before the softmax; Teng: on the word
+# vectors); epochs: Tai's code trains 10, Le & Zuidema 20, Teng & Zhang 30; Zhu give none, we use 20.
+MODELS = {
+    "nary":        dict(paper="tai", dim=300, hidden=150, dropout=0.5, epochs=10),   # Constituency Tree-LSTM
+    "childsum":    dict(paper="tai", dim=300, hidden=168, dropout=0.5, epochs=10),
+    "slstm":       dict(paper="zhu", dim=100, hidden=100, dropout=0.0, epochs=20),
+    "lstmrnn":     dict(paper="le_zuidema", dim=50, hidden=50, dropout=0.0, epochs=20),
+    "contree":     dict(paper="teng", dim=300, hidden=150, dropout=0.5, epochs=30),
+    "contree_lex": dict(paper="teng", dim=300, hidden=150, dropout=0.5, epochs=30),
+    "topdown":     dict(paper="teng", dim=300, hidden=150, dropout=0.5, epochs=30),
+    "bicontree":   dict(paper="teng", dim=300, hidden=150, dropout=0.5, epochs=30),
+}
+TENG_VARIANTS = {"contree": "contree", "contree_lex": "contree_lex", "topdown": "top_down", "bicontree": "bicontree"}
+BASELINES = ("nb", "svm")    # bag-of-words naive Bayes and linear SVM over every labelled training phrase
+BASELINE_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)   # NB smoothing alpha / SVM C, chosen on dev root accuracy
+MLP_CHANNELS = 128            # Teng & Zhang's output hidden size for sentiment
+RANDOM_INIT = 0.05            # random vectors ~ U(-0.05, 0.05), as Tai et al.'s code initializes unknown words
+QUICK = dict(train=1000, dev=300, test=500, epochs=3)   # --quick: a smoke run of the whole pipeline
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "experiments" / "results" / "sst"
+CHECKPOINTS = REPO / "experiments" / "checkpoints" / "sst"
+QUICK_DIR = REPO / "experiments" / "runs" / "quick"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Train a tree LSTM on SST (see the module docstring).")
+    p.add_argument("--model", choices=sorted(MODELS) + sorted(BASELINES), default="nary",
+                   help="a tree LSTM, or an n-gram baseline (nb, svm; Zhu Table 1, after Socher et al. 2013)")
+    p.add_argument("--embeddings", default="random", help="random, glove50, or the path of a GloVe text file")
+    task = p.add_mutually_exclusive_group()
+    task.add_argument("--fine-grained", dest="fine_grained", action="store_true", default=True)
+    task.add_argument("--binary", dest="fine_grained", action="store_false")
+    p.add_argument("--supervision", choices=["all", "root", "root+leaf"], default="all")
+    p.add_argument("--structure", choices=["gold", "left", "right"], default="gold")
+    p.add_argument("--head", choices=["gated", "left", "right", "average"], default="gated",
+                   help="head lexicalization (contree_lex, topdown, bicontree)")
+    p.add_argument("--activation", choices=["tanh", "softsign", "sigmoid"], default="tanh", help="lstmrnn only")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1])
+    p.add_argument("--epochs", type=int, default=None, help="default: the paper's (see MODELS)")
+    p.add_argument("--batch-size", type=int, default=None, help="default: the paper's (graphtree.train.PRESETS)")
+    p.add_argument("--quick", action="store_true", help="small subset, 3 epochs; results under experiments/runs/")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--data-root", default=str(REPO / "datasets"))
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def default_mirror() -> str | None:
+    """Where the treebank archive comes from: $GRAPHTREE_MIRROR, else ../shared/data beside the repository."""
+    if os.environ.get("GRAPHTREE_MIRROR"):
+        return os.environ["GRAPHTREE_MIRROR"]
+    shared = REPO.parent / "shared" / "data"
+    return str(shared) if shared.is_dir() else None
+
+
+def run_name(cfg: dict, seed: int) -> str:
+    """File name of a run: model, options that differ from the defaults, seed."""
+    parts = [cfg["model"]]
+    if cfg["model"] == "lstmrnn":
+        parts.append(cfg["activation"])
+    if MODELS[cfg["model"]]["paper"] == "teng" and cfg["model"] != "contree":
+        parts.append(f"head-{cfg['head']}")
+    emb = cfg["embeddings"]
+    parts += [emb if emb in ("random", "glove50") else Path(emb).stem, "fine" if cfg["fine_grained"] else "binary"]
+    if cfg["supervision"] != "all":
+        parts.append(f"sup-{cfg['supervision'].replace('+', '-')}")
+    if cfg["structure"] != "gold":
+        parts.append(f"struct-{cfg['structure']}")
+    if cfg["epochs"] != MODELS[cfg["model"]]["epochs"] and not cfg["quick"]:
+        parts.append(f"ep{cfg['epochs']}")
+    if cfg["optimizer"]["batch_size"] != PRESETS[cfg["paper"]].batch_size:
+        parts.append(f"bs{cfg['optimizer']['batch_size']}")
+    return "_".join(parts) + f"_s{seed}"
+
+
+def load_vectors(embeddings: str):
+    """GloVe 6B 50d from its package, or a GloVe text file."""
+    return load_glove(None if embeddings == "glove50" else embeddings, verbose=False)
+
+
+def build_vocab(cfg: dict, root: str, mirror: str | None, vectors) -> Vocab:
+    """The vocabulary of a run."""
+    # Random vectors: every training word. Pretrained: Teng & Zhang's rule, every word of the corpus that
+    # has a vector (as written or lowercased); the rest is <unk>, initialized to the mean vector.
+    if vectors is None:
+        return Vocab.build(SST(root, "train", mirror=mirror, log=False))
+    sentences = [d for split in ("train", "dev", "test") for d in SST(root, split, mirror=mirror, log=False)]
+    return Vocab.build(sentences, pretrained=vectors)
+
+
+def load_split(cfg: dict, split: str, vocab: Vocab, root: str, mirror: str | None) -> list:
+    """One SST split as a list of trees, with the run's structure and (for training) supervision."""
+    data = list(SST(root, split, fine_grained=cfg["fine_grained"], vocab=vocab, mirror=mirror, log=False))
+    if cfg["structure"] != "gold":
+        data = [recursive_tree(d, cfg["structure"], vocab) for d in data]
+    if split == "train":  # dev and test keep every label: Zhu evaluate the same nodes whatever the training
+        data = [restrict_supervision(d, cfg["supervision"]) for d in data]
+    return data
+
+
+def sample(data: list, size: int) -> list:
+    """A fixed random subset, in corpus order."""
+    keep = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:size]
+    return [data[i] for i in sorted(keep.tolist())]
+
+
+def build_model(cfg: dict, vocab_size: int, num_classes: int, pretrained: torch.Tensor | None
+                ) -> tuple[torch.nn.Module, NodeEmbedding]:
+    """The model of ``cfg`` (``model(batch) -> logits`` on every node) and its word embedding."""
+    dim, hidden, dropout = cfg["dim"], cfg["hidden"], cfg["dropout"]
+    embedding = NodeEmbedding(vocab_size, dim, pretrained)
+    model = cfg["model"]
+    if MODELS[model]["paper"] == "teng":
+        net = BiTreeLSTM(dim, hidden, num_classes, mlp_channels=MLP_CHANNELS, variant=TENG_VARIANTS[model],
+                         head=cfg["head"], dropout=dropout)
+        return WordInputModel(embedding, net), embedding
+    if model == "nary":
+        cell = NaryTreeLSTM(dim, hidden)
+    elif model == "childsum":
+        cell = ChildSumTreeLSTM(dim, hidden)
+    elif model == "slstm":  # Zhu's leaf: the word vector is h; with vectors of another size, a learned leaf unit
+        cell = SLSTM(dim, hidden, leaf="embedding" if dim == hidden else "lstm")
+    else:
+        if dim != hidden:
+            raise SystemExit(f"lstmrnn: a leaf's output is its word vector, so the memory size is the vector "
+                             f"size; these vectors have {dim} dimensions, the model {hidden}")
+        cell = LSTMRNN(dim, hidden, activation=cfg["activation"])
+    return TreeClassifier(embedding, cell, num_classes, dropout=dropout), embedding
+
+
+def train(args: argparse.Namespace) -> None:
+    """Train, select on dev and test one model per seed; write the JSON and CSV of each run."""
+    torch.set_num_threads(args.threads)
+    paper = MODELS[args.model]
+    vectors = load_vectors(args.embeddings) if args.embeddings != "random" else None
+    cfg = dict(model=args.model, embeddings=args.embeddings, fine_grained=args.fine_grained,
+               supervision=args.supervision, structure=args.structure,
+               head=args.head if paper["paper"] == "teng" and args.model != "contree" else None,
+               activation=args.activation if args.model == "lstmrnn" else None,
+               paper=paper["paper"], dim=vectors.dim if vectors is not None else paper["dim"],
+               hidden=paper["hidden"] if args.model != "lstmrnn" or vectors is None else vectors.dim,
+               dropout=paper["dropout"], epochs=args.epochs or (QUICK["epochs"] if args.quick else paper["epochs"]),
+               optimizer=replace(PRESETS[paper["paper"]], batch_size=args.batch_size or
+                                 PRESETS[paper["paper"]].batch_size).as_dict(), quick=args.quick)
+    results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
+
+    mirror = default_mirror()
+    vocab = build_vocab(cfg, args.data_root, mirror, vectors)
+    train_set, dev_set, test_set = (load_split(cfg, s, vocab, args.data_root, mirror) for s in ("train", "dev", "test"))
+    if args.quick:  # a fixed random sample: the treebank files are ordered by sentiment
+        train_set, dev_set, test_set = (sample(s, QUICK[k]) for s, k in
+                                        ((train_set, "train"), (dev_set, "dev"), (test_set, "test")))
+    classes = SST.FINE_CLASSES if args.fine_grained else SST.BINARY_CLASSES
+    print(f"SST {'fine-grained' if args.fine_grained else 'binary'}: {len(train_set)} / {len(dev_set)} / "
+          f"{len(test_set)} sentences, vocabulary {len(vocab)}", file=sys.stderr)
+
+    # Stored with the checkpoint so that a resumed run is sure to continue on the very same data.
+    data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
+                   sample="random-0" if args.quick else "all")
+    for seed in args.seeds:
+        name = run_name(cfg, seed)
+        seed_everything(seed)
+        if vectors is not None:
+            pretrained = embedding_matrix(vocab, vectors, missing="mean")
+        else:
+            generator = torch.Generator().manual_seed(seed)
+            pretrained = (torch.rand(len(vocab), cfg["dim"], generator=generator) * 2 - 1) * RANDOM_INIT
+        model, embedding = build_model(cfg, len(vocab), len(classes), pretrained)
+        spec = OptimizerSpec(**cfg["optimizer"])
+        trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, spec), epochs=cfg["epochs"],
+                          batch_size=spec.batch_size, seed=seed, checkpoint=checkpoints / f"{name}.pt",
+                          metrics_csv=results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
+                          progress=not args.no_progress, desc=name,
+                          extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": list(classes)})
+        began = time.perf_counter()
+        fit = trainer.fit(train_set, dev_set)
+        test = trainer.test(test_set)
+        record = {
+            "experiment": "sst", "run": name, "seed": seed, "config": cfg,
+            "command": "python experiments/sst.py " + " ".join(sys.argv[1:]),
+            "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test.as_dict(), "history": fit.history,
+            "wall_time_s": fit.seconds, "seconds_per_epoch": fit.seconds / len(fit.history),
+            "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
+            "num_parameters": sum(p.numel() for p in model.parameters()),
+            "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
+                                                     if not n.startswith("embedding.")),
+            "threads": args.threads, "torch": torch.__version__, "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        }
+        atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
+        done = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
+        print(f"{name}: best dev epoch {fit.best_epoch}, dev root {fit.best_dev['root']:.2f}, test root "
+              f"{test.root:.2f}, test phrase {test.phrase:.2f}, {fit.seconds:.0f} s{done}", file=sys.stderr)
+        print(f"wall time since start {time.perf_counter() - began:.0f} s", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# n-gram baselines: every labelled training phrase is an example (as in Socher et al. 2013); one model per
+# smoothing / C value, the best on dev root accuracy is tested.
+
+def phrases(data) -> list[str]:
+    """The words under every node of a tree, as one string per node (node order)."""
+    parent = {c: p for c, p in zip(*data.edge_index.tolist())}
+    words: list[list[str]] = [[] for _ in range(data.num_nodes)]
+    for node, pos in enumerate(data.word_pos.tolist()):
+        if pos >= 0:
+            up = node
+            while up is not None:  # add the word to the node and every ancestor, left to right
+                words[up].append(data.tokens[pos])
+                up = parent.get(up)
+    return [" ".join(w) for w in words]
+
+
+def train_baseline(args: argparse.Namespace) -> None:
+    """Naive Bayes or linear SVM on binary bag-of-words features of every labelled phrase."""
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.naive_bayes import MultinomialNB
+    from sklearn.svm import LinearSVC
+
+    cfg = dict(model=args.model, embeddings=None, fine_grained=args.fine_grained, supervision="all",
+               structure="gold", head=None, activation=None, paper="socher", epochs=None, quick=args.quick,
+               ngrams="unigrams", grid=list(BASELINE_GRID))
+    mirror = default_mirror()
+    splits = {}
+    for split in ("train", "dev", "test"):
+        data = list(SST(args.data_root, split, fine_grained=args.fine_grained, mirror=mirror, log=False))
+        if args.quick:
+            data = sample(data, QUICK[split])
+        texts, labels, is_root = [], [], []
+        for d in data:
+            texts += phrases(d)
+            labels += d.y.tolist()
+            is_root += d.is_root.tolist()
+        keep = [k for k, y in enumerate(labels) if y >= 0]
+        splits[split] = ([texts[k] for k in keep], torch.tensor([labels[k] for k in keep]),
+                         torch.tensor([is_root[k] for k in keep]))
+    vectorizer = CountVectorizer(lowercase=True, token_pattern=r"\S+", binary=True)
+    x_train = vectorizer.fit_transform(splits["train"][0])
+    began = time.perf_counter()
+    history, best = [], None
+    for value in BASELINE_GRID:
+        clf = MultinomialNB(alpha=value) if args.model == "nb" else LinearSVC(C=value, random_state=args.seeds[0])
+        clf.fit(x_train, splits["train"][1].numpy())
+        accs = {}
+        for split in ("dev", "test"):
+            texts, y, roots = splits[split]
+            pred = torch.from_numpy(clf.predict(vectorizer.transform(texts)))
+            hit = pred == y
+            accs[split] = dict(root=100.0 * float(hit[roots].float().mean()), phrase=100.0 * float(hit.float().mean()),
+                               root_total=int(roots.sum()), phrase_total=len(y))
+        history.append({"epoch": len(history) + 1, "value": value, "dev_root": accs["dev"]["root"],
+                        "dev_phrase": accs["dev"]["phrase"]})
+        if best is None or accs["dev"]["root"] > best[1]["dev"]["root"]:
+            best = (len(history), accs)
+    seconds = time.perf_counter() - began
+    name = f"{args.model}_unigrams_{'fine' if args.fine_grained else 'binary'}_s{args.seeds[0]}"
+    results = QUICK_DIR if args.quick else RESULTS
+    record = {"experiment": "sst", "run": name, "seed": args.seeds[0], "config": cfg,
+              "command": "python experiments/sst.py " + " ".join(sys.argv[1:]), "best_epoch": best[0],
+              "dev": best[1]["dev"], "test": best[1]["test"], "history": history, "wall_time_s": seconds,
+              "seconds_per_epoch": seconds / len(history), "train_seconds_per_epoch": seconds / len(history),
+              "threads": args.threads, "python": platform.python_version(),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+    atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
+    print(f"{name}: best {'alpha' if args.model == 'nb' else 'C'} {BASELINE_GRID[best[0] - 1]}, dev root "
+          f"{best[1]['dev']['root']:.2f}, test root {best[1]['test']['root']:.2f}, test phrase "
+          f"{best[1]['test']['phrase']:.2f}, {seconds:.0f} s", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# predict: python experiments/sst.py predict CHECKPOINT "sentence" [--png tree.png]
+
+def predict(argv: list[str]) -> None:
+    """Parse a sentence with spaCy, classify every node with a checkpoint's best model, print and draw it."""
+    from graphtree.parse import parse
+
+    p = argparse.ArgumentParser(prog="sst.py predict", description="Classify every node of a parsed sentence.")
+    p.add_argument("checkpoint")
+    p.add_argument("text")
+    p.add_argument("--png", default="sst-tree.png", help="where to save the tree picture")
+    args = p.parse_args(argv)
+    state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+    cfg, extra = state["config"], state["extra"]
+    vocab, classes = Vocab(extra["vocab"], lowercase=extra["lowercase"]), extra["classes"]
+    model, _ = build_model(cfg, len(vocab), len(classes), None)
+    model.load_state_dict(state["best"]["model"] if state["best"]["model"] is not None else state["model"])
+    model.eval()
+    tree = parse(args.text, vocab=vocab).binary
+    if cfg["structure"] != "gold":
+        tree = recursive_tree(tree, cfg["structure"], vocab)
+    with torch.no_grad():
+        probs = torch.softmax(model(tree), dim=-1)
+    lines, picture = render_tree(tree, probs, classes)
+    print("\n".join(lines))
+    draw_tree(picture, classes, args.text, args.png)
+    print(f"saved {args.png}", file=sys.stderr)
+
+
+def render_tree(tree, probs: torch.Tensor, classes: list[str]) -> tuple[list[str], list[dict]]:
+    """Indented text of the tree (class and span of every node) and the node list for the picture."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for child, parent, pos in zip(*tree.edge_index.tolist(), tree.edge_pos.tolist()):
+        children.setdefault(parent, []).append((pos, child))
+    root = int(tree.is_root.nonzero()[0])
+    words, lines, nodes = tree.tokens, [], []
+    stack = [(root, 0)]
+    while stack:
+        node, indent = stack.pop()
+        kids = [c for _, c in sorted(children.get(node, []))]
+        span = _span(node, children, tree)
+        label = int(probs[node].argmax())
+        text = " ".join(words[i] for i in span)
+        lines.append(f"{'  ' * indent}[{label} {classes[label]} {100 * float(probs[node, label]):.0f}%] {text}")
+        nodes.append(dict(node=node, kids=kids, label=label, depth=indent, span=span,
+                          word=words[int(tree.word_pos[node])] if int(tree.word_pos[node]) >= 0 else None))
+        stack.extend((c, indent + 1) for c in reversed(kids))
+    return lines, nodes
+
+
+def _span(node: int, children: dict, tree) -> list[int]:
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if int(tree.word_pos[n]) >= 0:
+            out.append(int(tree.word_pos[n]))
+        stack.extend(c for _, c in children.get(n, []))
+    return sorted(out)
+
+
+def draw_tree(nodes: list[dict], classes: list[str], title: str, path: str) -> None:
+    """Leaves in word order, parents above the middle of their children, coloured red (negative) to green."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("RdYlGn")
+    x = {n["node"]: (sum(n["span"]) / len(n["span"]) if n["span"] else 0.0) for n in nodes}
+    by_id = {n["node"]: n for n in nodes}
+    width = max(6.0, 0.7 * (1 + max((max(n["span"]) for n in nodes if n["span"]), default=0)))
+    height = max(3.0, 0.55 * (1 + max(n["depth"] for n in nodes)))
+    fig, ax = plt.subplots(figsize=(width, height))
+    for n in nodes:
+        for kid in n["kids"]:
+            ax.plot([x[n["node"]], x[kid]], [-n["depth"], -by_id[kid]["depth"]], color="0.6", lw=0.8, zorder=1)
+    for n in nodes:
+        colour = cmap(n["label"] / max(1, len(classes) - 1))
+        ax.scatter([x[n["node"]]], [-n["depth"]], s=260, color=colour, edgecolors="0.3", zorder=2)
+        ax.text(x[n["node"]], -n["depth"], str(n["label"]), ha="center", va="center", fontsize=8, zorder=3)
+        if n["word"] is not None:
+            ax.text(x[n["node"]], -n["depth"] - 0.45, n["word"], ha="center", va="top", fontsize=9, rotation=30)
+    handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(k / max(1, len(classes) - 1)), label=f"{k} {c}")
+               for k, c in enumerate(classes)]
+    ax.legend(handles=handles, loc="upper right", fontsize=7, frameon=False)
+    ax.set_title(title, fontsize=9)
+    ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "predict":
+        predict(sys.argv[2:])
+    else:
+        args = parse_args(sys.argv[1:])
+        train_baseline(args) if args.model in BASELINES else train(args)

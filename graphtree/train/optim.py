@@ -1,0 +1,159 @@
+"""Optimizers as the sentiment papers define them.
+
+Every paper minimizes the summed node cross-entropy of a minibatch plus an L2
+term. :class:`PaperOptimizer` follows Tai et al.'s formulation, which the
+others leave implicit: the loss of a minibatch is its summed node loss divided
+by the number of sentences, and an L2 term :math:`\\frac{\\lambda}{2}\\|\\theta\\|^2`
+is added **per minibatch** (its gradient :math:`\\lambda\\theta` is added to every
+non-embedding parameter before each step). Word embeddings are updated by an
+optimizer of their own, with their own learning rate and without L2.
+
+Presets (:data:`PRESETS`), with where each number comes from:
+
+``"tai"`` (Tai et al. 2015, §5.3)
+    AdaGrad, learning rate 0.05, minibatch 25, per-minibatch L2 1e-4. The
+    embeddings are "updated during training with a learning rate of 0.1"; the
+    authors' released code does this with plain SGD (``w -= 0.1 * grad``),
+    outside AdaGrad, which is what ``embedding="sgd"`` reproduces.
+``"zhu"`` (Zhu et al. 2015, §5)
+    AdaGrad, learning rate 0.1, minibatch 10, embeddings trained by the same
+    AdaGrad. The paper tunes but does not report λ; we use Tai's 1e-4.
+``"le_zuidema"`` (Le & Zuidema 2015, §5.2)
+    AdaGrad, learning rate 0.05, λ = 1e-3, minibatch 5, embeddings by the same AdaGrad.
+``"teng"`` (Teng & Zhang 2017, §6)
+    Adam with DyNet's AdamTrainer defaults (α = 0.001, β = (0.9, 0.999),
+    ε = 1e-8), no gradient clipping. The paper writes λ in eq 17 but gives no
+    value and no minibatch size; we use λ = 0 (DyNet's default has no weight
+    decay) and minibatch 25.
+
+AdaGrad is PyTorch's, which with its defaults (no learning-rate decay, zero
+initial accumulator, ε = 1e-10 added to the square root) is the update of
+Torch7's ``optim.adagrad`` used by Tai's code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["PRESETS", "OptimizerSpec", "PaperOptimizer"]
+
+_OPTIMIZERS = ("adagrad", "adam", "sgd")
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """How the parameters are updated.
+
+    Attributes:
+        name: Optimizer of the non-embedding parameters: ``"adagrad"``, ``"adam"`` or ``"sgd"``.
+        lr: Its learning rate.
+        embedding: Optimizer of the word embeddings (same choices).
+        embedding_lr: Its learning rate.
+        l2: Per-minibatch L2 strength λ on the non-embedding parameters.
+        batch_size: Sentences per minibatch (the paper's).
+    """
+
+    name: str
+    lr: float
+    embedding: str
+    embedding_lr: float
+    l2: float
+    batch_size: int
+
+    def __post_init__(self) -> None:
+        for field, value in (("name", self.name), ("embedding", self.embedding)):
+            if value not in _OPTIMIZERS:
+                raise ValueError(f"OptimizerSpec.{field} must be one of {_OPTIMIZERS}, got {value!r}")
+        if self.lr <= 0 or self.embedding_lr < 0 or self.l2 < 0 or self.batch_size < 1:
+            raise ValueError(f"invalid optimizer settings: {self}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, OptimizerSpec] = {
+    "tai": OptimizerSpec("adagrad", 0.05, "sgd", 0.1, 1e-4, 25),
+    "zhu": OptimizerSpec("adagrad", 0.1, "adagrad", 0.1, 1e-4, 10),
+    "le_zuidema": OptimizerSpec("adagrad", 0.05, "adagrad", 0.05, 1e-3, 5),
+    "teng": OptimizerSpec("adam", 1e-3, "adam", 1e-3, 0.0, 25),
+}
+"""The papers' optimizer settings (see the module docstring for sources)."""
+
+
+def _make(name: str, params: list[Tensor], lr: float) -> torch.optim.Optimizer:
+    if name == "adagrad":
+        return torch.optim.Adagrad(params, lr=lr)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    return torch.optim.SGD(params, lr=lr)
+
+
+class PaperOptimizer:
+    """The update of one of the papers: one optimizer for the model, one for the embeddings, L2 per minibatch.
+
+    Args:
+        params: The non-embedding parameters (those with ``requires_grad``).
+        embedding_params: The word-embedding parameters (may be empty, or frozen).
+        spec: The settings, e.g. ``PRESETS["tai"]``.
+    """
+
+    def __init__(self, params: Iterable[Tensor], embedding_params: Iterable[Tensor], spec: OptimizerSpec) -> None:
+        self.spec = spec
+        self.params = [p for p in params if p.requires_grad]
+        self.embedding_params = [p for p in embedding_params if p.requires_grad]
+        if not self.params:
+            raise ValueError("PaperOptimizer got no trainable parameters")
+        shared = {id(p) for p in self.params} & {id(p) for p in self.embedding_params}
+        if shared:
+            raise ValueError("a parameter is both a model and an embedding parameter; pass each once")
+        self.model_optimizer = _make(spec.name, self.params, spec.lr)
+        self.embedding_optimizer = (_make(spec.embedding, self.embedding_params, spec.embedding_lr)
+                                    if self.embedding_params and spec.embedding_lr > 0 else None)
+
+    @classmethod
+    def for_model(cls, model: torch.nn.Module, embedding: torch.nn.Module | None, spec: OptimizerSpec
+                  ) -> PaperOptimizer:
+        """Split ``model``'s parameters into ``embedding``'s and the rest."""
+        emb = list(embedding.parameters()) if embedding is not None else []
+        emb_ids = {id(p) for p in emb}
+        return cls([p for p in model.parameters() if id(p) not in emb_ids], emb, spec)
+
+    def zero_grad(self) -> None:
+        for p in self.params + self.embedding_params:
+            p.grad = None
+
+    def l2_penalty(self) -> float:
+        """:math:`\\frac{\\lambda}{2}\\|\\theta\\|^2` over the non-embedding parameters (for the reported loss)."""
+        if self.spec.l2 == 0:
+            return 0.0
+        with torch.no_grad():
+            return 0.5 * self.spec.l2 * float(sum((p * p).sum() for p in self.params))
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Add λθ to the gradients of the non-embedding parameters, then step both optimizers."""
+        if self.spec.l2:
+            for p in self.params:
+                if p.grad is None:
+                    p.grad = self.spec.l2 * p.detach().clone()
+                else:
+                    p.grad.add_(p, alpha=self.spec.l2)
+        self.model_optimizer.step()
+        if self.embedding_optimizer is not None:
+            self.embedding_optimizer.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec.as_dict(), "model": self.model_optimizer.state_dict(),
+                "embedding": self.embedding_optimizer.state_dict() if self.embedding_optimizer else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["spec"] != self.spec.as_dict():
+            raise ValueError(f"optimizer state was saved with {state['spec']}, not {self.spec.as_dict()}")
+        self.model_optimizer.load_state_dict(state["model"])
+        if self.embedding_optimizer is not None:
+            self.embedding_optimizer.load_state_dict(state["embedding"])

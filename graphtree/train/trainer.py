@@ -1,0 +1,216 @@
+"""The training loop every experiment uses: epochs, dev selection, resumable checkpoints, CSV, progress bar."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch, Data
+from tqdm.auto import tqdm
+
+from ..models.classifier import node_loss
+from .checkpoint import atomic_save, atomic_write_text, get_rng_state, set_rng_state
+from .metrics import Tally, evaluate
+from .optim import PaperOptimizer
+
+__all__ = ["CHECKPOINT_FORMAT", "FitResult", "Trainer", "collate", "epoch_order"]
+
+CHECKPOINT_FORMAT = 1
+"""Version of the checkpoint layout written by :class:`Trainer`."""
+
+CSV_FIELDS = ("epoch", "train_loss", "dev_root", "dev_phrase", "train_seconds", "seconds", "best")
+
+
+def epoch_order(num_examples: int, seed: int, epoch: int) -> Tensor:
+    """The shuffled order of the training examples in ``epoch``.
+
+    A pure function of ``(seed, epoch)``, so a resumed run visits the data in
+    the same order as an uninterrupted one without storing any loader state.
+    """
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(num_examples, generator=generator)
+
+
+def collate(examples: Sequence[Data], batch_size: int) -> list[Batch]:
+    """Consecutive ``Batch`` es of ``batch_size`` examples (for evaluation, where order does not matter)."""
+    return [Batch.from_data_list(list(examples[k:k + batch_size])) for k in range(0, len(examples), batch_size)]
+
+
+@dataclass
+class FitResult:
+    """What :meth:`Trainer.fit` returns; the model holds the best-dev weights afterwards.
+
+    Attributes:
+        best_epoch: 1-based epoch with the best dev root accuracy (the first on ties).
+        best_dev: Dev metrics of that epoch (:meth:`Tally.as_dict`).
+        history: One dict per epoch: ``epoch``, ``train_loss`` (summed node
+            loss per sentence), ``dev_root``, ``dev_phrase``, ``train_seconds``
+            (the training pass) and ``seconds`` (training and dev evaluation).
+        seconds: Training and dev-evaluation time of all completed epochs,
+            summed over every process that worked on the run.
+        resumed_at: Epochs already completed when this process started.
+    """
+
+    best_epoch: int
+    best_dev: dict[str, Any]
+    history: list[dict[str, Any]]
+    seconds: float
+    resumed_at: int
+
+
+class Trainer:
+    """Trains a node classifier with a paper's optimizer and keeps the model that does best on dev.
+
+    Each epoch visits the training trees in the order :func:`epoch_order`
+    gives, in minibatches of ``batch_size`` sentences; the minibatch loss is
+    ``loss_fn(logits, y)`` (summed over labelled nodes) divided by the number
+    of sentences, as in Tai et al.'s code. After each epoch the model is
+    evaluated on dev, the best weights by dev **root** accuracy are kept, and a
+    checkpoint is written atomically (model, optimizer, RNG states, epoch,
+    history, best weights). Calling :meth:`fit` again with the same
+    ``checkpoint`` path resumes after the last completed epoch and ends with
+    exactly the weights and metrics of an uninterrupted run (same seed, same
+    thread count); a run that had finished returns at once.
+
+    Args:
+        model: ``model(batch) -> logits`` on every node.
+        optimizer: The paper's update (:class:`PaperOptimizer`).
+        epochs: Number of epochs.
+        batch_size: Sentences per minibatch.
+        seed: Seed of the data order.
+        checkpoint: Checkpoint file (``None``: no checkpointing).
+        metrics_csv: Per-epoch CSV, rewritten atomically after each epoch.
+        config: JSON-able description of the run, stored in the checkpoint;
+            resuming with a different one is an error (it would mix two runs).
+        loss_fn: ``(logits, y) -> summed loss`` (default :func:`~graphtree.models.node_loss`).
+        eval_batch_size: Sentences per evaluation batch.
+        progress: Show a tqdm bar (running loss, last dev accuracy).
+        desc: Label of the bar.
+        extra: JSON-able extras stored in the checkpoint (e.g. the vocabulary).
+        on_step: Called after every optimizer step with the global step number.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: PaperOptimizer, *, epochs: int, batch_size: int,
+                 seed: int, checkpoint: str | os.PathLike | None = None,
+                 metrics_csv: str | os.PathLike | None = None, config: dict[str, Any] | None = None,
+                 loss_fn: Callable[[Tensor, Tensor], Tensor] = node_loss, eval_batch_size: int = 256,
+                 progress: bool = True, desc: str = "", extra: dict[str, Any] | None = None,
+                 on_step: Callable[[int], None] | None = None) -> None:
+        if epochs < 1 or batch_size < 1:
+            raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
+        self.model, self.optimizer = model, optimizer
+        self.epochs, self.batch_size, self.seed = epochs, batch_size, seed
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.metrics_csv = Path(metrics_csv) if metrics_csv is not None else None
+        self.config = config or {}
+        self.loss_fn, self.eval_batch_size = loss_fn, eval_batch_size
+        self.progress, self.desc, self.extra, self.on_step = progress, desc, extra or {}, on_step
+
+    # -- checkpoints -------------------------------------------------------------------------------
+
+    def _load(self) -> dict[str, Any] | None:
+        if self.checkpoint is None or not self.checkpoint.is_file():
+            return None
+        state = torch.load(self.checkpoint, map_location="cpu", weights_only=False)
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{self.checkpoint} is not a checkpoint of this trainer (format "
+                             f"{state.get('format')!r}); delete it to start the run afresh")
+        if state["config"] != self.config:
+            changed = sorted(k for k in set(state["config"]) | set(self.config)
+                             if state["config"].get(k) != self.config.get(k))
+            raise ValueError(f"{self.checkpoint} belongs to a run with other settings (differing: "
+                             f"{', '.join(changed)}); delete it, or give this run another name")
+        return state
+
+    def _save(self, epoch: int, history: list[dict], best: dict, seconds: float, finished: bool) -> None:
+        if self.checkpoint is None:
+            return
+        atomic_save({"format": CHECKPOINT_FORMAT, "config": self.config, "epoch": epoch, "finished": finished,
+                     "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                     "rng": get_rng_state(), "history": history, "best": best, "seconds": seconds,
+                     "extra": self.extra}, self.checkpoint)
+
+    def _write_csv(self, history: list[dict], best_epoch: int) -> None:
+        if self.metrics_csv is None:
+            return
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for row in history:
+            writer.writerow({**{k: row[k] for k in CSV_FIELDS[:-1]}, "best": int(row["epoch"] == best_epoch)})
+        atomic_write_text(out.getvalue(), self.metrics_csv)
+
+    # -- training ----------------------------------------------------------------------------------
+
+    def fit(self, train: Sequence[Data], dev: Sequence[Data]) -> FitResult:
+        """Train (or resume, or return a finished run) and leave the best-dev weights in the model."""
+        if len(train) == 0 or len(dev) == 0:
+            raise ValueError("fit needs non-empty training and dev sets")
+        history: list[dict[str, Any]] = []
+        best: dict[str, Any] = {"epoch": 0, "dev": None, "model": None}
+        seconds, start = 0.0, 0
+        state = self._load()
+        if state is not None:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            set_rng_state(state["rng"])
+            history, best, seconds, start = state["history"], state["best"], state["seconds"], state["epoch"]
+        resumed_at = start
+        dev_batches = collate(dev, self.eval_batch_size)
+        step = start * math.ceil(len(train) / self.batch_size)
+        for epoch in range(start, self.epochs):
+            began = time.perf_counter()
+            loss_sum, sentences = self._train_epoch(train, epoch, step, history)
+            step += math.ceil(len(train) / self.batch_size)
+            trained = time.perf_counter() - began
+            dev_tally = evaluate(self.model, dev_batches)
+            took = time.perf_counter() - began
+            seconds += took
+            history.append({"epoch": epoch + 1, "train_loss": loss_sum / sentences, "dev_root": dev_tally.root,
+                            "dev_phrase": dev_tally.phrase, "train_seconds": trained, "seconds": took})
+            if best["dev"] is None or dev_tally.root > best["dev"]["root"]:
+                best = {"epoch": epoch + 1, "dev": dev_tally.as_dict(),
+                        "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()}}
+            self._save(epoch + 1, history, best, seconds, finished=epoch + 1 == self.epochs)
+            self._write_csv(history, best["epoch"])
+        if start == self.epochs:  # finished before: the CSV may predate a kill right after the last save
+            self._write_csv(history, best["epoch"])
+        self.model.load_state_dict(best["model"])
+        return FitResult(best["epoch"], best["dev"], history, seconds, resumed_at)
+
+    def _train_epoch(self, train: Sequence[Data], epoch: int, step: int, history: list[dict]) -> tuple[float, int]:
+        self.model.train()
+        order = epoch_order(len(train), self.seed, epoch).tolist()
+        starts = range(0, len(order), self.batch_size)
+        last_dev = f"{history[-1]['dev_root']:.1f}" if history else "-"
+        bar = tqdm(starts, desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}", disable=not self.progress,
+                   leave=False, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 30.0)
+        loss_sum, sentences = 0.0, 0
+        for k in bar:
+            batch = Batch.from_data_list([train[i] for i in order[k:k + self.batch_size]])
+            loss = self.loss_fn(self.model(batch), batch.y)
+            self.optimizer.zero_grad()
+            (loss / batch.num_graphs).backward()
+            self.optimizer.step()
+            loss_sum += float(loss.detach())
+            sentences += batch.num_graphs
+            step += 1
+            if self.on_step is not None:
+                self.on_step(step)
+            bar.set_postfix(loss=f"{loss_sum / sentences:.3f}", dev=last_dev, refresh=False)
+        bar.close()
+        return loss_sum, sentences
+
+    def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
+        """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``."""
+        return evaluate(self.model, collate(data, self.eval_batch_size), breakdown=breakdown)

@@ -1,0 +1,235 @@
+"""graphtree.train: metrics, the papers' optimizer updates, label/structure variants, and kill -9 resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch_geometric.data import Batch
+
+from graphtree.data import NO_LABEL, from_ptb
+from graphtree.train import (
+    PRESETS,
+    OptimizerSpec,
+    PaperOptimizer,
+    Tally,
+    Trainer,
+    atomic_save,
+    recursive_tree,
+    restrict_supervision,
+)
+from graphtree.train.metrics import span_lengths
+from graphtree.train.trainer import epoch_order
+
+HERE = Path(__file__).resolve().parent
+VOCAB = {w: k for k, w in enumerate("a b c d e f".split())}
+
+
+def _logits_for(pred: list[int], classes: int = 5) -> torch.Tensor:
+    return torch.nn.functional.one_hot(torch.tensor(pred), classes).float()
+
+
+# -- metrics -------------------------------------------------------------------------------------------------------
+
+def test_tally_counts_by_hand() -> None:
+    # Tree 1 (pre-order): 0 root(3) -> [1 (2 a), 2 (4 -> [3 (1 b), 4 (2 c)])]; 3 words.
+    # Tree 2: 0 root(1) -> [1 (1 d), 2 (0 e)]; 2 words, and node 2 unlabelled (as a binary-task neutral).
+    t1 = from_ptb("(3 (2 a) (4 (1 b) (2 c)))", VOCAB)
+    t2 = from_ptb("(1 (1 d) (0 e))", VOCAB)
+    t2.y[2] = NO_LABEL
+    batch = Batch.from_data_list([t1, t2])
+    # Predictions: tree 1 gets root right, (2 a) wrong, (4 ..) right, (1 b) right, (2 c) wrong;
+    # tree 2 gets root wrong, (1 d) right, the unlabelled node "wrong" (must not count).
+    logits = _logits_for([3, 0, 4, 1, 0, 0, 1, 3])
+    tally = Tally()
+    tally.add(logits, batch, breakdown=True)
+    assert (tally.root_correct, tally.root_total) == (1, 2)
+    assert (tally.phrase_correct, tally.phrase_total) == (4, 7)
+    assert tally.root == 50.0 and math.isclose(tally.phrase, 400 / 7)
+    # Sentence lengths 3 (right) and 2 (wrong).
+    assert dict(tally.by_length) == {3: [1, 1], 2: [0, 1]}
+    # Heights: leaves 0 -> a x, b ok, c x, d ok (e unlabelled); (4 b c) height 1 ok;
+    # roots: t1 height 2 ok, t2 height 1 x.
+    assert dict(tally.by_height) == {0: [2, 4], 1: [1, 2], 2: [1, 1]}
+    # Spans: one-word nodes as above; (4 b c) and t2's root span 2; t1's root spans 3.
+    assert dict(tally.by_span) == {1: [2, 4], 2: [1, 2], 3: [1, 1]}
+    out = tally.as_dict()
+    assert out["by_length"] == {"2": [0, 1], "3": [1, 1]}
+
+
+def test_span_lengths_on_a_deep_tree() -> None:
+    data = from_ptb("(0 (0 (0 (0 a) (0 b)) (0 c)) (0 (0 d) (0 (0 e) (0 f))))")
+    # pre-order: 0 root(6), 1 (a b c)=3, 2 (a b)=2, 3 a, 4 b, 5 c, 6 (d e f)=3, 7 d, 8 (e f)=2, 9 e, 10 f
+    assert span_lengths(data).tolist() == [6, 3, 2, 1, 1, 1, 3, 1, 2, 1, 1]
+
+
+# -- supervision and structure -------------------------------------------------------------------------------------
+
+def test_restrict_supervision() -> None:
+    data = from_ptb("(3 (2 a) (4 (1 b) (2 c)))", VOCAB)
+    assert restrict_supervision(data, "all").y.tolist() == [3, 2, 4, 1, 2]
+    assert restrict_supervision(data, "root").y.tolist() == [3, -1, -1, -1, -1]
+    assert restrict_supervision(data, "root+leaf").y.tolist() == [3, 2, -1, 1, 2]
+    assert data.y.tolist() == [3, 2, 4, 1, 2]  # the input is left alone
+    with pytest.raises(ValueError, match="supervision"):
+        restrict_supervision(data, "leaves")
+
+
+def _shape(data, node: int = 0) -> str:
+    """The tree as nested brackets of words, built from the edges alone."""
+    child, parent = data.edge_index
+    kids = sorted(child[parent == node].tolist(), key=lambda c: int(data.child_pos[c]))
+    if not kids:
+        return data.tokens[int(data.word_pos[node])]
+    return "(" + " ".join(_shape(data, c) for c in kids) + ")"
+
+
+@pytest.mark.parametrize(("direction", "shape", "labels"), [
+    ("left", "(((a b) c) d)", {"a": 2, "b": 1, "c": 2, "d": 0}),
+    ("right", "(a (b (c d)))", {"a": 2, "b": 1, "c": 2, "d": 0}),
+])
+def test_recursive_tree(direction: str, shape: str, labels: dict) -> None:
+    data = from_ptb("(3 (2 a) (4 (4 (1 b) (2 c)) (0 d)))", VOCAB)
+    out = recursive_tree(data, direction, VOCAB)
+    assert _shape(out) == shape
+    assert out.tokens == ["a", "b", "c", "d"]
+    assert out.word.tolist() == [VOCAB[out.tokens[p]] if p >= 0 else -1 for p in out.word_pos.tolist()]
+    for node in range(out.num_nodes):
+        if bool(out.is_root[node]):
+            assert int(out.y[node]) == 3
+        elif int(out.word_pos[node]) >= 0:
+            assert int(out.y[node]) == labels[out.tokens[int(out.word_pos[node])]]
+        else:
+            assert int(out.y[node]) == NO_LABEL
+    assert int(out.height.max()) == 3
+
+
+# -- optimizers ----------------------------------------------------------------------------------------------------
+
+def test_tai_update_by_hand() -> None:
+    # Two AdaGrad steps on w with per-minibatch L2, and plain SGD (lr 0.1, no L2) on the embedding.
+    w = torch.nn.Parameter(torch.tensor([0.5, -2.0]))
+    e = torch.nn.Parameter(torch.tensor([1.0, 3.0]))
+    opt = PaperOptimizer([w], [e], PRESETS["tai"])
+    lr, lam, acc = 0.05, 1e-4, [0.0, 0.0]
+    w_ref, e_ref = [0.5, -2.0], [1.0, 3.0]
+    for step, (gw, ge) in enumerate([([1.0, 0.25], [0.5, -1.0]), ([-0.5, 2.0], [2.0, 0.0])]):
+        opt.zero_grad()
+        w.grad, e.grad = torch.tensor(gw), torch.tensor(ge)
+        opt.step()
+        for k in range(2):
+            g = gw[k] + lam * w_ref[k]
+            acc[k] += g * g
+            w_ref[k] -= lr * g / (math.sqrt(acc[k]) + 1e-10)
+            e_ref[k] -= 0.1 * ge[k]
+        assert torch.allclose(w.detach(), torch.tensor(w_ref), atol=1e-7, rtol=0), step
+        assert torch.allclose(e.detach(), torch.tensor(e_ref), atol=1e-7, rtol=0), step
+
+
+def test_teng_update_is_adam_with_dynet_defaults() -> None:
+    w = torch.nn.Parameter(torch.tensor([0.3]))
+    opt = PaperOptimizer([w], [], PRESETS["teng"])
+    m = v = 0.0
+    ref = 0.3
+    for t, g in enumerate([0.2, -0.7, 1.5], start=1):
+        opt.zero_grad()
+        w.grad = torch.tensor([g])
+        opt.step()
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        ref -= 1e-3 * (m / (1 - 0.9 ** t)) / (math.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+        assert math.isclose(float(w.detach()), ref, abs_tol=1e-7)
+
+
+def test_optimizer_state_round_trip_and_checks() -> None:
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = PaperOptimizer([w], [], PRESETS["zhu"])
+    w.grad = torch.ones(3)
+    opt.step()
+    other = PaperOptimizer([w], [], PRESETS["le_zuidema"])
+    with pytest.raises(ValueError, match="saved with"):
+        other.load_state_dict(opt.state_dict())
+    with pytest.raises(ValueError):
+        OptimizerSpec("rmsprop", 0.1, "sgd", 0.1, 0.0, 5)
+    with pytest.raises(ValueError, match="both"):
+        PaperOptimizer([w], [w], PRESETS["tai"])
+
+
+# -- checkpoints and resume ----------------------------------------------------------------------------------------
+
+def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ckpt.pt"
+    atomic_save({"epoch": 1}, path)
+
+    def broken_save(obj, handle):
+        handle.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_save({"epoch": 2}, path)
+    monkeypatch.undo()
+    assert torch.load(path) == {"epoch": 1}
+    assert os.listdir(tmp_path) == ["ckpt.pt"]  # no temporary file left behind
+
+
+def test_epoch_order_is_a_function_of_seed_and_epoch() -> None:
+    assert torch.equal(epoch_order(50, 3, 4), epoch_order(50, 3, 4))
+    assert not torch.equal(epoch_order(50, 3, 4), epoch_order(50, 3, 5))
+    assert sorted(epoch_order(50, 3, 4).tolist()) == list(range(50))
+
+
+def test_resume_refuses_a_checkpoint_of_another_run(tmp_path: Path) -> None:
+    data = [from_ptb("(1 (0 a) (1 b))", VOCAB), from_ptb("(0 (0 c) (1 d))", VOCAB)]
+    from graphtree.models import NodeEmbedding, TreeClassifier
+    from graphtree.nn import NaryTreeLSTM
+
+    def trainer(config: dict) -> Trainer:
+        emb = NodeEmbedding(6, 4)
+        model = TreeClassifier(emb, NaryTreeLSTM(4, 3), 2)
+        return Trainer(model, PaperOptimizer.for_model(model, emb, PRESETS["tai"]), epochs=1, batch_size=2,
+                       seed=0, checkpoint=tmp_path / "c.pt", config=config, progress=False)
+
+    first = trainer({"lr": 1}).fit(data, data)
+    again = trainer({"lr": 1}).fit(data, data)  # finished: returns at once with the same record
+    assert again.resumed_at == 1 and again.history == first.history
+    with pytest.raises(ValueError, match="differing: lr"):
+        trainer({"lr": 2}).fit(data, data)
+
+
+def test_kill_9_mid_training_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    sys.path.insert(0, str(HERE))
+    import train_resume_helper as helper
+
+    reference = helper.run(tmp_path / "reference")
+    steps_per_epoch = math.ceil(40 / helper.BATCH)
+    kill_at = 2 * steps_per_epoch + steps_per_epoch // 2  # mid-epoch 3: two checkpoints written
+    run_dir = tmp_path / "killed"
+    command = [sys.executable, str(HERE / "train_resume_helper.py"), str(run_dir), "--sleep", "0.02"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("step") and int(line.split()[1]) >= kill_at:
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (run_dir / "result.json").exists()
+    assert torch.load(run_dir / "run.pt", weights_only=False)["epoch"] == 2
+
+    subprocess.run(command[:-2], check=True, stdout=subprocess.DEVNULL, timeout=120)
+    resumed = json.loads((run_dir / "result.json").read_text())
+    assert resumed.pop("resumed_at") == 2
+    assert reference.pop("resumed_at") == 0
+    assert resumed == reference  # exact floats, same best epoch, identical parameter bytes
+    rows = (run_dir / "run.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5"]
