@@ -75,18 +75,51 @@ class ChildSumTreeLSTM(TreeCell):
         Wx = self.W(x)  # hoisted: one matmul for all nodes and gates
         return self.propagate_levels((Wx,), batch)
 
+    fused_backward = True  # the engine uses backward_level, the hand-written derivatives below
+
     def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor]:
+        return self.forward_level(inputs, children)[0]
+
+    def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
+        """States of one level, and what :meth:`backward_level` needs."""
         (Wx,) = inputs
         h_k, c_k = children.states  # [n, K, d]; empty slots are zero
         d = self.hidden_channels
         h_tilde = h_k.sum(dim=1)  # eq 2
         iou = Wx[:, :3 * d] + self.U_iou(h_tilde)
-        i, o, u = iou.split(d, dim=-1)
-        i, o, u = torch.sigmoid(i), torch.sigmoid(o), torch.tanh(u)  # eqs 3, 5, 6
+        # tanh(z) = 2 sigmoid(2z) - 1: one sigmoid call is much faster than sigmoid + tanh on CPU.
+        iou[:, 2 * d:] *= 2
+        iou = torch.sigmoid(iou)
+        i, o = iou[:, :d], iou[:, d:2 * d]  # eqs 3, 5
+        u = 2 * iou[:, 2 * d:] - 1  # eq 6
         f = torch.sigmoid(Wx[:, 3 * d:].unsqueeze(1) + self.U_f(h_k))  # eq 4, one gate per child
         c = i * u + (f * c_k).sum(dim=1)  # eq 7 (an empty slot has c_k = 0)
-        h = o * torch.tanh(c)  # eq 8
-        return h, c
+        tanh_c = 2 * torch.sigmoid(2 * c) - 1
+        h = o * tanh_c  # eq 8
+        return (h, c), (h_k, c_k, h_tilde, i, o, u, f, tanh_c)
+
+    def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor],
+                       grad_params: dict[str, Tensor]) -> tuple[tuple[Tensor], tuple[Tensor, Tensor]]:
+        """Hand-written derivatives of :meth:`forward_level`, checked against autograd in the tests."""
+        h_k, c_k, h_tilde, i, o, u, f, tanh_c = context
+        grad_h, grad_c = grad_states
+        d = self.hidden_channels
+        grad_c = grad_c + grad_h * o * (1 - tanh_c * tanh_c)
+        grad_iou = torch.cat([grad_c * u * i * (1 - i), grad_h * tanh_c * o * (1 - o), grad_c * i * (1 - u * u)],
+                             dim=1)
+        grad_f = grad_c.unsqueeze(1) * c_k * f * (1 - f)  # [n, K, d]
+        if "U_iou.weight" in grad_params:
+            grad_params["U_iou.weight"].addmm_(grad_iou.t(), h_tilde)
+        if "U_iou.bias" in grad_params:
+            grad_params["U_iou.bias"] += grad_iou.sum(0)
+        if "U_f.weight" in grad_params:
+            grad_params["U_f.weight"].addmm_(grad_f.reshape(-1, d).t(), h_k.reshape(-1, d))
+        if "U_f.bias" in grad_params:
+            grad_params["U_f.bias"] += grad_f.sum((0, 1))
+        grad_h_k = (grad_iou @ self.U_iou.weight).unsqueeze(1) + grad_f @ self.U_f.weight
+        grad_c_k = grad_c.unsqueeze(1) * f
+        grad_Wx = torch.cat([grad_iou, grad_f.sum(dim=1)], dim=1)
+        return (grad_Wx,), (grad_h_k, grad_c_k)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels})"
