@@ -197,7 +197,6 @@ class _LevelPass(torch.autograd.Function):
             grad_params = _fused_backward(ctx, inputs, grad_states, grad_inputs)
         else:
             grad_params = _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs)
-        ctx.level_context = None
         return (None, None, None, None, *grad_inputs, *grad_params)
 
 

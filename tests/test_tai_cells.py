@@ -278,3 +278,13 @@ def test_tree_classifier_sums_the_loss_over_labelled_nodes():
     torch.testing.assert_close(node_loss(logits, data.y), expected)
     # Internal nodes (no word) see zero input vectors.
     assert model.embedding(data.word)[[0, 2]].abs().sum() == 0
+
+
+@pytest.mark.parametrize("make", [lambda: ChildSumTreeLSTM(3, 2), lambda: NaryTreeLSTM(3, 2),
+                                  lambda: NaryTreeLSTM(3, 2, setting="general")])
+def test_gradcheck_through_the_hand_written_backward(make):
+    torch.manual_seed(8)
+    cell = make()
+    batch = Batch.from_data_list([from_ptb("(1 (2 (3 a)) (4 (0 b) (1 c)))"), from_ptb("(2 a)")])
+    x = torch.randn(batch.num_nodes, 3, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, *params: cell(x, batch), (x, *cell.parameters()))

@@ -11,6 +11,7 @@ from torch.nn import Linear
 
 from ..engine import Children
 from .cell import TreeCell
+from .functional import fast_tanh
 
 __all__ = ["ChildSumTreeLSTM"]
 
@@ -94,7 +95,7 @@ class ChildSumTreeLSTM(TreeCell):
         u = 2 * iou[:, 2 * d:] - 1  # eq 6
         f = torch.sigmoid(Wx[:, 3 * d:].unsqueeze(1) + self.U_f(h_k))  # eq 4, one gate per child
         c = i * u + (f * c_k).sum(dim=1)  # eq 7 (an empty slot has c_k = 0)
-        tanh_c = 2 * torch.sigmoid(2 * c) - 1
+        tanh_c = fast_tanh(c)
         h = o * tanh_c  # eq 8
         return (h, c), (h_k, c_k, h_tilde, i, o, u, f, tanh_c)
 

@@ -11,6 +11,7 @@ from torch.nn import Linear, Parameter
 
 from ..engine import Children
 from .cell import TreeCell
+from .functional import fast_tanh
 
 __all__ = ["SLSTM"]
 
@@ -122,31 +123,77 @@ class SLSTM(TreeCell):
         # unit is one matmul inside the first level rather than one over all nodes.
         return self.propagate_levels((x,), batch)
 
+    fused_backward = True  # the engine uses backward_level, the hand-written derivatives below
+
     def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor]:
+        return self.forward_level(inputs, children)[0]
+
+    def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
+        """States of one level, and what :meth:`backward_level` needs."""
         (x,) = inputs
         h_LR, c_LR = children.states  # [n, 2, d], or [n, 0, d] at the leaves
         if h_LR.size(1) == 0:
             return self._leaf(x)
 
         n, d = h_LR.size(0), self.hidden_channels
-        c_L, c_R = c_LR.unbind(dim=1)
-        h_terms = torch.addmm(self.b, h_LR.reshape(n, 2 * d), self.W_h.t())  # all W_h· h + b of eqs 1-4, 6
-        c_terms = c_LR.reshape(n, 2 * d) @ self.W_c.t()  # peepholes on the children's cells, eqs 1-3
-        pre_i, pre_fl, pre_fr, x_t, pre_o = h_terms.split(d, dim=-1)
-        peep_i, peep_fl, peep_fr = c_terms.split(d, dim=-1)
-        i_t = torch.sigmoid(pre_i + peep_i)  # eq 1
-        f_L = torch.sigmoid(pre_fl + peep_fl)  # eq 2
-        f_R = torch.sigmoid(pre_fr + peep_fr)  # eq 3
-        c_t = f_L * c_L + f_R * c_R + i_t * torch.tanh(x_t)  # eqs 4-5
-        o_t = torch.sigmoid(pre_o + c_t @ self.W_co.t())  # eq 6: W_co peeks at the new cell, so it comes last
-        h_t = o_t * torch.tanh(c_t)  # eq 7
-        return h_t, c_t
+        h_cat, c_cat = h_LR.reshape(n, 2 * d), c_LR.reshape(n, 2 * d)
+        h_terms = torch.addmm(self.b, h_cat, self.W_h.t())  # all W_h· h + b of eqs 1-4, 6
+        c_terms = c_cat @ self.W_c.t()  # peepholes on the children's cells, eqs 1-3
+        gates = torch.sigmoid(h_terms[:, :3 * d] + c_terms)
+        i_t, f_L, f_R = gates[:, :d], gates[:, d:2 * d], gates[:, 2 * d:]  # eqs 1-3
+        tanh_x = fast_tanh(h_terms[:, 3 * d:4 * d])  # x_t of eq 4 enters eq 5 through tanh
+        c_L, c_R = c_LR[:, 0], c_LR[:, 1]
+        c_t = f_L * c_L + f_R * c_R + i_t * tanh_x  # eq 5
+        o_t = torch.sigmoid(h_terms[:, 4 * d:] + c_t @ self.W_co.t())  # eq 6: W_co peeks at the new cell
+        tanh_c = fast_tanh(c_t)
+        h_t = o_t * tanh_c  # eq 7
+        return (h_t, c_t), ("node", h_cat, c_cat, c_L, c_R, i_t, f_L, f_R, tanh_x, c_t, o_t, tanh_c)
 
-    def _leaf(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor],
+                       grad_params: dict[str, Tensor]) -> tuple[tuple[Tensor | None], tuple]:
+        """Hand-written derivatives of :meth:`forward_level`, checked against autograd in the tests."""
+        grad_h, grad_c = grad_states
+        if context[0] == "leaf":
+            return self._leaf_backward(context, grad_h, grad_c, grad_params), ()
+        _, h_cat, c_cat, c_L, c_R, i_t, f_L, f_R, tanh_x, c_t, o_t, tanh_c = context
+        n, d = h_cat.size(0), self.hidden_channels
+        grad_o = grad_h * tanh_c * o_t * (1 - o_t)
+        grad_c = grad_c + grad_h * o_t * (1 - tanh_c * tanh_c) + grad_o @ self.W_co
+        grad_ifr = torch.cat([grad_c * tanh_x * i_t * (1 - i_t), grad_c * c_L * f_L * (1 - f_L),
+                              grad_c * c_R * f_R * (1 - f_R)], dim=1)
+        grad_h_terms = torch.cat([grad_ifr, grad_c * i_t * (1 - tanh_x * tanh_x), grad_o], dim=1)
+        if "W_co" in grad_params:
+            grad_params["W_co"].addmm_(grad_o.t(), c_t)
+        if "W_h" in grad_params:
+            grad_params["W_h"].addmm_(grad_h_terms.t(), h_cat)
+        if "W_c" in grad_params:
+            grad_params["W_c"].addmm_(grad_ifr.t(), c_cat)
+        if "b" in grad_params:
+            grad_params["b"] += grad_h_terms.sum(0)
+        grad_h_LR = (grad_h_terms @ self.W_h).view(n, 2, d)
+        grad_c_LR = (grad_ifr @ self.W_c).view(n, 2, d) + torch.stack([grad_c * f_L, grad_c * f_R], dim=1)
+        return (None,), (grad_h_LR, grad_c_LR)
+
+    def _leaf(self, x: Tensor) -> tuple[tuple[Tensor, Tensor], tuple]:
         if self.W_leaf is None:
-            return x, torch.zeros_like(x)
-        c, o = self.W_leaf(x).split(self.hidden_channels, dim=-1)
-        return torch.sigmoid(o) * torch.tanh(c), c
+            return (x, torch.zeros_like(x)), ("leaf",)
+        gates = self.W_leaf(x)
+        c, o = gates[:, :self.hidden_channels], torch.sigmoid(gates[:, self.hidden_channels:])
+        tanh_c = fast_tanh(c)
+        return (o * tanh_c, c), ("leaf", x, o, tanh_c)
+
+    def _leaf_backward(self, context: tuple, grad_h: Tensor, grad_c: Tensor,
+                       grad_params: dict[str, Tensor]) -> tuple[Tensor]:
+        if self.W_leaf is None:
+            return (grad_h,)  # h = x; c = 0 does not depend on x
+        x, o, tanh_c = context[1:]
+        grad_c = grad_c + grad_h * o * (1 - tanh_c * tanh_c)
+        grad_gates = torch.cat([grad_c, grad_h * tanh_c * o * (1 - o)], dim=1)
+        if "W_leaf.weight" in grad_params:
+            grad_params["W_leaf.weight"].addmm_(grad_gates.t(), x)
+        if "W_leaf.bias" in grad_params:
+            grad_params["W_leaf.bias"] += grad_gates.sum(0)
+        return (grad_gates @ self.W_leaf.weight,)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, leaf={self.leaf!r})"
