@@ -2,5 +2,17 @@
 
 from .bicontree import BiTreeLSTM
 from .classifier import NodeEmbedding, TreeClassifier, node_loss
+from .similarity import MeanEncoder, PairSimilarity, SequenceEncoder, SimilarityHead, TreeEncoder, similarity_loss
 
-__all__ = ["BiTreeLSTM", "NodeEmbedding", "TreeClassifier", "node_loss"]
+__all__ = [
+    "BiTreeLSTM",
+    "MeanEncoder",
+    "NodeEmbedding",
+    "PairSimilarity",
+    "SequenceEncoder",
+    "SimilarityHead",
+    "TreeClassifier",
+    "TreeEncoder",
+    "node_loss",
+    "similarity_loss",
+]

