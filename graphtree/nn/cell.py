@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
@@ -39,6 +41,12 @@ class TreeCell(MessagePassing):
 
     def __init__(self) -> None:
         super().__init__(aggr=None)
+
+    def reset_parameters(self) -> None:
+        """Uniform in :math:`\\pm 1/\\sqrt{d}` for every parameter, as ``torch.nn.LSTM`` initializes."""
+        bound = 1.0 / math.sqrt(self.hidden_channels)
+        for param in self.parameters():
+            torch.nn.init.uniform_(param, -bound, bound)
 
     def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, ...]:
         raise NotImplementedError

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -64,11 +63,6 @@ class ChildSumTreeLSTM(TreeCell):
         self.U_iou = Linear(d, 3 * d)  # U^(i), U^(o), U^(u) applied to h~_j
         self.U_f = Linear(d, d)  # U^(f) applied to each child's h_k
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.hidden_channels)
-        for param in self.parameters():
-            torch.nn.init.uniform_(param, -bound, bound)
 
     def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node of ``batch``."""

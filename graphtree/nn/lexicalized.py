@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -100,11 +99,6 @@ class LexicalizedTreeLSTM(TreeCell):
         self.W_co = Parameter(torch.empty(d, d))
         self.b = Parameter(torch.empty((N + 3) * d))
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.hidden_channels)
-        for param in self.parameters():
-            torch.nn.init.uniform_(param, -bound, bound)
 
     def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node of ``batch``."""

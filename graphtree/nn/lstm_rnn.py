@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -143,11 +142,6 @@ class LSTMRNN(TreeCell):
         self.W_cell = Parameter(torch.empty(5 * d, d))
         self.b = Parameter(torch.empty(4 * d))
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.hidden_channels)
-        for param in self.parameters():
-            torch.nn.init.uniform_(param, -bound, bound)
 
     def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node of ``batch`` (``h`` is the node output :math:`\\mathbf{p}`)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -97,11 +96,6 @@ class NaryTreeLSTM(TreeCell):
             self.U_f_off = Parameter(torch.empty(d, d))  # U^(f)_kl, k != l, shared
         self.b_U = Parameter(torch.empty(N, (3 + N) * d))
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.hidden_channels)
-        for param in self.parameters():
-            torch.nn.init.uniform_(param, -bound, bound)
 
     def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node of ``batch``."""

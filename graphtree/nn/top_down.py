@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -109,11 +108,6 @@ class TopDownTreeLSTM(TreeCell):
         self.W_c = Parameter(torch.empty(N, 2 * d, d))
         self.W_co = Parameter(torch.empty(N, d, d))
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.hidden_channels)
-        for param in self.parameters():
-            torch.nn.init.uniform_(param, -bound, bound)
 
     def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node of ``batch``."""
