@@ -19,8 +19,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sick import EPOCHS, MODELS  # the models and their default epochs
 
-from graphtree.train.pairs import pearson
-
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
 RUNS = RESULTS / "sick"
@@ -76,17 +74,10 @@ def runs_table(runs: list[dict]) -> list[str]:
     return lines
 
 
-def by_length(run: dict, half: float = 2.0, min_pairs: int = 30) -> tuple[list[int], list[float]]:
-    """Tai et al. Fig. 4: Pearson r of the test pairs whose mean sentence length lies in [l - 2, l + 2]."""
-    pairs = run["test_pairs"]
-    xs, ys = [], []
-    lengths = pairs["mean_length"]
-    for center in range(int(min(lengths)), int(max(lengths)) + 1):
-        keep = [k for k, n in enumerate(lengths) if center - half <= n <= center + half]
-        if len(keep) >= min_pairs:  # r of a handful of pairs is noise
-            xs.append(center)
-            ys.append(pearson([pairs["pred"][k] for k in keep], [pairs["gold"][k] for k in keep]))
-    return xs, ys
+def by_length(run: dict) -> tuple[list[int], list[float]]:
+    """Tai et al. Fig. 4 curve of one run, as stored by experiments/sick.py."""
+    curve = run["test_by_length"]
+    return curve["length"], curve["pearson"]
 
 
 def plot(runs: list[dict]) -> bool:

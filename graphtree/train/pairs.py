@@ -49,6 +49,22 @@ def pearson(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) ->
     return float((dx * dy).sum()) / denom if denom > 0 else float("nan")
 
 
+def pearson_by_length(pred: Sequence[float], gold: Sequence[float], lengths: Sequence[float],
+                      half: float = 2.0, min_pairs: int = 30) -> dict[str, list[float]]:
+    """Tai et al. Fig. 4: Pearson r of the pairs whose mean sentence length lies in ``[l - half, l + half]``.
+
+    Windows with fewer than ``min_pairs`` pairs are left out (r of a handful of pairs is noise).
+    Returns ``{"length": [...], "pearson": [...]}``, a statistic that can be stored with a run.
+    """
+    centers, values = [], []
+    for center in range(int(min(lengths)), int(max(lengths)) + 1):
+        keep = [k for k, n in enumerate(lengths) if center - half <= n <= center + half]
+        if len(keep) >= min_pairs:
+            centers.append(center)
+            values.append(pearson([pred[k] for k in keep], [gold[k] for k in keep]))
+    return {"length": centers, "pearson": values}
+
+
 def _ranks(x: np.ndarray) -> np.ndarray:
     # 1-based ranks, tied values sharing the mean of their ranks (the usual Spearman convention).
     order = np.argsort(x, kind="mergesort")
