@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
@@ -53,6 +52,7 @@ from graphtree.models.similarity import (
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, seed_everything
 from graphtree.train.pairs import PairTrainer, pearson_by_length
+from graphtree.train.runs import add_run_arguments, default_mirror, machine_description, quick_sample
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -81,21 +81,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Train a relatedness model on SICK (see the module docstring).")
     p.add_argument("--model", choices=list(MODELS), default="dependency")
     p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1])
-    p.add_argument("--epochs", type=int, default=None, help=f"default {EPOCHS}")
-    p.add_argument("--quick", action="store_true", help="small subset, 2 epochs; results under experiments/runs/")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--data-root", default=str(REPO / "datasets"))
-    p.add_argument("--no-progress", action="store_true")
+    add_run_arguments(p, REPO, epochs_help=f"default {EPOCHS}",
+                      quick_help="small subset, 2 epochs; results under experiments/runs/")
     return p.parse_args(argv)
-
-
-def default_mirror() -> str | None:
-    """Where the data comes from: $GRAPHTREE_MIRROR, else ../shared/data beside the repository."""
-    if os.environ.get("GRAPHTREE_MIRROR"):
-        return os.environ["GRAPHTREE_MIRROR"]
-    shared = REPO.parent / "shared" / "data"
-    return str(shared) if shared.is_dir() else None
 
 
 def side(pair: Data, which: str) -> Data:
@@ -126,12 +114,6 @@ def mean_length(pair: Data) -> float:
     return (len(pair.tokens_a) + len(pair.tokens_b)) / 2
 
 
-def sample(data: list, size: int) -> list:
-    """A fixed random subset, in corpus order."""
-    keep = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:size]
-    return [data[i] for i in sorted(keep.tolist())]
-
-
 def build_model(model: str, vocab_size: int, dim: int, pretrained: torch.Tensor | None) -> PairSimilarity:
     """Encoder of ``model`` under the similarity network of eq 15, on fixed word vectors."""
     embedding = NodeEmbedding(vocab_size, dim, pretrained, freeze=True)
@@ -158,13 +140,13 @@ def main(args: argparse.Namespace) -> None:
                epochs=epochs, optimizer=OPTIMIZER.as_dict(), quick=args.quick)
     results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
 
-    mirror = default_mirror()
+    mirror = default_mirror(REPO)
     raw = {s: list(SICK(args.data_root, s, mirror=mirror, log=False)) for s in ("train", "dev", "test")}
     # Every SICK word with a GloVe vector (as written or lowercased); the others share <unk>, the mean vector.
     vocab = Vocab.build([d.tokens_a for s in raw.values() for d in s] + [d.tokens_b for s in raw.values() for d in s],
                         pretrained=vectors)
     if args.quick:
-        raw = {s: sample(d, QUICK[s]) for s, d in raw.items()}
+        raw = {s: quick_sample(d, QUICK[s]) for s, d in raw.items()}
     train_set, dev_set, test_set = ([with_words(d, spec["trees"], vocab) for d in raw[s]]
                                     for s in ("train", "dev", "test"))
     print(f"SICK ({spec['trees']} trees): {len(train_set)} / {len(dev_set)} / {len(test_set)} pairs, "
@@ -194,7 +176,7 @@ def main(args: argparse.Namespace) -> None:
             "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
                                                      if not n.startswith("encoder.embedding.")),
             "threads": args.threads, "torch": torch.__version__, "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            "machine": machine_description(),
         }
         atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
         began = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"

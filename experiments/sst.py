@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
@@ -45,6 +44,7 @@ from graphtree.train import (
     restrict_supervision,
     seed_everything,
 )
+from graphtree.train.runs import add_run_arguments, default_mirror, machine_description, quick_sample
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -86,22 +86,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--head", choices=["gated", "left", "right", "average"], default="gated",
                    help="head lexicalization (contree_lex, topdown, bicontree)")
     p.add_argument("--activation", choices=["tanh", "softsign", "sigmoid"], default="tanh", help="lstmrnn only")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1])
-    p.add_argument("--epochs", type=int, default=None, help="default: the paper's (see MODELS)")
+    add_run_arguments(p, REPO, epochs_help="default: the paper's (see MODELS)",
+                      quick_help="small subset, 3 epochs; results under experiments/runs/")
     p.add_argument("--batch-size", type=int, default=None, help="default: the paper's (graphtree.train.PRESETS)")
-    p.add_argument("--quick", action="store_true", help="small subset, 3 epochs; results under experiments/runs/")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--data-root", default=str(REPO / "datasets"))
-    p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
-
-
-def default_mirror() -> str | None:
-    """Where the treebank archive comes from: $GRAPHTREE_MIRROR, else ../shared/data beside the repository."""
-    if os.environ.get("GRAPHTREE_MIRROR"):
-        return os.environ["GRAPHTREE_MIRROR"]
-    shared = REPO.parent / "shared" / "data"
-    return str(shared) if shared.is_dir() else None
 
 
 def run_name(cfg: dict, seed: int) -> str:
@@ -149,12 +137,6 @@ def load_split(cfg: dict, split: str, vocab: Vocab, root: str, mirror: str | Non
     return data
 
 
-def sample(data: list, size: int) -> list:
-    """A fixed random subset, in corpus order."""
-    keep = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:size]
-    return [data[i] for i in sorted(keep.tolist())]
-
-
 def build_model(cfg: dict, vocab_size: int, num_classes: int, pretrained: torch.Tensor | None
                 ) -> tuple[torch.nn.Module, NodeEmbedding]:
     """The model of ``cfg`` (``model(batch) -> logits`` on every node) and its word embedding."""
@@ -195,11 +177,11 @@ def train(args: argparse.Namespace) -> None:
                                  PRESETS[paper["paper"]].batch_size).as_dict(), quick=args.quick)
     results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
 
-    mirror = default_mirror()
+    mirror = default_mirror(REPO)
     vocab = build_vocab(cfg, args.data_root, mirror, vectors)
     train_set, dev_set, test_set = (load_split(cfg, s, vocab, args.data_root, mirror) for s in ("train", "dev", "test"))
     if args.quick:  # a fixed random sample: the treebank files are ordered by sentiment
-        train_set, dev_set, test_set = (sample(s, QUICK[k]) for s, k in
+        train_set, dev_set, test_set = (quick_sample(s, QUICK[k]) for s, k in
                                         ((train_set, "train"), (dev_set, "dev"), (test_set, "test")))
     classes = SST.FINE_CLASSES if args.fine_grained else SST.BINARY_CLASSES
     print(f"SST {'fine-grained' if args.fine_grained else 'binary'}: {len(train_set)} / {len(dev_set)} / "
@@ -236,7 +218,7 @@ def train(args: argparse.Namespace) -> None:
             "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
                                                      if not n.startswith("embedding.")),
             "threads": args.threads, "torch": torch.__version__, "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            "machine": machine_description(),
         }
         atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
         done = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
@@ -271,12 +253,12 @@ def train_baseline(args: argparse.Namespace) -> None:
     cfg = dict(model=args.model, embeddings=None, fine_grained=args.fine_grained, supervision="all",
                structure="gold", head=None, activation=None, paper="socher", epochs=None, quick=args.quick,
                ngrams="unigrams", grid=list(BASELINE_GRID))
-    mirror = default_mirror()
+    mirror = default_mirror(REPO)
     splits = {}
     for split in ("train", "dev", "test"):
         data = list(SST(args.data_root, split, fine_grained=args.fine_grained, mirror=mirror, log=False))
         if args.quick:
-            data = sample(data, QUICK[split])
+            data = quick_sample(data, QUICK[split])
         texts, labels, is_root = [], [], []
         for d in data:
             texts += phrases(d)
@@ -311,7 +293,7 @@ def train_baseline(args: argparse.Namespace) -> None:
               "dev": best[1]["dev"], "test": best[1]["test"], "history": history, "wall_time_s": seconds,
               "seconds_per_epoch": seconds / len(history), "train_seconds_per_epoch": seconds / len(history),
               "threads": args.threads, "python": platform.python_version(),
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+              "machine": machine_description()}
     atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
     print(f"{name}: best {'alpha' if args.model == 'nb' else 'C'} {BASELINE_GRID[best[0] - 1]}, dev root "
           f"{best[1]['dev']['root']:.2f}, test root {best[1]['test']['root']:.2f}, test phrase "

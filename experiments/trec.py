@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
@@ -43,6 +42,7 @@ from graphtree.models import BiTreeLSTM, NodeEmbedding
 from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer, WordInputModel, atomic_write_text, seed_everything
+from graphtree.train.runs import add_run_arguments, default_mirror, machine_description, quick_sample
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -69,34 +69,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--model", choices=[*MODELS, "svm"], default="bicontree",
                    help="a tree or sequence LSTM, or svm: a linear SVM on word 1-2-grams")
     p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1])
-    p.add_argument("--epochs", type=int, default=None, help=f"default {EPOCHS}")
-    p.add_argument("--quick", action="store_true", help="small subset, 2 epochs; results under experiments/runs/")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--data-root", default=str(REPO / "datasets"))
-    p.add_argument("--no-progress", action="store_true")
+    add_run_arguments(p, REPO, epochs_help=f"default {EPOCHS}",
+                      quick_help="small subset, 2 epochs; results under experiments/runs/")
     return p.parse_args(argv)
-
-
-def default_mirror() -> str | None:
-    """Where the data comes from: $GRAPHTREE_MIRROR, else ../shared/data beside the repository."""
-    if os.environ.get("GRAPHTREE_MIRROR"):
-        return os.environ["GRAPHTREE_MIRROR"]
-    shared = REPO.parent / "shared" / "data"
-    return str(shared) if shared.is_dir() else None
-
-
-def sample(data: list, size: int) -> list:
-    """A fixed random subset, in corpus order."""
-    keep = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:size]
-    return [data[i] for i in sorted(keep.tolist())]
 
 
 def load_splits(args: argparse.Namespace, trees: str) -> dict[str, list]:
     """The three splits (parsed once and cached without word ids: a new vocabulary needs no new parse)."""
-    mirror = default_mirror()
+    mirror = default_mirror(REPO)
     splits = {s: list(TREC(args.data_root, s, tree=trees, mirror=mirror, log=False)) for s in ("train", "dev", "test")}
-    return {s: sample(d, QUICK[s]) for s, d in splits.items()} if args.quick else splits
+    return {s: quick_sample(d, QUICK[s]) for s, d in splits.items()} if args.quick else splits
 
 
 class RootMLP(torch.nn.Module):
@@ -173,7 +155,7 @@ def train(args: argparse.Namespace) -> None:
             "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
                                                      if "embedding." not in n),
             "threads": args.threads, "torch": torch.__version__, "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            "machine": machine_description(),
         }
         atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
         resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
@@ -208,7 +190,7 @@ def train_svm(args: argparse.Namespace) -> None:
               "dev": {"accuracy": best[1]["dev"]}, "test": {"accuracy": best[1]["test"]}, "history": history,
               "wall_time_s": seconds, "seconds_per_epoch": seconds / len(history),
               "train_seconds_per_epoch": seconds / len(history), "threads": args.threads,
-              "python": platform.python_version(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+              "python": platform.python_version(), "machine": machine_description()}
     atomic_write_text(json.dumps(record, indent=1) + "\n", (QUICK_DIR if args.quick else RESULTS) / f"{name}.json")
     print(f"{name}: best C {SVM_GRID[best[0] - 1]}, dev {best[1]['dev']:.2f}, test {best[1]['test']:.2f}, "
           f"{seconds:.1f} s", file=sys.stderr)

@@ -1,0 +1,43 @@
+"""Run set-up shared by the experiment scripts: common flags, where the data comes from, quick subsets."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from ..datasets import MIRROR_ENV
+
+__all__ = ["add_run_arguments", "default_mirror", "machine_description", "quick_sample"]
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, epochs_help: str, quick_help: str) -> None:
+    """The flags every experiment has: seeds, epochs, quick mode, threads, data root, progress bar."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--epochs", type=int, default=None, help=epochs_help)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--data-root", default=str(repo / "datasets"))
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def default_mirror(repo: Path) -> str | None:
+    """Where the corpora come from: ``$GRAPHTREE_MIRROR``, else ``../shared/data`` beside the repository."""
+    if os.environ.get(MIRROR_ENV):
+        return os.environ[MIRROR_ENV]
+    shared = repo.parent / "shared" / "data"
+    return str(shared) if shared.is_dir() else None
+
+
+def quick_sample(data: list, size: int) -> list:
+    """A fixed random subset in corpus order (corpus files are often sorted by label, so not the first rows)."""
+    keep = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:size]
+    return [data[i] for i in sorted(keep.tolist())]
+
+
+def machine_description() -> str:
+    """What a results file records about the machine."""
+    return f"{platform.machine()}, {os.cpu_count()} CPUs"

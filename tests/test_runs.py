@@ -1,0 +1,32 @@
+"""Run set-up shared by the experiment scripts."""
+
+import argparse
+
+from graphtree.train.runs import add_run_arguments, default_mirror, quick_sample
+
+
+def test_quick_sample_is_fixed_sorted_and_distinct():
+    data = list(range(100))
+    first = quick_sample(data, 10)
+    assert first == quick_sample(data, 10)  # the same subset every run
+    assert first == sorted(first) and len(set(first)) == 10
+    assert first != data[:10]  # not simply the head of a sorted corpus
+
+
+def test_default_mirror_prefers_the_environment(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    monkeypatch.delenv("GRAPHTREE_MIRROR", raising=False)
+    assert default_mirror(repo) is None
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    assert default_mirror(repo) == str(tmp_path / "shared" / "data")
+    monkeypatch.setenv("GRAPHTREE_MIRROR", "http://127.0.0.1:9/mirror")
+    assert default_mirror(repo) == "http://127.0.0.1:9/mirror"
+
+
+def test_common_flags(tmp_path):
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser, tmp_path, epochs_help="e", quick_help="q")
+    args = parser.parse_args(["--seeds", "1", "2", "--quick"])
+    assert args.seeds == [1, 2] and args.quick and args.threads == 1 and args.epochs is None
+    assert args.data_root == str(tmp_path / "datasets")
