@@ -15,7 +15,8 @@ and a 10,000-deep chain backpropagates with no recursion. Per level it either
 
 * calls the cell's hand-written ``backward_level`` with what ``forward_level``
   saved, when the cell sets ``fused_backward`` (no recomputation, no autograd
-  graph: the fast path), or
+  graph: the fast path; it is told which inputs need a gradient, so that
+  frozen word vectors cost no matmul), or
 * re-runs the cell's ``update`` under autograd on that level's slice alone and
   differentiates it (any cell works; ``update`` must then be deterministic).
 
@@ -33,7 +34,7 @@ from torch import Tensor
 from .errors import ScheduleError
 from .schedule import LevelPlan, Schedule
 
-__all__ = ["Children", "propagate", "schedule_of"]
+__all__ = ["Children", "ParamGrads", "propagate", "schedule_of"]
 
 
 class Children(NamedTuple):
@@ -211,19 +212,60 @@ def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequen
             grad_state.index_put_((flat_index,), g.reshape(flat_index.numel(), -1), accumulate=True)
 
 
+class ParamGrads(dict):
+    """Parameter gradients of one backward pass, keyed by parameter name.
+
+    A cell's ``backward_level`` may add into the tensors directly, or hand its
+    weight and bias terms to :meth:`add_outer` and :meth:`add_sum`: those are
+    collected over all levels and applied in :meth:`flush` as one large matrix
+    product and one sum, rather than one small product per level (small
+    products run far below the machine's matmul rate). Names of parameters
+    that need no gradient are absent, and adding to them does nothing.
+    """
+
+    def __init__(self, grads: dict[str, Tensor]) -> None:
+        super().__init__(grads)
+        self._outer: dict[str, list[tuple[Tensor, Tensor]]] = {}
+        self._sums: dict[str, list[Tensor]] = {}
+
+    def add_outer(self, name: str, grad_out: Tensor, x: Tensor) -> None:
+        r"""Add :math:`\text{grad\_out}^\top x` to ``self[name]`` (a weight used as :math:`x W^\top`)."""
+        if name in self and grad_out.numel():
+            self._outer.setdefault(name, []).append((grad_out, x))
+
+    def add_sum(self, name: str, grad_out: Tensor) -> None:
+        """Add the column sums of ``grad_out`` (a bias added to every row) to ``self[name]``."""
+        if name in self and grad_out.numel():
+            self._sums.setdefault(name, []).append(grad_out)
+
+    def flush(self) -> None:
+        """Apply everything collected by :meth:`add_outer` and :meth:`add_sum`."""
+        for name, pairs in self._outer.items():
+            grad_out = torch.cat([g for g, _ in pairs]) if len(pairs) > 1 else pairs[0][0]
+            x = torch.cat([x for _, x in pairs]) if len(pairs) > 1 else pairs[0][1]
+            self[name].addmm_(grad_out.t(), x)
+        for name, terms in self._sums.items():
+            self[name] += (torch.cat(terms) if len(terms) > 1 else terms[0]).sum(0)
+        self._outer.clear()
+        self._sums.clear()
+
+
 def _fused_backward(ctx, inputs, grad_states, grad_inputs) -> list[Tensor]:
     """Backward with the cell's hand-written per-level derivatives (no recomputation)."""
     cell, plan, levels = ctx.cell, ctx.plan, ctx.levels
     names = {id(p): name for name, p in cell.named_parameters()}
-    grad_params = {names[id(p)]: torch.zeros_like(p) for p in ctx.params}
+    grad_params = ParamGrads({names[id(p)]: torch.zeros_like(p) for p in ctx.params})
+    needs_input_grad = tuple(g is not None for g in grad_inputs)
     for level in reversed(range(plan.num_levels)):
         a, b = plan.ptr[level], plan.ptr[level + 1]
         level_grads = tuple(g[a:b] for g in grad_states)
-        input_grads, child_grads = cell.backward_level(ctx.level_context[level], level_grads, grad_params)
+        input_grads, child_grads = cell.backward_level(ctx.level_context[level], level_grads, grad_params,
+                                                        needs_input_grad)
         for k, g in enumerate(input_grads):
             if g is not None and grad_inputs[k] is not None:
                 grad_inputs[k][a:b] += g
         _accumulate_children(grad_states, levels[level], child_grads)
+    grad_params.flush()
     return [grad_params[names[id(p)]] for p in ctx.params]
 
 

@@ -11,6 +11,7 @@ from torch_geometric.nn import MessagePassing
 
 from ..engine import Children, propagate
 from ..schedule import Schedule
+from .functional import PackedWeights
 
 __all__ = ["TreeCell"]
 
@@ -30,9 +31,12 @@ class TreeCell(MessagePassing):
 
     For speed a cell may instead set ``fused_backward = True`` and implement
     ``forward_level(inputs, children) -> (states, context)`` and
-    ``backward_level(context, grad_states, grad_params) -> (grad_inputs,
-    grad_children_states)``, the level's hand-written derivatives; it adds its
-    parameter gradients into ``grad_params`` (keyed by parameter name).
+    ``backward_level(context, grad_states, grad_params, needs_input_grad) ->
+    (grad_inputs, grad_children_states)``, the level's hand-written
+    derivatives; it adds its parameter gradients into ``grad_params`` (keyed
+    by parameter name, present only for parameters that need one) and may
+    return ``None`` for an input whose ``needs_input_grad`` flag is false.
+    Matrix products with the cell's weights go through :attr:`weights`.
     """
 
     direction: str = "bottom_up"
@@ -53,7 +57,18 @@ class TreeCell(MessagePassing):
 
     def propagate_levels(self, inputs: tuple[Tensor, ...], batch: Schedule | Any) -> tuple[Tensor, ...]:
         """Run this cell over every level of ``batch`` (a ``Data``/``Batch`` or a :class:`Schedule`)."""
-        return propagate(self, inputs, batch, self.direction)
+        self._pass_weights = PackedWeights()
+        try:
+            return propagate(self, inputs, batch, self.direction)
+        finally:
+            # Levels that need the packs in backward keep them in their context.
+            self._pass_weights = None
+
+    @property
+    def weights(self) -> PackedWeights:
+        """This pass's :class:`~graphtree.nn.functional.PackedWeights` (fast products with the cell's weights)."""
+        packed = getattr(self, "_pass_weights", None)
+        return packed if packed is not None else PackedWeights()
 
     def _check_input(self, x: Tensor, channels: int) -> None:
         if x.dim() != 2 or x.size(-1) != channels:

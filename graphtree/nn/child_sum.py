@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch.nn import Linear
 
-from ..engine import Children
+from ..engine import Children, ParamGrads
 from .cell import TreeCell
 from .functional import fast_tanh
 
@@ -81,39 +81,40 @@ class ChildSumTreeLSTM(TreeCell):
         h_k, c_k = children.states  # [n, K, d]; empty slots are zero
         d = self.hidden_channels
         h_tilde = h_k.sum(dim=1)  # eq 2
-        iou = Wx[:, :3 * d] + self.U_iou(h_tilde)
+        weights = self.weights
+        iou = Wx[:, :3 * d] + weights.linear(h_tilde, self.U_iou.weight, self.U_iou.bias)
         # tanh(z) = 2 sigmoid(2z) - 1: one sigmoid call is much faster than sigmoid + tanh on CPU.
         iou[:, 2 * d:] *= 2
         iou = torch.sigmoid(iou)
         i, o = iou[:, :d], iou[:, d:2 * d]  # eqs 3, 5
         u = 2 * iou[:, 2 * d:] - 1  # eq 6
-        f = torch.sigmoid(Wx[:, 3 * d:].unsqueeze(1) + self.U_f(h_k))  # eq 4, one gate per child
+        U_f_h_k = weights.linear(h_k.reshape(-1, d), self.U_f.weight, self.U_f.bias).view_as(h_k)
+        f = torch.sigmoid(Wx[:, 3 * d:].unsqueeze(1) + U_f_h_k)  # eq 4, one gate per child
         c = i * u + (f * c_k).sum(dim=1)  # eq 7 (an empty slot has c_k = 0)
         tanh_c = fast_tanh(c)
         h = o * tanh_c  # eq 8
-        return (h, c), (h_k, c_k, h_tilde, i, o, u, f, tanh_c)
+        return (h, c), (weights, h_k, c_k, h_tilde, i, o, u, f, tanh_c)
 
-    def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor],
-                       grad_params: dict[str, Tensor]) -> tuple[tuple[Tensor], tuple[Tensor, Tensor]]:
+    def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor], grad_params: ParamGrads,
+                       needs_input_grad: tuple[bool, ...] = (True,),
+                       ) -> tuple[tuple[Tensor | None], tuple[Tensor, Tensor]]:
         """Hand-written derivatives of :meth:`forward_level`, checked against autograd in the tests."""
-        h_k, c_k, h_tilde, i, o, u, f, tanh_c = context
+        weights, h_k, c_k, h_tilde, i, o, u, f, tanh_c = context
         grad_h, grad_c = grad_states
         d = self.hidden_channels
         grad_c = grad_c + grad_h * o * (1 - tanh_c * tanh_c)
         grad_iou = torch.cat([grad_c * u * i * (1 - i), grad_h * tanh_c * o * (1 - o), grad_c * i * (1 - u * u)],
                              dim=1)
         grad_f = grad_c.unsqueeze(1) * c_k * f * (1 - f)  # [n, K, d]
-        if "U_iou.weight" in grad_params:
-            grad_params["U_iou.weight"].addmm_(grad_iou.t(), h_tilde)
-        if "U_iou.bias" in grad_params:
-            grad_params["U_iou.bias"] += grad_iou.sum(0)
-        if "U_f.weight" in grad_params:
-            grad_params["U_f.weight"].addmm_(grad_f.reshape(-1, d).t(), h_k.reshape(-1, d))
+        grad_params.add_outer("U_iou.weight", grad_iou, h_tilde)
+        grad_params.add_sum("U_iou.bias", grad_iou)
+        grad_params.add_outer("U_f.weight", grad_f.reshape(-1, d), h_k.reshape(-1, d))
         if "U_f.bias" in grad_params:
             grad_params["U_f.bias"] += grad_f.sum((0, 1))
-        grad_h_k = (grad_iou @ self.U_iou.weight).unsqueeze(1) + grad_f @ self.U_f.weight
+        grad_h_k = (weights.linear(grad_iou, self.U_iou.weight, transpose=True).unsqueeze(1)
+                    + weights.linear(grad_f.reshape(-1, d), self.U_f.weight, transpose=True).view_as(grad_f))
         grad_c_k = grad_c.unsqueeze(1) * f
-        grad_Wx = torch.cat([grad_iou, grad_f.sum(dim=1)], dim=1)
+        grad_Wx = torch.cat([grad_iou, grad_f.sum(dim=1)], dim=1) if needs_input_grad[0] else None
         return (grad_Wx,), (grad_h_k, grad_c_k)
 
     def __repr__(self) -> str:

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch.nn import Linear, Parameter
 
-from ..engine import Children
+from ..engine import Children, ParamGrads
 from .cell import TreeCell
 from .functional import fast_tanh
 
@@ -123,8 +123,9 @@ class NaryTreeLSTM(TreeCell):
 
         n = h_jl.size(0)
         h_cat = h_jl.reshape(n, N * d)
+        weights = self.weights
         # One matmul gives sum_l U_l h_jl for all gates; rows are i, o, u, f_1..f_N.
-        gates = torch.addmm(self.b_U.sum(0)[:self.U.size(0)], h_cat, self.U.t())
+        gates = weights.linear(h_cat, self.U, self.b_U.sum(0)[:self.U.size(0)])
         if self.forget != "full":
             f_terms = self._forget_terms(h_jl) + self.b_U[:, 3 * d:].sum(0).view(N, d)
             gates = torch.cat([gates, f_terms.reshape(n, N * d)], dim=1)
@@ -140,16 +141,17 @@ class NaryTreeLSTM(TreeCell):
         c = i * u + (f * c_jl).sum(dim=1)  # eq 13
         tanh_c = fast_tanh(c)
         h = o * tanh_c  # eq 14
-        return (h, c), ("node", h_cat, c_jl, i, o, u, f, tanh_c)
+        return (h, c), ("node", weights, h_cat, c_jl, i, o, u, f, tanh_c)
 
-    def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor],
-                       grad_params: dict[str, Tensor]) -> tuple[tuple[Tensor | None], tuple[Tensor, Tensor] | tuple]:
+    def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor], grad_params: ParamGrads,
+                       needs_input_grad: tuple[bool, ...] = (True,),
+                       ) -> tuple[tuple[Tensor | None], tuple[Tensor, Tensor] | tuple]:
         """Hand-written derivatives of :meth:`forward_level` (forget="full"), checked against autograd in tests."""
         grad_h, grad_c = grad_states
         d, N = self.hidden_channels, self.n_ary
         if context[0] != "node":
-            return self._leaf_backward(context, grad_h, grad_c, grad_params), ()
-        _, h_cat, c_jl, i, o, u, f, tanh_c = context
+            return self._leaf_backward(context, grad_h, grad_c, grad_params, needs_input_grad[0]), ()
+        _, weights, h_cat, c_jl, i, o, u, f, tanh_c = context
         n = h_cat.size(0)
         grad_c = grad_c + grad_h * o * (1 - tanh_c * tanh_c)
         grad_gates = torch.cat([
@@ -158,14 +160,12 @@ class NaryTreeLSTM(TreeCell):
             grad_c * i * (1 - u * u),
             (grad_c.unsqueeze(1) * c_jl * f * (1 - f)).reshape(n, N * d),
         ], dim=1)
-        if "U" in grad_params:
-            grad_params["U"].addmm_(grad_gates.t(), h_cat)
-        if "b_U" in grad_params:
-            grad_params["b_U"] += grad_gates.sum(0)
-        grad_h_jl = (grad_gates @ self.U).view(n, N, d)
+        grad_params.add_outer("U", grad_gates, h_cat)
+        grad_params.add_sum("b_U", grad_gates)
+        grad_h_jl = weights.linear(grad_gates, self.U, transpose=True).view(n, N, d)
         grad_c_jl = grad_c.unsqueeze(1) * f
         grad_input = None
-        if self.setting == "general":
+        if self.setting == "general" and needs_input_grad[0]:
             grad_input = torch.cat([grad_gates[:, :3 * d], grad_gates[:, 3 * d:].view(n, N, d).sum(1)], dim=1)
         return (grad_input,), (grad_h_jl, grad_c_jl)
 
@@ -180,10 +180,11 @@ class NaryTreeLSTM(TreeCell):
     def _leaf(self, x_or_Wx: Tensor) -> tuple[tuple[Tensor, Tensor], tuple]:
         d = self.hidden_channels
         if self.setting == "constituency":
-            gates = self.W_leaf(x_or_Wx)
+            weights = self.weights
+            gates = weights.linear(x_or_Wx, self.W_leaf.weight, self.W_leaf.bias)
             c, o = gates[:, :d], torch.sigmoid(gates[:, d:])
             tanh_c = fast_tanh(c)
-            return (o * tanh_c, c), ("leaf", x_or_Wx, o, tanh_c)
+            return (o * tanh_c, c), ("leaf", x_or_Wx, o, tanh_c, weights)
         # An LSTM step from zero child states: U h = 0, only the biases remain.
         gates = x_or_Wx[:, :3 * d] + self.b_U[:, :3 * d].sum(0)
         io = torch.sigmoid(gates[:, :2 * d])
@@ -192,19 +193,19 @@ class NaryTreeLSTM(TreeCell):
         tanh_c = fast_tanh(c)
         return (o * tanh_c, c), ("leaf", None, o, tanh_c, i, u)
 
-    def _leaf_backward(self, context: tuple, grad_h: Tensor, grad_c: Tensor,
-                       grad_params: dict[str, Tensor]) -> tuple[Tensor | None]:
+    def _leaf_backward(self, context: tuple, grad_h: Tensor, grad_c: Tensor, grad_params: ParamGrads,
+                       needs_input_grad: bool) -> tuple[Tensor | None]:
         d = self.hidden_channels
         x, o, tanh_c = context[1:4]
         grad_c = grad_c + grad_h * o * (1 - tanh_c * tanh_c)
         grad_o = grad_h * tanh_c * o * (1 - o)
         if self.setting == "constituency":
             grad_gates = torch.cat([grad_c, grad_o], dim=1)
-            if "W_leaf.weight" in grad_params:
-                grad_params["W_leaf.weight"].addmm_(grad_gates.t(), x)
-            if "W_leaf.bias" in grad_params:
-                grad_params["W_leaf.bias"] += grad_gates.sum(0)
-            return (grad_gates @ self.W_leaf.weight,)
+            grad_params.add_outer("W_leaf.weight", grad_gates, x)
+            grad_params.add_sum("W_leaf.bias", grad_gates)
+            if not needs_input_grad:
+                return (None,)
+            return (context[4].linear(grad_gates, self.W_leaf.weight, transpose=True),)
         i, u = context[4:]
         grad_gates = torch.cat([grad_c * u * i * (1 - i), grad_o, grad_c * i * (1 - u * u)], dim=1)
         if "b_U" in grad_params:

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch.nn import Linear, Parameter
 
-from ..engine import Children
+from ..engine import Children, ParamGrads
 from .cell import TreeCell
 from .functional import fast_tanh
 
@@ -131,63 +131,60 @@ class SLSTM(TreeCell):
 
         n, d = h_LR.size(0), self.hidden_channels
         h_cat, c_cat = h_LR.reshape(n, 2 * d), c_LR.reshape(n, 2 * d)
-        h_terms = torch.addmm(self.b, h_cat, self.W_h.t())  # all W_h· h + b of eqs 1-4, 6
-        c_terms = c_cat @ self.W_c.t()  # peepholes on the children's cells, eqs 1-3
+        weights = self.weights
+        h_terms = weights.linear(h_cat, self.W_h, self.b)  # all W_h· h + b of eqs 1-4, 6
+        c_terms = weights.linear(c_cat, self.W_c)  # peepholes on the children's cells, eqs 1-3
         gates = torch.sigmoid(h_terms[:, :3 * d] + c_terms)
         i_t, f_L, f_R = gates[:, :d], gates[:, d:2 * d], gates[:, 2 * d:]  # eqs 1-3
         tanh_x = fast_tanh(h_terms[:, 3 * d:4 * d])  # x_t of eq 4 enters eq 5 through tanh
         c_L, c_R = c_LR[:, 0], c_LR[:, 1]
         c_t = f_L * c_L + f_R * c_R + i_t * tanh_x  # eq 5
-        o_t = torch.sigmoid(h_terms[:, 4 * d:] + c_t @ self.W_co.t())  # eq 6: W_co peeks at the new cell
+        o_t = torch.sigmoid(h_terms[:, 4 * d:] + weights.linear(c_t, self.W_co))  # eq 6: W_co peeks at the new cell
         tanh_c = fast_tanh(c_t)
         h_t = o_t * tanh_c  # eq 7
-        return (h_t, c_t), ("node", h_cat, c_cat, c_L, c_R, i_t, f_L, f_R, tanh_x, c_t, o_t, tanh_c)
+        return (h_t, c_t), ("node", weights, h_cat, c_cat, c_L, c_R, i_t, f_L, f_R, tanh_x, c_t, o_t, tanh_c)
 
-    def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor],
-                       grad_params: dict[str, Tensor]) -> tuple[tuple[Tensor | None], tuple]:
+    def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor], grad_params: ParamGrads,
+                       needs_input_grad: tuple[bool, ...] = (True,)) -> tuple[tuple[Tensor | None], tuple]:
         """Hand-written derivatives of :meth:`forward_level`, checked against autograd in the tests."""
         grad_h, grad_c = grad_states
         if context[0] == "leaf":
-            return self._leaf_backward(context, grad_h, grad_c, grad_params), ()
-        _, h_cat, c_cat, c_L, c_R, i_t, f_L, f_R, tanh_x, c_t, o_t, tanh_c = context
+            return self._leaf_backward(context, grad_h, grad_c, grad_params, needs_input_grad[0]), ()
+        _, weights, h_cat, c_cat, c_L, c_R, i_t, f_L, f_R, tanh_x, c_t, o_t, tanh_c = context
         n, d = h_cat.size(0), self.hidden_channels
         grad_o = grad_h * tanh_c * o_t * (1 - o_t)
-        grad_c = grad_c + grad_h * o_t * (1 - tanh_c * tanh_c) + grad_o @ self.W_co
+        grad_c = grad_c + grad_h * o_t * (1 - tanh_c * tanh_c) + weights.linear(grad_o, self.W_co, transpose=True)
         grad_ifr = torch.cat([grad_c * tanh_x * i_t * (1 - i_t), grad_c * c_L * f_L * (1 - f_L),
                               grad_c * c_R * f_R * (1 - f_R)], dim=1)
         grad_h_terms = torch.cat([grad_ifr, grad_c * i_t * (1 - tanh_x * tanh_x), grad_o], dim=1)
-        if "W_co" in grad_params:
-            grad_params["W_co"].addmm_(grad_o.t(), c_t)
-        if "W_h" in grad_params:
-            grad_params["W_h"].addmm_(grad_h_terms.t(), h_cat)
-        if "W_c" in grad_params:
-            grad_params["W_c"].addmm_(grad_ifr.t(), c_cat)
-        if "b" in grad_params:
-            grad_params["b"] += grad_h_terms.sum(0)
-        grad_h_LR = (grad_h_terms @ self.W_h).view(n, 2, d)
-        grad_c_LR = (grad_ifr @ self.W_c).view(n, 2, d) + torch.stack([grad_c * f_L, grad_c * f_R], dim=1)
+        grad_params.add_outer("W_co", grad_o, c_t)
+        grad_params.add_outer("W_h", grad_h_terms, h_cat)
+        grad_params.add_outer("W_c", grad_ifr, c_cat)
+        grad_params.add_sum("b", grad_h_terms)
+        grad_h_LR = weights.linear(grad_h_terms, self.W_h, transpose=True).view(n, 2, d)
+        grad_c_LR = (weights.linear(grad_ifr, self.W_c, transpose=True).view(n, 2, d)
+                     + torch.stack([grad_c * f_L, grad_c * f_R], dim=1))
         return (None,), (grad_h_LR, grad_c_LR)
 
     def _leaf(self, x: Tensor) -> tuple[tuple[Tensor, Tensor], tuple]:
         if self.W_leaf is None:
             return (x, torch.zeros_like(x)), ("leaf",)
-        gates = self.W_leaf(x)
+        weights = self.weights
+        gates = weights.linear(x, self.W_leaf.weight, self.W_leaf.bias)
         c, o = gates[:, :self.hidden_channels], torch.sigmoid(gates[:, self.hidden_channels:])
         tanh_c = fast_tanh(c)
-        return (o * tanh_c, c), ("leaf", x, o, tanh_c)
+        return (o * tanh_c, c), ("leaf", x, o, tanh_c, weights)
 
-    def _leaf_backward(self, context: tuple, grad_h: Tensor, grad_c: Tensor,
-                       grad_params: dict[str, Tensor]) -> tuple[Tensor]:
+    def _leaf_backward(self, context: tuple, grad_h: Tensor, grad_c: Tensor, grad_params: ParamGrads,
+                       needs_input_grad: bool) -> tuple[Tensor | None]:
         if self.W_leaf is None:
             return (grad_h,)  # h = x; c = 0 does not depend on x
-        x, o, tanh_c = context[1:]
+        x, o, tanh_c, weights = context[1:]
         grad_c = grad_c + grad_h * o * (1 - tanh_c * tanh_c)
         grad_gates = torch.cat([grad_c, grad_h * tanh_c * o * (1 - o)], dim=1)
-        if "W_leaf.weight" in grad_params:
-            grad_params["W_leaf.weight"].addmm_(grad_gates.t(), x)
-        if "W_leaf.bias" in grad_params:
-            grad_params["W_leaf.bias"] += grad_gates.sum(0)
-        return (grad_gates @ self.W_leaf.weight,)
+        grad_params.add_outer("W_leaf.weight", grad_gates, x)
+        grad_params.add_sum("W_leaf.bias", grad_gates)
+        return (weights.linear(grad_gates, self.W_leaf.weight, transpose=True) if needs_input_grad else None,)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, leaf={self.leaf!r})"

@@ -1,0 +1,97 @@
+"""The oneDNN fast path (prepacked weights) against plain torch matmuls.
+
+The per-node recursive references of the cell tests run in float64, where the
+fast path is off; here the same cells run in float32 with it on and off.
+"""
+
+import random
+
+import pytest
+import torch
+from torch_geometric.data import Batch
+from trees import random_ptb
+
+from graphtree.data import from_ptb
+from graphtree.nn import SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
+from graphtree.nn.functional import PackedWeights, onednn_available
+
+needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this PyTorch build has no usable oneDNN")
+
+
+@needs_onednn
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_equals_matmul(transpose, with_bias):
+    torch.manual_seed(0)
+    weight = torch.randn(48, 32)
+    x = torch.randn(20, 32 if not transpose else 48)
+    bias = torch.randn(48 if not transpose else 32) if with_bias else None
+    expected = x.double() @ (weight.double() if transpose else weight.double().t())
+    if bias is not None:
+        expected = expected + bias.double()
+    packed = PackedWeights()
+    first = packed.linear(x, weight, bias, transpose=transpose)
+    again = packed.linear(x, weight, bias, transpose=transpose)  # from the cached pack
+    assert len(packed._packed) == 1
+    torch.testing.assert_close(first.double(), expected, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(again, first)
+
+
+def test_fallbacks_are_plain_matmuls():
+    torch.manual_seed(0)
+    weight = torch.randn(6, 5, dtype=torch.float64)
+    x = torch.randn(8, 5, dtype=torch.float64)
+    packed = PackedWeights()
+    assert torch.equal(packed.linear(x, weight), x @ weight.t())  # float64: no oneDNN
+    assert not packed._packed
+    w32 = weight.float().requires_grad_()
+    out = packed.linear(x.float(), w32)  # under autograd: differentiable
+    out.sum().backward()
+    torch.testing.assert_close(w32.grad, x.float().sum(0).expand(6, 5))
+    assert packed.linear(torch.randn(2, 5), w32.detach()).shape == (2, 6)  # too few rows to pack
+    assert not packed._packed
+
+
+def _batch(seed, count=30):
+    rng = random.Random(seed)
+    return Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 20), 2, rng)) for _ in range(count)])
+
+
+def _run(cell, x, batch):
+    h, c = cell(x, batch)
+    weights = torch.linspace(-1, 1, h.numel()).view_as(h)
+    loss = (h * weights).sum() + (c * weights.flip(0)).sum()
+    wrt = [x, *cell.parameters()] if x.requires_grad else list(cell.parameters())
+    return (h, c, *torch.autograd.grad(loss, wrt))
+
+
+CELLS = {
+    "child_sum": lambda: ChildSumTreeLSTM(24, 16),
+    "nary": lambda: NaryTreeLSTM(24, 16),
+    "nary_general": lambda: NaryTreeLSTM(24, 16, setting="general"),
+    "slstm_lstm_leaves": lambda: SLSTM(24, 16, leaf="lstm"),
+    "slstm": lambda: SLSTM(16, 16),
+}
+
+
+@needs_onednn
+@pytest.mark.filterwarnings("ignore:TF32 acceleration")
+@pytest.mark.parametrize("name", list(CELLS))
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_cells_agree_with_and_without_onednn(name, input_grad, monkeypatch):
+    torch.manual_seed(0)
+    cell = CELLS[name]()
+    batch = _batch(seed=1)
+    x = torch.randn(batch.num_nodes, cell.in_channels, requires_grad=input_grad)
+
+    taken = []
+    fast = PackedWeights._fast
+    monkeypatch.setattr(PackedWeights, "_fast", lambda self, *a: taken.append(fast(self, *a)) or taken[-1])
+    with_onednn = _run(cell, x, batch)
+    assert any(taken), "the oneDNN path was never taken"
+    with torch.backends.mkldnn.flags(enabled=False):
+        taken.clear()
+        without = _run(cell, x, batch)
+        assert not any(taken)
+    for a, b in zip(with_onednn, without, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
