@@ -1,4 +1,4 @@
-"""Build experiments/results/sick.md and sick_by_length.png from the per-run JSON files.
+"""Build experiments/results/sick.md, sick_by_length.png and the README's SICK section from the per-run JSON files.
 
     python experiments/report_sick.py
 
@@ -11,13 +11,14 @@ without runs say "not run"; the plot shows only models with runs.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sick import EPOCHS, MODELS  # the models and their default epochs
+
+from graphtree.train.report import load_runs, mean_std, minutes, write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
@@ -34,23 +35,9 @@ PAPER = {
 METRICS = ("pearson", "spearman", "mse")
 
 
-def load_runs(folder: Path = RUNS) -> list[dict]:
-    """Every full run at the default epochs (quick runs never land here)."""
-    runs = []
-    for path in sorted(folder.glob("*.json")):
-        record = json.loads(path.read_text())
-        cfg = record["config"]
-        if record.get("experiment") == "sick" and not cfg.get("quick") and cfg["epochs"] == EPOCHS:
-            runs.append(record)
-    return runs
-
-
-def mean_std(values: list[float]) -> str:
-    if not values:
-        return "not run"
-    if len(values) == 1:
-        return f"{values[0]:.4f}"
-    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+def full_runs() -> list[dict]:
+    """Every full run at the default epochs."""
+    return load_runs(RUNS, "sick", lambda r: r["config"]["epochs"] == EPOCHS)
 
 
 def table(runs: list[dict]) -> list[str]:
@@ -58,9 +45,10 @@ def table(runs: list[dict]) -> list[str]:
              "|---|---|---|---|---|---|"]
     for model, spec in MODELS.items():
         mine = [r for r in runs if r["config"]["model"] == model]
-        cells = [f"{mean_std([r['test'][m] for r in mine])} ({paper:.4f})" for m, paper in zip(METRICS, PAPER[model])]
-        minutes = mean_std([r["wall_time_s"] / 60 for r in mine]).replace("not run", "—")
-        lines.append(f"| {spec['name']} | " + " | ".join(cells) + f" | {len(mine)} | {minutes} |")
+        cells = [f"{mean_std([r['test'][m] for r in mine], 4)} ({paper:.4f})"
+                 for m, paper in zip(METRICS, PAPER[model])]
+        wall = mean_std([r["wall_time_s"] / 60 for r in mine], 1, empty="—")
+        lines.append(f"| {spec['name']} | " + " | ".join(cells) + f" | {len(mine)} | {wall} |")
     return lines
 
 
@@ -130,11 +118,27 @@ def report(runs: list[dict], plotted: bool) -> str:
     return "\n".join(lines)
 
 
+def readme_section(runs: list[dict]) -> str:
+    lines = ["## Results: SICK semantic relatedness", "",
+             "Test Pearson r and MSE, mean ± std over seeds, Tai et al.'s Table 3 in parentheses; settings, "
+             "differences, Spearman ρ, the by-length plot and every run in `experiments/results/sick.md`.", "",
+             "| Model | Pearson r | MSE | Minutes per run (1 thread) | Command |", "|---|---|---|---|---|"]
+    for model, spec in MODELS.items():
+        mine = [r for r in runs if r["config"]["model"] == model]
+        r_paper, _, mse_paper = PAPER[model]
+        lines.append(f"| {spec['name']} | {mean_std([r['test']['pearson'] for r in mine], 4)} ({r_paper:.4f}) | "
+                     f"{mean_std([r['test']['mse'] for r in mine], 4)} ({mse_paper:.4f}) | {minutes(mine)} | "
+                     f"`python experiments/sick.py --model {model} --seeds 1 2 3` |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
-    runs = load_runs()
+    runs = full_runs()
     plotted = plot(runs)
     (RESULTS / "sick.md").write_text(report(runs, plotted))
-    print(f"{len(runs)} runs -> {RESULTS / 'sick.md'}" + (", sick_by_length.png" if plotted else ""))
+    readme = write_readme_section(REPO / "README.md", "sick", readme_section(runs))
+    print(f"{len(runs)} runs -> {RESULTS / 'sick.md'}" + (", sick_by_length.png" if plotted else "")
+          + (", README.md" if readme else ""))
 
 
 if __name__ == "__main__":

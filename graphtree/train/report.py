@@ -1,0 +1,54 @@
+"""Helpers the experiment report scripts share: run files, mean ± std, README sections."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from .checkpoint import atomic_write_text
+
+__all__ = ["load_runs", "mean_std", "minutes", "write_readme_section"]
+
+
+def load_runs(folder: Path, experiment: str, keep: Callable[[dict], bool] = lambda record: True) -> list[dict]:
+    """The run records (``*.json``) of ``experiment`` in ``folder``, sorted by file name; quick runs never count."""
+    runs = []
+    for path in sorted(folder.glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("experiment") == experiment and not record["config"].get("quick") and keep(record):
+            runs.append(record)
+    return runs
+
+
+def mean_std(values: Iterable[float], digits: int = 1, empty: str = "not run") -> str:
+    """``mean ± sample std`` (n - 1) of ``values``; a single value alone; ``empty`` for none."""
+    values = list(values)
+    if not values:
+        return empty
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def minutes(runs: list[dict]) -> str:
+    """Mean wall time of ``runs`` in minutes, ``—`` when there are none."""
+    return f"{statistics.mean(r['wall_time_s'] for r in runs) / 60:.0f}" if runs else "—"
+
+
+def write_readme_section(readme: Path, key: str, text: str) -> bool:
+    """Replace the README block between ``<!-- results:KEY -->`` and ``<!-- /results:KEY -->`` by ``text``.
+
+    Returns False (and writes nothing) when the README has no such markers.
+    """
+    source = readme.read_text()
+    begin, end = f"<!-- results:{key} -->", f"<!-- /results:{key} -->"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), flags=re.S)
+    if not pattern.search(source):
+        return False
+    updated = pattern.sub(lambda _: f"{begin}\n{text.strip()}\n{end}", source, count=1)
+    if updated != source:
+        atomic_write_text(updated, readme)
+    return True
