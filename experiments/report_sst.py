@@ -1,7 +1,6 @@
 """Build experiments/results/sst.md and the SST plots from the per-run JSON files.
 
-    python experiments/report_sst.py            # writes sst.md, sst_by_length.png, sst_by_depth.png
-    python experiments/report_sst.py --readme   # also prints a short results section for the README
+    python experiments/report_sst.py    # sst.md, sst_by_length.png, sst_by_depth.png, README's SST section
 
 Every number of ours comes from ``experiments/results/sst/*.json`` (written by
 ``experiments/sst.py``); the only numbers typed here are the papers'. A row
@@ -13,14 +12,14 @@ pools the runs whose config matches it: mean ± sample standard deviation
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sst import MODELS, PRESETS  # the paper's epochs and optimizer per model
+
+from graphtree.train.report import load_runs, mean_std, minutes, write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
@@ -106,14 +105,9 @@ PLOT_ROWS = ("Constituency Tree-LSTM, random vectors", "Constituency Tree-LSTM, 
              "ConTree", "Top-down ConTree", "ConTree + Lex", "BiConTree (gated heads)")
 
 
-def load_runs(folder: Path = RUNS) -> list[dict]:
+def full_runs() -> list[dict]:
     """Every finished run (quick runs never land here)."""
-    runs = []
-    for path in sorted(folder.glob("*.json")):
-        record = json.loads(path.read_text())
-        if record.get("experiment") == "sst" and not record["config"].get("quick"):
-            runs.append(record)
-    return runs
+    return load_runs(RUNS, "sst")
 
 
 def matches(config: dict, match: dict) -> bool:
@@ -129,14 +123,6 @@ def matches(config: dict, match: dict) -> bool:
 
 def task_of(run: dict) -> str:
     return "fine" if run["config"]["fine_grained"] else "binary"
-
-
-def mean_std(values: list[float]) -> str:
-    if not values:
-        return "not run"
-    if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
 def cell(runs: list[dict], task: str, metric: str, paper: float | None) -> str:
@@ -181,9 +167,9 @@ def table(runs: list[dict]) -> list[str]:
         mine = row_runs(row, runs)
         cells = [cell(mine, task, metric, paper) for (task, metric), paper in zip(COLUMNS, row["paper"])]
         seeds = " / ".join(str(sum(task_of(r) == t for r in mine)) for t in ("fine", "binary"))
-        minutes = mean_std([r["wall_time_s"] / 60 for r in mine]) if mine else "—"
+        wall = mean_std([r["wall_time_s"] / 60 for r in mine], 0, empty="—")
         lines.append(f"| {row['source']} | {row['name']} | {row['setting']} | {row['ours']} | "
-                     + " | ".join(cells) + f" | {seeds} | {minutes} |")
+                     + " | ".join(cells) + f" | {seeds} | {wall} |")
     return lines
 
 
@@ -293,29 +279,29 @@ def report(runs: list[dict]) -> str:
 
 
 def readme_section(runs: list[dict]) -> str:
+    """Rows with runs: test root accuracy, wall time and the command of each task."""
     lines = ["## Results: Stanford Sentiment Treebank", "",
-             "Test root accuracy (%), mean ± std over seeds (paper in parentheses); full table, plots and "
-             "commands in `experiments/results/sst.md`.", "",
-             "| Model | Fine | Binary | Minutes per run (1 thread) |", "|---|---|---|---|"]
+             "Test root accuracy (%), mean ± std over seeds, the paper's number in parentheses; rows that have "
+             "runs so far. The full table (phrase accuracies, every row of the four papers), the plots and the "
+             "settings are in `experiments/results/sst.md`.", "",
+             "| Source | Model | Fine | Binary | Minutes per run (1 thread) | Command |", "|---|---|---|---|---|---|"]
     for row in ROWS:
         mine = row_runs(row, runs)
         if mine:
-            minutes = statistics.mean(r["wall_time_s"] / 60 for r in mine)
-            lines.append(f"| {row['name']} | {cell(mine, 'fine', 'root', row['paper'][0])} | "
-                         f"{cell(mine, 'binary', 'root', row['paper'][2])} | {minutes:.0f} |")
+            done = [task for task in tasks_of(row) if any(task_of(r) == task for r in mine)]
+            commands = "<br>".join(f"`{command_for(row, task)}`" for task in done)
+            lines.append(f"| {row['source']} | {row['name']} | {cell(mine, 'fine', 'root', row['paper'][0])} | "
+                         f"{cell(mine, 'binary', 'root', row['paper'][2])} | {minutes(mine)} | {commands} |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", action="store_true", help="print a results section for the README")
-    args = parser.parse_args()
-    runs = load_runs()
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    runs = full_runs()
     (RESULTS / "sst.md").write_text(report(runs))
     written = plots(runs)
-    print(f"{len(runs)} runs -> {RESULTS / 'sst.md'}, " + ", ".join(written))
-    if args.readme:
-        print(readme_section(runs))
+    readme = write_readme_section(REPO / "README.md", "sst", readme_section(runs))
+    print(f"{len(runs)} runs -> {RESULTS / 'sst.md'}, " + ", ".join(written) + (", README.md" if readme else ""))
 
 
 if __name__ == "__main__":
