@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -60,6 +62,18 @@ class PackedWeights:
 
     def __init__(self) -> None:
         self._packed: dict[tuple[int, bool], tuple[Tensor, Tensor]] = {}
+        self._memo: dict[str, Any] = {}
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, computed once per pass: for derived weights (sums, rescaled copies).
+
+        Under autograd it is recomputed on every call, so that each level's graph owns its copy.
+        """
+        if torch.is_grad_enabled():
+            return compute()
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None, transpose: bool = False) -> Tensor:
         r""":math:`x W^\top + b`, or :math:`x W + b` with ``transpose=True``."""

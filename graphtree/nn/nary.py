@@ -124,24 +124,32 @@ class NaryTreeLSTM(TreeCell):
         n = h_jl.size(0)
         h_cat = h_jl.reshape(n, N * d)
         weights = self.weights
-        # One matmul gives sum_l U_l h_jl for all gates; rows are i, o, u, f_1..f_N.
-        gates = weights.linear(h_cat, self.U, self.b_U.sum(0)[:self.U.size(0)])
+        # One matmul gives sum_l U_l h_jl for all gates; rows are i, o, u, f_1..f_N. The u
+        # rows are doubled: tanh(z) = 2 sigmoid(2z) - 1, so one sigmoid serves every gate
+        # (several times faster on CPU than separate sigmoid and tanh calls).
+        U, b = weights.memo("gates", self._gate_weights)
+        gates = weights.linear(h_cat, U, b)
         if self.forget != "full":
             f_terms = self._forget_terms(h_jl) + self.b_U[:, 3 * d:].sum(0).view(N, d)
             gates = torch.cat([gates, f_terms.reshape(n, N * d)], dim=1)
         if self.setting == "general":
-            gates = gates + torch.cat([x_or_Wx[:, :3 * d], x_or_Wx[:, 3 * d:].repeat(1, N)], dim=1)
-        # tanh(z) = 2 sigmoid(2z) - 1: one sigmoid over all gates is several times
-        # faster than separate sigmoid and tanh calls on CPU.
-        gates[:, 2 * d:3 * d] *= 2
-        activated = torch.sigmoid(gates)
+            x_u = x_or_Wx[:, 2 * d:3 * d]
+            gates = gates + torch.cat([x_or_Wx[:, :2 * d], x_u + x_u, x_or_Wx[:, 3 * d:].repeat(1, N)], dim=1)
+        activated = gates.sigmoid_()
         i, o = activated[:, :d], activated[:, d:2 * d]  # eqs 9, 11
-        u = 2 * activated[:, 2 * d:3 * d] - 1  # eq 12
+        u = activated[:, 2 * d:3 * d].mul(2).sub_(1)  # eq 12
         f = activated[:, 3 * d:].view(n, N, d)  # eq 10
-        c = i * u + (f * c_jl).sum(dim=1)  # eq 13
+        c = (f * c_jl).sum(dim=1).addcmul_(i, u)  # eq 13
         tanh_c = fast_tanh(c)
         h = o * tanh_c  # eq 14
-        return (h, c), ("node", weights, h_cat, c_jl, i, o, u, f, tanh_c)
+        return (h, c), ("node", weights, h_cat, c_jl, activated, u, tanh_c)
+
+    def _gate_weights(self) -> tuple[Tensor, Tensor]:
+        """``U`` and the summed biases ``b_U``, their u rows doubled (see :meth:`forward_level`)."""
+        d, rows = self.hidden_channels, self.U.size(0)
+        scale = torch.ones(rows, 1, dtype=self.U.dtype, device=self.U.device)
+        scale[2 * d:3 * d] = 2
+        return self.U * scale, self.b_U.sum(0)[:rows] * scale.view(-1)
 
     def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor], grad_params: ParamGrads,
                        needs_input_grad: tuple[bool, ...] = (True,),
@@ -151,15 +159,16 @@ class NaryTreeLSTM(TreeCell):
         d, N = self.hidden_channels, self.n_ary
         if context[0] != "node":
             return self._leaf_backward(context, grad_h, grad_c, grad_params, needs_input_grad[0]), ()
-        _, weights, h_cat, c_jl, i, o, u, f, tanh_c = context
+        _, weights, h_cat, c_jl, activated, u, tanh_c = context
         n = h_cat.size(0)
-        grad_c = grad_c + grad_h * o * (1 - tanh_c * tanh_c)
-        grad_gates = torch.cat([
-            grad_c * u * i * (1 - i),
-            grad_h * tanh_c * o * (1 - o),
-            grad_c * i * (1 - u * u),
-            (grad_c.unsqueeze(1) * c_jl * f * (1 - f)).reshape(n, N * d),
-        ], dim=1)
+        i, o, f = activated[:, :d], activated[:, d:2 * d], activated[:, 3 * d:].view(n, N, d)
+        grad_c = grad_c.addcmul(grad_h * o, 1 - tanh_c * tanh_c)
+        # Every gate is s = sigmoid(a z) with ds/dz = a s (1 - s); u = 2 s - 1 with a = 2
+        # has du/dz = 4 s (1 - s). So one product with s (1 - s) gives all pre-activation
+        # gradients, the factor 4 going into u's upstream gradient.
+        upstream = torch.cat([grad_c * u, grad_h * tanh_c, grad_c * i * 4,
+                              (grad_c.unsqueeze(1) * c_jl).view(n, N * d)], dim=1)
+        grad_gates = upstream.mul_(activated).mul_(1 - activated)
         grad_params.add_outer("U", grad_gates, h_cat)
         grad_params.add_sum("b_U", grad_gates)
         grad_h_jl = weights.linear(grad_gates, self.U, transpose=True).view(n, N, d)
