@@ -137,8 +137,6 @@ def row_runs(row: dict, runs: list[dict]) -> list[dict]:
 
 def command_for(row: dict, task: str) -> str:
     m = row["match"]
-    if m["model"] == "bilstm":
-        return "(sequential BiLSTM baseline: not implemented yet)"
     if m["model"] in ("nb", "svm"):
         return f"python experiments/sst.py --model {m['model']} --{'fine-grained' if task == 'fine' else 'binary'}"
     parts = ["python experiments/sst.py", f"--model {m['model']}", f"--embeddings {m.get('embeddings', 'random')}",

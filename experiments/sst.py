@@ -32,6 +32,7 @@ import torch
 from graphtree.datasets import SST
 from graphtree.embeddings import embedding_matrix, load_glove
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier
+from graphtree.models.spans import SpanLSTMClassifier
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.train import (
     PRESETS,
@@ -60,6 +61,7 @@ MODELS = {
     "contree_lex": dict(paper="teng", dim=300, hidden=150, dropout=0.5, epochs=30),
     "topdown":     dict(paper="teng", dim=300, hidden=150, dropout=0.5, epochs=30),
     "bicontree":   dict(paper="teng", dim=300, hidden=150, dropout=0.5, epochs=30),
+    "bilstm":      dict(paper="tai", dim=300, hidden=168, dropout=0.5, epochs=10),   # sequential, on every span
 }
 TENG_VARIANTS = {"contree": "contree", "contree_lex": "contree_lex", "topdown": "top_down", "bicontree": "bicontree"}
 BASELINES = ("nb", "svm")    # bag-of-words naive Bayes and linear SVM over every labelled training phrase
@@ -147,6 +149,9 @@ def build_model(cfg: dict, vocab_size: int, num_classes: int, pretrained: torch.
         net = BiTreeLSTM(dim, hidden, num_classes, mlp_channels=MLP_CHANNELS, variant=TENG_VARIANTS[model],
                          head=cfg["head"], dropout=dropout)
         return WordInputModel(embedding, net), embedding
+    if model == "bilstm":  # Tai's footnote 2: the two directions share their weights
+        return SpanLSTMClassifier(embedding, hidden, num_classes, bidirectional=True, tied=True,
+                                  dropout=dropout), embedding
     if model == "nary":
         cell = NaryTreeLSTM(dim, hidden)
     elif model == "childsum":
