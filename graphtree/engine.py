@@ -240,10 +240,11 @@ class ParamGrads(dict):
 
     def flush(self) -> None:
         """Apply everything collected by :meth:`add_outer` and :meth:`add_sum`."""
+        from .nn.functional import add_outer_  # graphtree.nn imports this module
         for name, pairs in self._outer.items():
             grad_out = torch.cat([g for g, _ in pairs]) if len(pairs) > 1 else pairs[0][0]
             x = torch.cat([x for _, x in pairs]) if len(pairs) > 1 else pairs[0][1]
-            self[name].addmm_(grad_out.t(), x)
+            add_outer_(self[name], grad_out, x)
         for name, terms in self._sums.items():
             self[name] += (torch.cat(terms) if len(terms) > 1 else terms[0]).sum(0)
         self._outer.clear()

@@ -13,7 +13,7 @@ from trees import random_ptb
 
 from graphtree.data import from_ptb
 from graphtree.nn import SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
-from graphtree.nn.functional import PackedWeights, onednn_available
+from graphtree.nn.functional import PackedWeights, add_outer_, onednn_available
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this PyTorch build has no usable oneDNN")
 
@@ -95,3 +95,13 @@ def test_cells_agree_with_and_without_onednn(name, input_grad, monkeypatch):
         assert not any(taken)
     for a, b in zip(with_onednn, without, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows", [10, 300])
+def test_add_outer_equals_addmm(rows):
+    torch.manual_seed(0)
+    grad_out, x = torch.randn(rows, 40), torch.randn(rows, 24)
+    start = torch.randn(40, 24)
+    expected = start.double() + grad_out.double().t() @ x.double()
+    torch.testing.assert_close(add_outer_(start.clone(), grad_out, x).double(), expected, atol=1e-4, rtol=1e-5)

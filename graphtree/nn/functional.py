@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["PackedWeights", "fast_tanh", "onednn_available"]
+__all__ = ["PackedWeights", "add_outer_", "fast_tanh", "onednn_available"]
 
 
 def fast_tanh(z: Tensor) -> Tensor:
@@ -98,3 +98,20 @@ class PackedWeights:
                                         or (bias is not None and bias.requires_grad)):
             return False  # the oneDNN ops have no autograd formula
         return torch.backends.mkldnn.enabled and onednn_available()
+
+
+def add_outer_(out: Tensor, grad_out: Tensor, x: Tensor) -> Tensor:
+    r"""``out += grad_out^T x`` in place: a weight gradient summed over many rows.
+
+    On CPU in float32 (with many rows) through oneDNN, about 1.5x faster here
+    than ``addmm_``; elsewhere ``addmm_``.
+    """
+    fast = (grad_out.size(0) >= 64 and out.device.type == "cpu" and out.dtype == torch.float32
+            and grad_out.dtype == torch.float32 and x.dtype == torch.float32
+            and not (torch.is_grad_enabled() and (grad_out.requires_grad or x.requires_grad))
+            and torch.backends.mkldnn.enabled and onednn_available())
+    if not fast:
+        return out.addmm_(grad_out.t(), x)
+    # (grad_out^T x) = linear(grad_out^T, weight=x^T): x^T is packed once, for this product alone.
+    packed = torch.ops.mkldnn._reorder_linear_weight(x.t().contiguous(), None)
+    return out.add_(torch.ops.mkldnn._linear_pointwise(grad_out.t().contiguous(), packed, None, "none", [], ""))
