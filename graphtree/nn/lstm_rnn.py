@@ -10,15 +10,31 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 
-from ..engine import Children
+from ..engine import Children, ParamGrads
 from .cell import TreeCell
+from .functional import fast_tanh
 
 __all__ = ["LSTMRNN"]
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "tanh": torch.tanh,
-    "softsign": F.softsign,
-    "sigmoid": torch.sigmoid,
+
+def _tanh_chain(grad: Tensor, g: Tensor) -> Tensor:
+    return torch.addcmul(grad, grad * g, g, value=-1)  # tanh' = 1 - tanh^2
+
+
+def _sigmoid_chain(grad: Tensor, g: Tensor) -> Tensor:
+    grad_g = grad * g
+    return torch.addcmul(grad_g, grad_g, g, value=-1)  # sigmoid' = sigmoid (1 - sigmoid)
+
+
+def _softsign_chain(grad: Tensor, g: Tensor) -> Tensor:
+    return grad * (1 - g.abs()).square()  # softsign'(v) = 1 / (1 + |v|)^2 = (1 - |softsign(v)|)^2
+
+
+# g, and grad -> grad * g'(v) written in terms of g's output (which is all backward keeps).
+ACTIVATIONS: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]] = {
+    "tanh": (fast_tanh, _tanh_chain),
+    "softsign": (F.softsign, _softsign_chain),
+    "sigmoid": (torch.sigmoid, _sigmoid_chain),
 }
 
 
@@ -134,7 +150,7 @@ class LSTMRNN(TreeCell):
                              "section 4), and leaf and inner outputs share one h tensor. Project the word "
                              "vectors to hidden_channels first if they differ.")
         self.in_channels, self.hidden_channels, self.activation = in_channels, hidden_channels, activation
-        self.g = ACTIVATIONS[activation]
+        self.g, self._chain = ACTIVATIONS[activation]
         d = hidden_channels
         self.state_channels = (d, d, 8 * d)  # (p, c_p, m)
         self.W_leaf = Parameter(torch.empty(8 * d, in_channels))
@@ -149,32 +165,81 @@ class LSTMRNN(TreeCell):
         p, c, _ = self.propagate_levels((x,), batch)
         return p, c
 
+    fused_backward = True  # the engine uses backward_level, the hand-written derivatives below
+
     def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor, Tensor]:
+        return self.forward_level(inputs, children)[0]
+
+    def forward_level(self, inputs: tuple[Tensor, ...],
+                      children: Children) -> tuple[tuple[Tensor, Tensor, Tensor], tuple]:
+        """States ``(p, c_p, m)`` of one level, and what :meth:`backward_level` needs."""
         (x,) = inputs
         _, c_xy, m_xy = children.states  # [n, 2, ·], or [n, 0, ·] at the leaves
-        d = self.hidden_channels
+        weights = self.weights
         if m_xy.size(1) == 0:
             # Leaves: output w, memory 0, so m is the leaf set applied to w alone.
-            return x, torch.zeros_like(x), x @ self.W_leaf.t()
+            return (x, torch.zeros_like(x), weights.linear(x, self.W_leaf)), ("leaf", weights, x)
 
-        n = m_xy.size(0)
+        n, d = m_xy.size(0), self.hidden_channels
+        g = self.g
         b_if, b_c, b_o = self.b.split((2 * d, d, d))
         # Row k of [n, 2, ·] is child k: "first" holds its (W_i1, W_f1) blocks, "second"
         # its (W_i2, W_f2) blocks, "own" its (W_c1, W_o1, W_c2, W_o2) blocks.
         first, second, own = m_xy.split((2 * d, 2 * d, 4 * d), dim=-1)
         # Child k's gates (i_k, f_k) add its own first blocks to the other child's
         # second blocks, so i_2 and f_2 reuse W_i1, W_f1 with the children swapped.
-        i, f = torch.sigmoid(first + second.flip(1) + b_if).split(d, dim=-1)
+        gates = torch.sigmoid(first + second.flip(1) + b_if)  # [n, 2, 2d]: (i_k, f_k) per child
+        i, f = gates[..., :d], gates[..., d:]
         # W_c1, W_o1 apply to the first child, W_c2, W_o2 to the second: the diagonal of (child, position).
-        Wc_u, Wo_u = own.reshape(n, 2, 2, 2 * d).diagonal(dim1=1, dim2=2).transpose(1, 2).split(d, dim=-1)
-        c_p = (f * c_xy).sum(dim=1) + self.g((Wc_u * i).sum(dim=1) + b_c)
+        Wco_u = own.reshape(n, 2, 2, 2 * d).diagonal(dim1=1, dim2=2).transpose(1, 2)
+        Wc_u, Wo_u = Wco_u[..., :d], Wco_u[..., d:]
+        g_a = g((Wc_u * i).sum(dim=1) + b_c)
+        c_p = (f * c_xy).sum(dim=1) + g_a
         # W_ci1 .. W_cf2 feed this node's m; W_co feeds its own output gate.
-        peep, Wco_c = (c_p @ self.W_cell.t()).split((4 * d, d), dim=-1)
-        o = torch.sigmoid(Wo_u.sum(dim=1) + Wco_c + b_o)
-        p = o * self.g(c_p)
-        gates_u, own_u = (p @ self.W_inner.t()).split((4 * d, 4 * d), dim=-1)
-        m_p = torch.cat((gates_u + peep, own_u), dim=-1)
-        return p, c_p, m_p
+        cell_terms = weights.linear(c_p, self.W_cell)
+        o = torch.sigmoid(Wo_u.sum(dim=1) + cell_terms[:, 4 * d:] + b_o)
+        g_c = g(c_p)
+        p = o * g_c
+        m_p = weights.linear(p, self.W_inner)
+        m_p[:, :4 * d] += cell_terms[:, :4 * d]
+        return (p, c_p, m_p), ("node", weights, c_xy, gates, Wc_u, g_a, c_p, o, g_c, p)
+
+    def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor, Tensor], grad_params: ParamGrads,
+                       needs_input_grad: tuple[bool, ...] = (True,),
+                       ) -> tuple[tuple[Tensor | None], tuple[Tensor | None, Tensor, Tensor] | tuple]:
+        """Hand-written derivatives of :meth:`forward_level`, checked against autograd in the tests."""
+        grad_p, grad_c, grad_m = grad_states
+        if context[0] == "leaf":
+            _, weights, x = context
+            grad_params.add_outer("W_leaf", grad_m, x)
+            if not needs_input_grad[0]:
+                return (None,), ()
+            # A leaf's memory is the constant 0, so grad_c does not reach x.
+            return (grad_p + weights.linear(grad_m, self.W_leaf, transpose=True),), ()
+
+        _, weights, c_xy, gates, Wc_u, g_a, c_p, o, g_c, p = context
+        n, d = c_xy.size(0), self.hidden_channels
+        chain = self._chain
+        grad_params.add_outer("W_inner", grad_m, p)
+        grad_p = weights.linear(grad_m, self.W_inner, transpose=True).add_(grad_p)
+        grad_o = grad_p * g_c
+        grad_o = torch.addcmul(grad_o, grad_o, o, value=-1).mul_(o)  # sigma' = o (1 - o)
+        # The peephole blocks of m and the output gate's W_co term are one product with W_cell.
+        grad_cell = torch.cat([grad_m[:, :4 * d], grad_o], dim=1)
+        grad_params.add_outer("W_cell", grad_cell, c_p)
+        grad_c = weights.linear(grad_cell, self.W_cell, transpose=True).add_(grad_c).add_(chain(grad_p * o, g_c))
+        grad_a = chain(grad_c, g_a)
+        grad_gates = torch.cat([grad_a.unsqueeze(1) * Wc_u, grad_c.unsqueeze(1) * c_xy], dim=-1).mul_(gates)
+        grad_gates = torch.addcmul(grad_gates, grad_gates, gates, value=-1)  # sigma' = s (1 - s)
+        grad_params.add_sum("b", torch.cat([grad_gates.sum(dim=1), grad_a, grad_o], dim=1))
+        # Child k's m: its first blocks feed its own gates, its second blocks the sibling's,
+        # and of its own blocks only the (W_c, W_o) pair of its position is read.
+        grad_m_xy = torch.cat([grad_gates, grad_gates.flip(1), grad_m.new_zeros(n, 2, 4 * d)], dim=-1)
+        own = grad_m_xy[..., 4 * d:].view(n, 2, 2, 2 * d).diagonal(dim1=1, dim2=2).transpose(1, 2)
+        torch.mul(grad_a.unsqueeze(1), gates[..., :d], out=own[..., :d])
+        own[..., d:] = grad_o.unsqueeze(1)
+        # The children's outputs p reach this node only through their m: no gradient for them here.
+        return (None,), (None, grad_c.unsqueeze(1) * gates[..., d:], grad_m_xy)
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, "
