@@ -12,11 +12,12 @@ import random
 
 import pytest
 import torch
+from fused import fused_and_recomputed, spy_backward_level, with_and_without_onednn
 from torch_geometric.data import Batch
 from trees import random_ptb
 
 from graphtree.data import from_ptb
-from graphtree.nn.functional import PackedWeights, onednn_available
+from graphtree.nn.functional import onednn_available
 from graphtree.nn.head_lexicalization import HeadLexicalization
 
 # (method, n_ary): the gate of eqs 8-9, its softmax over three children, and the parameter-free baselines.
@@ -58,18 +59,6 @@ def make(method: str, n_ary: int, channels: int, dtype: torch.dtype = torch.floa
     return layer
 
 
-def spy_backward_level(monkeypatch) -> list[int]:
-    calls: list[int] = []
-    original = HeadLexicalization.backward_level
-
-    def counted(self, *args, **kwargs):
-        calls.append(1)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(HeadLexicalization, "backward_level", counted)
-    return calls
-
-
 def run(layer: HeadLexicalization, x: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, ...]:
     """Head vectors, then the gradients of x (when it needs one) and of every parameter."""
     heads = layer(x, batch)
@@ -84,7 +73,7 @@ def test_gradcheck_through_the_fused_backward(method, n_ary, monkeypatch):
     layer = make(method, n_ary, 3)
     batch = small_batch(n_ary)
     x = torch.randn(batch.num_nodes, 3, dtype=torch.float64, requires_grad=True)
-    calls = spy_backward_level(monkeypatch)
+    calls = spy_backward_level(monkeypatch, HeadLexicalization)
     assert torch.autograd.gradcheck(lambda x, *params: layer(x, batch), (x, *layer.parameters()))
     assert calls, "the fused backward was never used"
 
@@ -106,13 +95,7 @@ def test_fused_equals_recompute(method, n_ary, input_grad, monkeypatch):
     layer = make(method, n_ary, 6)
     batch = small_batch(n_ary, seed=3)
     x = torch.randn(batch.num_nodes, 6, dtype=torch.float64, requires_grad=input_grad)
-    calls = spy_backward_level(monkeypatch)
-    fused = run(layer, x, batch)
-    assert calls
-    calls.clear()
-    monkeypatch.setattr(HeadLexicalization, "fused_backward", False)
-    recomputed = run(layer, x, batch)
-    assert not calls, "the recompute path called backward_level"
+    fused, recomputed = fused_and_recomputed(monkeypatch, HeadLexicalization, lambda: run(layer, x, batch))
     for k, (a, b) in enumerate(zip(fused, recomputed, strict=True)):
         assert b.abs().sum() > 0, k
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10, msg=lambda m, k=k: f"output/gradient {k}: {m}")
@@ -127,14 +110,6 @@ def test_gated_agrees_with_and_without_onednn(n_ary, input_grad, monkeypatch):
     layer = make("gated", n_ary, 16, torch.float32)
     batch = random_batch(n_ary, seed=1)
     x = torch.randn(batch.num_nodes, 16, requires_grad=input_grad)
-    taken = []
-    fast = PackedWeights._fast
-    monkeypatch.setattr(PackedWeights, "_fast", lambda self, *a: taken.append(fast(self, *a)) or taken[-1])
-    with_onednn = run(layer, x, batch)
-    assert any(taken), "the oneDNN path was never taken"
-    with torch.backends.mkldnn.flags(enabled=False):
-        taken.clear()
-        without = run(layer, x, batch)
-        assert not any(taken)
+    with_onednn, without = with_and_without_onednn(monkeypatch, lambda: run(layer, x, batch))
     for a, b in zip(with_onednn, without, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)

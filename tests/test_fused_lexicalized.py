@@ -11,11 +11,12 @@ import random
 
 import pytest
 import torch
+from fused import fused_and_recomputed, spy_backward_level, with_and_without_onednn
 from torch_geometric.data import Batch
 from trees import random_ptb
 
 from graphtree.data import from_ptb
-from graphtree.nn.functional import PackedWeights, onednn_available
+from graphtree.nn.functional import onednn_available
 from graphtree.nn.lexicalized import LexicalizedTreeLSTM
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this PyTorch build has no usable oneDNN")
@@ -41,15 +42,7 @@ def outputs_and_grads(cell: LexicalizedTreeLSTM, x: torch.Tensor, batch: Batch) 
 @pytest.fixture
 def backward_calls(monkeypatch) -> list[int]:
     """Counts calls of the hand-written backward, to show which path the engine took."""
-    calls: list[int] = []
-    original = LexicalizedTreeLSTM.backward_level
-
-    def spy(self, *args, **kwargs):
-        calls.append(1)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(LexicalizedTreeLSTM, "backward_level", spy)
-    return calls
+    return spy_backward_level(monkeypatch, LexicalizedTreeLSTM)
 
 
 @pytest.mark.parametrize("lexicalized", [True, False])
@@ -65,7 +58,7 @@ def test_gradcheck_through_the_hand_written_backward(lexicalized, backward_calls
 @pytest.mark.parametrize("lexicalized", [True, False])
 @pytest.mark.parametrize("n_ary", [1, 2, 3])
 @pytest.mark.parametrize("input_grad", [True, False])
-def test_fused_equals_recompute(lexicalized, n_ary, input_grad, backward_calls, monkeypatch):
+def test_fused_equals_recompute(lexicalized, n_ary, input_grad, monkeypatch):
     torch.manual_seed(1)
     if n_ary == 1:  # unary chains of several lengths
         batch = Batch.from_data_list([from_ptb("(0 " * k + "(1 w)" + ")" * k) for k in range(6)])
@@ -74,12 +67,8 @@ def test_fused_equals_recompute(lexicalized, n_ary, input_grad, backward_calls, 
     cell = LexicalizedTreeLSTM(5, 4, n_ary=n_ary, lexicalized=lexicalized).double()
     x = torch.randn(batch.num_nodes, 5, dtype=torch.float64, requires_grad=input_grad)
 
-    fused = outputs_and_grads(cell, x, batch)
-    assert backward_calls
-    backward_calls.clear()
-    monkeypatch.setattr(LexicalizedTreeLSTM, "fused_backward", False)
-    recomputed = outputs_and_grads(cell, x, batch)
-    assert not backward_calls, "the recompute path still called backward_level"
+    fused, recomputed = fused_and_recomputed(monkeypatch, LexicalizedTreeLSTM,
+                                             lambda: outputs_and_grads(cell, x, batch))
     assert len(fused) == len(recomputed) == 2 + int(input_grad) + len(list(cell.parameters()))
     for a, b in zip(fused, recomputed, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
@@ -113,15 +102,7 @@ def test_onednn_equals_plain_matmuls(lexicalized, input_grad, monkeypatch, backw
     cell = LexicalizedTreeLSTM(24, 16, lexicalized=lexicalized)
     x = torch.randn(batch.num_nodes, 24, requires_grad=input_grad)
 
-    taken = []
-    fast = PackedWeights._fast
-    monkeypatch.setattr(PackedWeights, "_fast", lambda self, *a: taken.append(fast(self, *a)) or taken[-1])
-    with_onednn = outputs_and_grads(cell, x, batch)
-    assert any(taken), "the oneDNN path was never taken"
+    with_onednn, without = with_and_without_onednn(monkeypatch, lambda: outputs_and_grads(cell, x, batch))
     assert backward_calls
-    with torch.backends.mkldnn.flags(enabled=False):
-        taken.clear()
-        without = outputs_and_grads(cell, x, batch)
-        assert not any(taken)
     for a, b in zip(with_onednn, without, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)

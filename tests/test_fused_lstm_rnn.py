@@ -12,12 +12,13 @@ import random
 
 import pytest
 import torch
+from fused import fused_and_recomputed, spy_backward_level, with_and_without_onednn
 from torch_geometric.data import Batch
 from trees import random_ptb
 
 from graphtree.data import from_ptb
 from graphtree.nn import LSTMRNN
-from graphtree.nn.functional import PackedWeights, onednn_available
+from graphtree.nn.functional import onednn_available
 
 ACTIVATIONS = ["tanh", "softsign", "sigmoid"]
 
@@ -44,18 +45,6 @@ def random_batch(seed: int, count: int = 30) -> Batch:
     return Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 20), 2, rng)) for _ in range(count)])
 
 
-def spy_backward_level(monkeypatch) -> list[int]:
-    calls: list[int] = []
-    original = LSTMRNN.backward_level
-
-    def counted(self, *args, **kwargs):
-        calls.append(1)
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(LSTMRNN, "backward_level", counted)
-    return calls
-
-
 def run(cell: LSTMRNN, x: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, ...]:
     """Outputs, then the gradients of x (when it needs one) and of every parameter."""
     h, c = cell(x, batch)
@@ -72,7 +61,7 @@ def test_gradcheck_through_the_fused_backward(activation, monkeypatch):
     cell = LSTMRNN(3, 3, activation=activation).double()
     batch = small_batch()
     x = torch.randn(batch.num_nodes, 3, dtype=torch.float64, requires_grad=True)
-    calls = spy_backward_level(monkeypatch)
+    calls = spy_backward_level(monkeypatch, LSTMRNN)
     assert torch.autograd.gradcheck(lambda x, *params: cell(x, batch), (x, *cell.parameters()))
     assert calls, "the fused backward was never used"
 
@@ -84,13 +73,7 @@ def test_fused_equals_recompute(activation, input_grad, monkeypatch):
     cell = LSTMRNN(6, 6, activation=activation).double()
     batch = random_batch(seed=2, count=8)
     x = torch.randn(batch.num_nodes, 6, dtype=torch.float64, requires_grad=input_grad)
-    calls = spy_backward_level(monkeypatch)
-    fused = run(cell, x, batch)
-    assert calls
-    calls.clear()
-    monkeypatch.setattr(LSTMRNN, "fused_backward", False)
-    recomputed = run(cell, x, batch)
-    assert not calls, "the recompute path called backward_level"
+    fused, recomputed = fused_and_recomputed(monkeypatch, LSTMRNN, lambda: run(cell, x, batch))
     for k, (a, b) in enumerate(zip(fused, recomputed, strict=True)):
         assert b.abs().sum() > 0, k
         torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-8, msg=lambda m, k=k: f"output/gradient {k}: {m}")
@@ -105,14 +88,6 @@ def test_agrees_with_and_without_onednn(activation, input_grad, monkeypatch):
     cell = LSTMRNN(16, 16, activation=activation)
     batch = random_batch(seed=1)
     x = torch.randn(batch.num_nodes, 16, requires_grad=input_grad)
-    taken = []
-    fast = PackedWeights._fast
-    monkeypatch.setattr(PackedWeights, "_fast", lambda self, *a: taken.append(fast(self, *a)) or taken[-1])
-    with_onednn = run(cell, x, batch)
-    assert any(taken), "the oneDNN path was never taken"
-    with torch.backends.mkldnn.flags(enabled=False):
-        taken.clear()
-        without = run(cell, x, batch)
-        assert not any(taken)
+    with_onednn, without = with_and_without_onednn(monkeypatch, lambda: run(cell, x, batch))
     for a, b in zip(with_onednn, without, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)

@@ -8,6 +8,7 @@ import random
 
 import pytest
 import torch
+from fused import with_and_without_onednn
 from torch_geometric.data import Batch
 from trees import random_ptb
 
@@ -84,15 +85,7 @@ def test_cells_agree_with_and_without_onednn(name, input_grad, monkeypatch):
     batch = _batch(seed=1)
     x = torch.randn(batch.num_nodes, cell.in_channels, requires_grad=input_grad)
 
-    taken = []
-    fast = PackedWeights._fast
-    monkeypatch.setattr(PackedWeights, "_fast", lambda self, *a: taken.append(fast(self, *a)) or taken[-1])
-    with_onednn = _run(cell, x, batch)
-    assert any(taken), "the oneDNN path was never taken"
-    with torch.backends.mkldnn.flags(enabled=False):
-        taken.clear()
-        without = _run(cell, x, batch)
-        assert not any(taken)
+    with_onednn, without = with_and_without_onednn(monkeypatch, lambda: _run(cell, x, batch))
     for a, b in zip(with_onednn, without, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
