@@ -52,7 +52,13 @@ from graphtree.models.similarity import (
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, seed_everything
 from graphtree.train.pairs import PairTrainer, pearson_by_length
-from graphtree.train.runs import add_run_arguments, default_mirror, machine_description, quick_sample
+from graphtree.train.runs import (
+    add_run_arguments,
+    default_mirror,
+    finished_run,
+    machine_description,
+    quick_sample,
+)
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -156,6 +162,9 @@ def main(args: argparse.Namespace) -> None:
     for seed in args.seeds:
         name = f"{args.model}_{args.embeddings if args.embeddings == 'glove50' else Path(args.embeddings).stem}"
         name += (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + f"_s{seed}"
+        if finished_run(results, name, cfg) is not None:
+            print(f"{name}: finished earlier ({results.name}/{name}.json), skipped", file=sys.stderr)
+            continue
         seed_everything(seed)
         model = build_model(args.model, len(vocab), vectors.dim, embedding_matrix(vocab, vectors, missing="mean"))
         optimizer = PaperOptimizer.for_model(model, model.encoder.embedding, OPTIMIZER)

@@ -45,7 +45,13 @@ from graphtree.train import (
     restrict_supervision,
     seed_everything,
 )
-from graphtree.train.runs import add_run_arguments, default_mirror, machine_description, quick_sample
+from graphtree.train.runs import (
+    add_run_arguments,
+    default_mirror,
+    finished_run,
+    machine_description,
+    quick_sample,
+)
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -197,6 +203,9 @@ def train(args: argparse.Namespace) -> None:
                    sample="random-0" if args.quick else "all")
     for seed in args.seeds:
         name = run_name(cfg, seed)
+        if finished_run(results, name, cfg) is not None:
+            print(f"{name}: finished earlier ({results.name}/{name}.json), skipped", file=sys.stderr)
+            continue
         seed_everything(seed)
         if vectors is not None:
             pretrained = embedding_matrix(vocab, vectors, missing="mean")

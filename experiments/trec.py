@@ -42,7 +42,13 @@ from graphtree.models import BiTreeLSTM, NodeEmbedding
 from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer, WordInputModel, atomic_write_text, seed_everything
-from graphtree.train.runs import add_run_arguments, default_mirror, machine_description, quick_sample
+from graphtree.train.runs import (
+    add_run_arguments,
+    default_mirror,
+    finished_run,
+    machine_description,
+    quick_sample,
+)
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -136,6 +142,9 @@ def train(args: argparse.Namespace) -> None:
     for seed in args.seeds:
         name = f"{args.model}_{args.embeddings if args.embeddings == 'glove50' else Path(args.embeddings).stem}"
         name += (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + f"_s{seed}"
+        if finished_run(results, name, cfg) is not None:
+            print(f"{name}: finished earlier ({results.name}/{name}.json), skipped", file=sys.stderr)
+            continue
         seed_everything(seed)
         model, embedding = build_model(args.model, len(vocab), vectors.dim, len(TREC.COARSE_CLASSES),
                                        embedding_matrix(vocab, vectors, missing="mean"))

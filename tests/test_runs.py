@@ -1,8 +1,11 @@
 """Run set-up shared by the experiment scripts."""
 
 import argparse
+import json
 
-from graphtree.train.runs import add_run_arguments, default_mirror, quick_sample
+import pytest
+
+from graphtree.train.runs import add_run_arguments, default_mirror, finished_run, quick_sample
 
 
 def test_quick_sample_is_fixed_sorted_and_distinct():
@@ -30,3 +33,12 @@ def test_common_flags(tmp_path):
     args = parser.parse_args(["--seeds", "1", "2", "--quick"])
     assert args.seeds == [1, 2] and args.quick and args.threads == 1 and args.epochs is None
     assert args.data_root == str(tmp_path / "datasets")
+
+
+def test_finished_run_is_found_by_its_results_file_and_settings(tmp_path):
+    config = {"model": "nary", "epochs": 10, "grid": (1, 2)}
+    assert finished_run(tmp_path, "nary_s1", config) is None
+    (tmp_path / "nary_s1.json").write_text(json.dumps({"config": config, "test": {"root": 50.0}}))
+    assert finished_run(tmp_path, "nary_s1", config)["test"]["root"] == 50.0  # tuples and lists compare equal
+    with pytest.raises(ValueError, match="differing: epochs"):
+        finished_run(tmp_path, "nary_s1", {**config, "epochs": 30})

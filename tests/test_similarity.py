@@ -23,7 +23,8 @@ from graphtree.models.similarity import (
     similarity_loss,
 )
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
-from graphtree.train.pairs import pearson, relatedness, spearman
+from graphtree.train import PRESETS, PaperOptimizer, Trainer
+from graphtree.train.pairs import PairTrainer, pearson, predict_pairs, relatedness, spearman
 
 VOCAB = {"a": 1, "man": 2, "is": 3, "walking": 4, "dog": 5, "runs": 6}
 
@@ -143,3 +144,53 @@ def test_metrics_match_hand_values() -> None:
     assert m["mse"] == pytest.approx(2 / 3)
     assert m["n"] == 3
     assert math.isnan(pearson([1, 1, 1], [1, 2, 3]))
+
+
+def _rated_pairs(scores: list[float]) -> list:
+    sentences = [([2, 3, 0, 3], ["a", "man", "is", "walking"]), ([2, 3, 0], ["a", "dog", "runs"]),
+                 ([2, 0, 2], ["a", "dog", "is"]), ([0, 1], ["man", "runs"])]
+    pairs = []
+    for k, score in enumerate(scores):
+        (pa, wa), (pb, wb) = sentences[k % 4], sentences[(k + 1 + k // 4) % 4]
+        pairs.append(make_pair(from_parents(pa, wa, vocab=VOCAB), from_parents(pb, wb, vocab=VOCAB),
+                               score=torch.tensor([score]), target=sick_target(score).unsqueeze(0),
+                               pair_id=torch.tensor([k])))
+    return pairs
+
+
+def _fit_pairs(epochs: int, checkpoint, train, dev):
+    torch.manual_seed(0)
+    embedding = NodeEmbedding(len(VOCAB) + 1, 4)
+    model = PairSimilarity(TreeEncoder(embedding, ChildSumTreeLSTM(4, 5)))
+    optimizer = PaperOptimizer.for_model(model, embedding, PRESETS["tai"])
+    trainer = PairTrainer(model, optimizer, epochs=epochs, batch_size=3, seed=7, loss_fn=similarity_loss,
+                          checkpoint=checkpoint, config={"run": "resume-test"}, progress=False)
+    return model, trainer.fit(train, dev)
+
+
+def test_pair_trainer_resumes_to_the_uninterrupted_run_and_keeps_the_best_dev_pearson(tmp_path) -> None:
+    train = _rated_pairs([1.0, 4.6, 2.2, 3.9, 3.0, 4.1, 1.7, 2.8])
+    dev = _rated_pairs([1.2, 4.8, 3.3, 2.0, 4.4])
+    model_full, full = _fit_pairs(4, tmp_path / "full.pt", train, dev)
+    _fit_pairs(2, tmp_path / "part.pt", train, dev)
+    model_resumed, resumed = _fit_pairs(4, tmp_path / "part.pt", train, dev)
+
+    assert resumed.resumed_at == 2 and full.resumed_at == 0
+    assert [h["dev_pearson"] for h in resumed.history] == [h["dev_pearson"] for h in full.history]
+    for key, value in model_full.state_dict().items():
+        assert torch.equal(value, model_resumed.state_dict()[key]), key
+    # The epoch kept is the first with the highest dev r, recomputed here from the history.
+    rs = [h["dev_pearson"] for h in full.history]
+    assert full.best_epoch == rs.index(max(r for r in rs if not math.isnan(r))) + 1
+    dev_pred, dev_gold = predict_pairs(model_full, [Batch.from_data_list(dev)])
+    assert pearson(dev_pred, dev_gold) == pytest.approx(full.best_dev["pearson"], abs=1e-6)
+
+
+def test_node_trainer_refuses_a_pair_checkpoint(tmp_path) -> None:
+    train = _rated_pairs([1.0, 4.6, 2.2])
+    model, _ = _fit_pairs(1, tmp_path / "pair.pt", train, train)
+    optimizer = PaperOptimizer.for_model(model, model.encoder.embedding, PRESETS["tai"])
+    trainer = Trainer(model, optimizer, epochs=1, batch_size=3, seed=7, checkpoint=tmp_path / "pair.pt",
+                      config={"run": "resume-test"}, progress=False)
+    with pytest.raises(ValueError, match="not a checkpoint of Trainer"):
+        trainer.fit(train, train)

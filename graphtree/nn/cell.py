@@ -53,6 +53,13 @@ class TreeCell(MessagePassing):
             torch.nn.init.uniform_(param, -bound, bound)
 
     def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, ...]:
+        """States of one level's nodes; a cell with :meth:`forward_level` gets it from there."""
+        if type(self).forward_level is TreeCell.forward_level:
+            raise NotImplementedError(f"{type(self).__name__} implements neither update nor forward_level")
+        return self.forward_level(inputs, children)[0]
+
+    def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, ...], Any]:
+        """States of one level and the context its :meth:`backward_level` needs (fused cells only)."""
         raise NotImplementedError
 
     def propagate_levels(self, inputs: tuple[Tensor, ...], batch: Schedule | Any) -> tuple[Tensor, ...]:

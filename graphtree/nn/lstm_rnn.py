@@ -167,9 +167,6 @@ class LSTMRNN(TreeCell):
 
     fused_backward = True  # the engine uses backward_level, the hand-written derivatives below
 
-    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor, Tensor]:
-        return self.forward_level(inputs, children)[0]
-
     def forward_level(self, inputs: tuple[Tensor, ...],
                       children: Children) -> tuple[tuple[Tensor, Tensor, Tensor], tuple]:
         """States ``(p, c_p, m)`` of one level, and what :meth:`backward_level` needs."""

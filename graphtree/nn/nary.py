@@ -110,9 +110,6 @@ class NaryTreeLSTM(TreeCell):
         """The engine uses :meth:`backward_level` (hand-written derivatives) for the full parameterization."""
         return self.forget == "full"
 
-    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor]:
-        return self.forward_level(inputs, children)[0]
-
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""
         (x_or_Wx,) = inputs

@@ -119,9 +119,6 @@ class SLSTM(TreeCell):
 
     fused_backward = True  # the engine uses backward_level, the hand-written derivatives below
 
-    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor]:
-        return self.forward_level(inputs, children)[0]
-
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""
         (x,) = inputs

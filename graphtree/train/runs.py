@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 from pathlib import Path
@@ -11,7 +12,7 @@ import torch
 
 from ..datasets import MIRROR_ENV
 
-__all__ = ["add_run_arguments", "default_mirror", "machine_description", "quick_sample"]
+__all__ = ["add_run_arguments", "default_mirror", "finished_run", "machine_description", "quick_sample"]
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, epochs_help: str, quick_help: str) -> None:
@@ -41,3 +42,23 @@ def quick_sample(data: list, size: int) -> list:
 def machine_description() -> str:
     """What a results file records about the machine."""
     return f"{platform.machine()}, {os.cpu_count()} CPUs"
+
+
+def finished_run(results: Path, name: str, config: dict) -> dict | None:
+    """The record of run ``name`` if ``results/<name>.json`` holds it, written with these settings; else ``None``.
+
+    Results files are what a run leaves behind for good (checkpoints are
+    scratch and may be gone), so a script skips a seed whose results file
+    exists rather than training it again. A file written with other settings
+    is an error, not something to overwrite.
+    """
+    path = Path(results) / f"{name}.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    stored, wanted = record.get("config", {}), json.loads(json.dumps(config))
+    if stored != wanted:
+        changed = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
+        raise ValueError(f"{path} holds a run with other settings (differing: {', '.join(changed)}); "
+                         "delete it to run again, or give this run another name")
+    return record

@@ -116,14 +116,35 @@ class Trainer:
         self.loss_fn, self.eval_batch_size = loss_fn, eval_batch_size
         self.progress, self.desc, self.extra, self.on_step = progress, desc, extra or {}, on_step
 
+    # -- what differs between trainers (see PairTrainer) ----------------------------------------------
+
+    checkpoint_format: Any = CHECKPOINT_FORMAT
+    csv_fields: tuple[str, ...] = CSV_FIELDS
+
+    def _batch_loss(self, batch: Batch) -> Tensor:
+        """The summed loss of one minibatch."""
+        return self.loss_fn(self.model(batch), batch.y)
+
+    def _validate(self, dev_batches: list[Batch]) -> tuple[dict[str, float], dict[str, Any]]:
+        """Dev metrics after an epoch: the history columns, and the dict kept with the best epoch."""
+        tally = evaluate(self.model, dev_batches)
+        return {"dev_root": tally.root, "dev_phrase": tally.phrase}, tally.as_dict()
+
+    def _improves(self, dev: dict[str, Any], best_dev: dict[str, Any] | None) -> bool:
+        """Whether this epoch's dev metrics displace the best so far (ties keep the earlier epoch)."""
+        return best_dev is None or dev["root"] > best_dev["root"]
+
+    def _last_dev(self, history: list[dict]) -> str:
+        return f"{history[-1]['dev_root']:.1f}" if history else "-"
+
     # -- checkpoints -------------------------------------------------------------------------------
 
     def _load(self) -> dict[str, Any] | None:
         if self.checkpoint is None or not self.checkpoint.is_file():
             return None
         state = torch.load(self.checkpoint, map_location="cpu", weights_only=False)
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{self.checkpoint} is not a checkpoint of this trainer (format "
+        if state.get("format") != self.checkpoint_format:
+            raise ValueError(f"{self.checkpoint} is not a checkpoint of {type(self).__name__} (format "
                              f"{state.get('format')!r}); delete it to start the run afresh")
         if state["config"] != self.config:
             changed = sorted(k for k in set(state["config"]) | set(self.config)
@@ -132,22 +153,22 @@ class Trainer:
                              f"{', '.join(changed)}); delete it, or give this run another name")
         return state
 
-    def _save(self, epoch: int, history: list[dict], best: dict, seconds: float, finished: bool) -> None:
+    def _save(self, epoch: int, history: list[dict], best: dict, seconds: float) -> None:
         if self.checkpoint is None:
             return
-        atomic_save({"format": CHECKPOINT_FORMAT, "config": self.config, "epoch": epoch, "finished": finished,
-                     "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "rng": get_rng_state(), "history": history, "best": best, "seconds": seconds,
-                     "extra": self.extra}, self.checkpoint)
+        atomic_save({"format": self.checkpoint_format, "config": self.config, "epoch": epoch,
+                     "finished": epoch == self.epochs, "model": self.model.state_dict(),
+                     "optimizer": self.optimizer.state_dict(), "rng": get_rng_state(), "history": history,
+                     "best": best, "seconds": seconds, "extra": self.extra}, self.checkpoint)
 
     def _write_csv(self, history: list[dict], best_epoch: int) -> None:
         if self.metrics_csv is None:
             return
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(out, fieldnames=self.csv_fields, lineterminator="\n")
         writer.writeheader()
         for row in history:
-            writer.writerow({**{k: row[k] for k in CSV_FIELDS[:-1]}, "best": int(row["epoch"] == best_epoch)})
+            writer.writerow({**{k: row[k] for k in self.csv_fields[:-1]}, "best": int(row["epoch"] == best_epoch)})
         atomic_write_text(out.getvalue(), self.metrics_csv)
 
     # -- training ----------------------------------------------------------------------------------
@@ -165,51 +186,50 @@ class Trainer:
             self.optimizer.load_state_dict(state["optimizer"])
             set_rng_state(state["rng"])
             history, best, seconds, start = state["history"], state["best"], state["seconds"], state["epoch"]
-        resumed_at = start
         dev_batches = collate(dev, self.eval_batch_size)
-        step = start * math.ceil(len(train) / self.batch_size)
+        steps_per_epoch = math.ceil(len(train) / self.batch_size)
         for epoch in range(start, self.epochs):
             began = time.perf_counter()
-            loss_sum, sentences = self._train_epoch(train, epoch, step, history)
-            step += math.ceil(len(train) / self.batch_size)
+            train_loss = self._train_epoch(train, epoch, epoch * steps_per_epoch, history)
             trained = time.perf_counter() - began
-            dev_tally = evaluate(self.model, dev_batches)
+            columns, dev_metrics = self._validate(dev_batches)
             took = time.perf_counter() - began
             seconds += took
-            history.append({"epoch": epoch + 1, "train_loss": loss_sum / sentences, "dev_root": dev_tally.root,
-                            "dev_phrase": dev_tally.phrase, "train_seconds": trained, "seconds": took})
-            if best["dev"] is None or dev_tally.root > best["dev"]["root"]:
-                best = {"epoch": epoch + 1, "dev": dev_tally.as_dict(),
+            history.append({"epoch": epoch + 1, "train_loss": train_loss, **columns,
+                            "train_seconds": trained, "seconds": took})
+            if self._improves(dev_metrics, best["dev"]):
+                best = {"epoch": epoch + 1, "dev": dev_metrics,
                         "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()}}
-            self._save(epoch + 1, history, best, seconds, finished=epoch + 1 == self.epochs)
+            self._save(epoch + 1, history, best, seconds)
             self._write_csv(history, best["epoch"])
         if start == self.epochs:  # finished before: the CSV may predate a kill right after the last save
             self._write_csv(history, best["epoch"])
         self.model.load_state_dict(best["model"])
-        return FitResult(best["epoch"], best["dev"], history, seconds, resumed_at)
+        return FitResult(best["epoch"], best["dev"], history, seconds, start)
 
-    def _train_epoch(self, train: Sequence[Data], epoch: int, step: int, history: list[dict]) -> tuple[float, int]:
+    def _train_epoch(self, train: Sequence[Data], epoch: int, step: int, history: list[dict]) -> float:
+        """One pass over ``train``; returns the summed loss per example."""
         self.model.train()
         order = epoch_order(len(train), self.seed, epoch).tolist()
-        starts = range(0, len(order), self.batch_size)
-        last_dev = f"{history[-1]['dev_root']:.1f}" if history else "-"
-        bar = tqdm(starts, desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}", disable=not self.progress,
-                   leave=False, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 30.0)
-        loss_sum, sentences = 0.0, 0
+        last_dev = self._last_dev(history)
+        bar = tqdm(range(0, len(order), self.batch_size), desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}",
+                   disable=not self.progress, leave=False, file=sys.stderr,
+                   mininterval=0.5 if sys.stderr.isatty() else 30.0)
+        loss_sum, examples = 0.0, 0
         for k in bar:
             batch = Batch.from_data_list([train[i] for i in order[k:k + self.batch_size]])
-            loss = self.loss_fn(self.model(batch), batch.y)
+            loss = self._batch_loss(batch)
             self.optimizer.zero_grad()
             (loss / batch.num_graphs).backward()
             self.optimizer.step()
             loss_sum += float(loss.detach())
-            sentences += batch.num_graphs
+            examples += batch.num_graphs
             step += 1
             if self.on_step is not None:
                 self.on_step(step)
-            bar.set_postfix(loss=f"{loss_sum / sentences:.3f}", dev=last_dev, refresh=False)
+            bar.set_postfix(loss=f"{loss_sum / examples:.3f}", dev=last_dev, refresh=False)
         bar.close()
-        return loss_sum, sentences
+        return loss_sum / examples
 
     def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
         """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``."""
