@@ -1,6 +1,6 @@
-"""Write the README's speed section from a results JSON of ``tree_lstm.py``.
+"""Write the README's speed section from results JSONs of ``tree_lstm.py``: the CPU run, then any GPU runs.
 
-    python benchmarks/readme_table.py benchmarks/results/cpu-threads1.json
+    python benchmarks/readme_table.py benchmarks/results/cpu-threads1.json benchmarks/results/cuda-threads1.json
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from graphtree.train.report import write_readme_section
 REPO = Path(__file__).resolve().parent.parent
 
 
-def section(results: dict, path: str) -> str:
-    threads = results["machine"]["torch_threads"]
-    lines = ["## Speed", "",
-             f"Training (forward, backward, Adagrad step) and inference throughput on SST training trees, hidden "
-             f"150, embeddings 300, {threads} thread(s), every ratio measured pair by pair in the same run "
-             f"(`python {results['command'].replace('tree_lstm.py', 'benchmarks/tree_lstm.py')}`, results in "
-             f"`{path}`; method and all settings in `benchmarks/README.md`). `× N-ary` is training time over the "
-             "N-ary cell's; `× bound` is training time over the time of its essential matmul FLOPs at the "
-             "machine's measured matmul rate.", ""]
+def where(results: dict) -> str:
+    machine = results["machine"]
+    if machine.get("device") == "cuda":
+        return f"{machine.get('gpu', 'a GPU')} (torch {machine['torch']})"
+    return f"{machine['torch_threads']} CPU thread(s) (torch {machine['torch']})"
+
+
+def tables(results: dict) -> list[str]:
+    lines = []
     for batch in sorted({r["batch"] for r in results["rows"]} & {25, 256}):
         lines += [f"Batch {batch}:", "",
                   "| model | train trees/s | × nn.LSTM | × recursive | × N-ary | × bound | inference × nn.LSTM |",
@@ -40,15 +40,40 @@ def section(results: dict, path: str) -> str:
         goal = f"{'≤' if t['at_most'] else '≥'} {t['goal']}"
         measured = "—" if t["measured"] is None else f"{t['measured']:.2f}"
         lines.append(f"| {t['target']} | {goal} | {measured} | {'yes' if t['met'] else 'no'} |")
-    return "\n".join(lines) + "\n"
+    return lines + [""]
+
+
+def command(results: dict) -> str:
+    return f"python {results['command'].replace('tree_lstm.py', 'benchmarks/tree_lstm.py')}"
+
+
+def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = ()) -> str:
+    lines = ["## Speed", "",
+             f"Training (forward, backward, Adagrad step) and inference throughput on SST training trees, hidden "
+             f"150, embeddings 300, on {where(results)}, every ratio measured pair by pair in the same run "
+             f"(`{command(results)}`, results in `{path}`; method and all settings in `benchmarks/README.md`). "
+             "`× N-ary` is training time over the N-ary cell's; `× bound` is training time over the time of its "
+             "essential matmul FLOPs at the machine's measured matmul rate.", ""]
+    lines += tables(results)
+    for gpu, gpu_path in gpu_runs:
+        lines += [f"### On {where(gpu)}", "",
+                  f"The same benchmark with `--device cuda` (`{command(gpu)}`, results in `{gpu_path}`). The "
+                  "level loop launches a few small kernels per level, so at these sizes the GPU waits on the "
+                  "host; `nn.LSTM` runs as one cuDNN kernel per layer.", ""]
+        lines += tables(gpu)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main() -> None:
-    path = sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/cpu-threads1.json"
-    results = json.loads((REPO / path).read_text())
-    if not write_readme_section(REPO / "README.md", "speed", section(results, path)):
+    paths = sys.argv[1:] or ["benchmarks/results/cpu-threads1.json"]
+    runs = [(json.loads((REPO / p).read_text()), p) for p in paths]
+    cpu = [(r, p) for r, p in runs if r["machine"].get("device") != "cuda"]
+    gpu = [(r, p) for r, p in runs if r["machine"].get("device") == "cuda"]
+    if not cpu:
+        raise SystemExit("give a CPU results file first (the README's main table)")
+    if not write_readme_section(REPO / "README.md", "speed", section(*cpu[0], gpu)):
         raise SystemExit("README.md has no <!-- results:speed --> markers")
-    print(f"README.md speed section from {path}")
+    print(f"README.md speed section from {', '.join(paths)}")
 
 
 if __name__ == "__main__":

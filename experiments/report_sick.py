@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sick import EPOCHS, MODELS  # the models and their default epochs
 
-from graphtree.train.report import load_runs, mean_std, minutes, write_readme_section
+from graphtree.train.report import hardware, load_runs, mean_std, minutes, write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
@@ -53,12 +53,12 @@ def table(runs: list[dict]) -> list[str]:
 
 
 def runs_table(runs: list[dict]) -> list[str]:
-    lines = ["| Run | Best epoch / epochs | Dev r | Test r | Test ρ | Test MSE | s per epoch (train) | Threads |",
+    lines = ["| Run | Best epoch / epochs | Dev r | Test r | Test ρ | Test MSE | s per epoch (train) | Where |",
              "|---|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: r["run"]):
         lines.append(f"| {r['run']} | {r['best_epoch']} / {len(r['history'])} | {r['dev']['pearson']:.4f} | "
                      f"{r['test']['pearson']:.4f} | {r['test']['spearman']:.4f} | {r['test']['mse']:.4f} | "
-                     f"{r['train_seconds_per_epoch']:.0f} | {r['threads']} |")
+                     f"{r['train_seconds_per_epoch']:.0f} | {hardware(r)} |")
     return lines
 
 
@@ -112,10 +112,25 @@ def report(runs: list[dict], plotted: bool) -> str:
     lines += ["![Pearson r by sentence length](sick_by_length.png)", ""] if plotted else \
         ["Plot of Pearson r by sentence length: no runs yet.", ""]
     lines += ["## Runs", ""] + (runs_table(runs) if runs else ["No runs yet."])
+    lines += other_epochs()
     lines += ["", "## Commands", "", "```"]
     lines += [f"python experiments/sick.py --model {m} --seeds 1 2 3    # {s['name']}" for m, s in MODELS.items()]
     lines += ["python experiments/report_sick.py", "```", ""]
     return "\n".join(lines)
+
+
+def other_epochs() -> list[str]:
+    """Runs at other epoch counts than the default (checks of the training length), pooled by model and epochs."""
+    runs = load_runs(RUNS, "sick", lambda r: r["config"]["epochs"] != EPOCHS)
+    if not runs:
+        return []
+    lines = ["", f"## Other training lengths (not in the table above, which uses {EPOCHS} epochs)", "",
+             "| Model | Epochs | Pearson r | Spearman ρ | MSE | Seeds | Command |", "|---|---|---|---|---|---|---|"]
+    for model, epochs in sorted({(r["config"]["model"], r["config"]["epochs"]) for r in runs}):
+        mine = [r for r in runs if (r["config"]["model"], r["config"]["epochs"]) == (model, epochs)]
+        cells = " | ".join(mean_std([r["test"][m] for r in mine], 4) for m in METRICS)
+        lines.append(f"| {MODELS[model]['name']} | {epochs} | {cells} | {len(mine)} | `{mine[0]['command']}` |")
+    return lines
 
 
 def readme_section(runs: list[dict]) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sst import MODELS, PRESETS  # the paper's epochs and optimizer per model
 
-from graphtree.train.report import load_runs, mean_std, minutes, write_readme_section
+from graphtree.train.report import hardware, load_runs, mean_std, minutes, write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
@@ -172,12 +172,12 @@ def table(runs: list[dict]) -> list[str]:
 
 
 def runs_table(runs: list[dict]) -> list[str]:
-    lines = ["| Run | Best epoch / epochs | Dev root | Test root | Test phrase | s per epoch (train) | Threads |",
+    lines = ["| Run | Best epoch / epochs | Dev root | Test root | Test phrase | s per epoch (train) | Where |",
              "|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: r["run"]):
         lines.append(f"| {r['run']} | {r['best_epoch']} / {len(r['history'])} | {r['dev']['root']:.2f} | "
                      f"{r['test']['root']:.2f} | {r['test']['phrase']:.2f} | {r['train_seconds_per_epoch']:.0f} | "
-                     f"{r['threads']} |")
+                     f"{hardware(r)} |")
     return lines
 
 
@@ -281,8 +281,9 @@ def readme_section(runs: list[dict]) -> str:
     lines = ["## Results: Stanford Sentiment Treebank", "",
              "Test root accuracy (%), mean ± std over seeds, the paper's number in parentheses; rows that have "
              "runs so far. The full table (phrase accuracies, every row of the four papers), the plots and the "
-             "settings are in `experiments/results/sst.md`.", "",
-             "| Source | Model | Fine | Binary | Minutes per run (1 thread) | Command |", "|---|---|---|---|---|---|"]
+             "settings are in `experiments/results/sst.md`, with the machine each run used.", "",
+             "| Source | Model | Fine | Binary | Minutes per run (1 CPU thread) | Command |",
+             "|---|---|---|---|---|---|"]
     for row in ROWS:
         mine = row_runs(row, runs)
         if mine:

@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trec import EPOCHS  # the default number of epochs
 
-from graphtree.train.report import load_runs, mean_std, minutes, write_readme_section
+from graphtree.train.report import hardware, load_runs, mean_std, minutes, write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
@@ -54,11 +54,11 @@ def table(runs: list[dict]) -> list[str]:
 
 
 def runs_table(runs: list[dict]) -> list[str]:
-    lines = ["| Run | Best epoch / epochs | Dev accuracy | Test accuracy | s per epoch (train) | Threads |",
+    lines = ["| Run | Best epoch / epochs | Dev accuracy | Test accuracy | s per epoch (train) | Where |",
              "|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: r["run"]):
         lines.append(f"| {r['run']} | {r['best_epoch']} / {len(r['history'])} | {r['dev']['accuracy']:.2f} | "
-                     f"{r['test']['accuracy']:.2f} | {r['train_seconds_per_epoch']:.1f} | {r['threads']} |")
+                     f"{r['test']['accuracy']:.2f} | {r['train_seconds_per_epoch']:.1f} | {hardware(r)} |")
     return lines
 
 

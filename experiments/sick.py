@@ -58,6 +58,7 @@ from graphtree.train.runs import (
     finished_run,
     machine_description,
     quick_sample,
+    resolve_device,
 )
 from graphtree.vocab import Vocab
 
@@ -138,6 +139,7 @@ def build_model(model: str, vocab_size: int, dim: int, pretrained: torch.Tensor 
 def main(args: argparse.Namespace) -> None:
     """Train, select on dev Pearson r and test one model per seed; write the JSON and CSV of each run."""
     torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
     spec = MODELS[args.model]
     vectors = load_glove(None if args.embeddings == "glove50" else args.embeddings, verbose=False)
     epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
@@ -167,11 +169,12 @@ def main(args: argparse.Namespace) -> None:
             continue
         seed_everything(seed)
         model = build_model(args.model, len(vocab), vectors.dim, embedding_matrix(vocab, vectors, missing="mean"))
+        model.to(device)
         optimizer = PaperOptimizer.for_model(model, model.encoder.embedding, OPTIMIZER)
         trainer = PairTrainer(model, optimizer, epochs=epochs, batch_size=OPTIMIZER.batch_size, seed=seed,
                               loss_fn=similarity_loss, checkpoint=checkpoints / f"{name}.pt",
                               metrics_csv=results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
-                              progress=not args.no_progress, desc=name)
+                              progress=not args.no_progress, desc=name, device=device)
         fit = trainer.fit(train_set, dev_set)
         test, pred, gold = trainer.evaluate(test_set)
         record = {
@@ -184,8 +187,8 @@ def main(args: argparse.Namespace) -> None:
             "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
             "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
                                                      if not n.startswith("encoder.embedding.")),
-            "threads": args.threads, "torch": torch.__version__, "python": platform.python_version(),
-            "machine": machine_description(),
+            "threads": args.threads, "device": str(device), "torch": torch.__version__,
+            "python": platform.python_version(), "machine": machine_description(device),
         }
         atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
         began = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"

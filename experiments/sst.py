@@ -11,6 +11,7 @@ command again resumes a killed run, and skips a finished one.
     python experiments/sst.py --model slstm --supervision root --structure left --seeds 1 2 3
     python experiments/sst.py --model bicontree --embeddings glove50 --binary --head average
     python experiments/sst.py --model nary --quick            # a few minutes, results under experiments/runs/
+    python experiments/sst.py --model bicontree --embeddings glove50 --device cuda   # on a GPU
     python experiments/sst.py predict experiments/checkpoints/sst/<run>.pt "A gorgeous, witty film."
 
 The data is read from ``$GRAPHTREE_MIRROR`` (else ``../shared/data`` next to
@@ -51,6 +52,7 @@ from graphtree.train.runs import (
     finished_run,
     machine_description,
     quick_sample,
+    resolve_device,
 )
 from graphtree.vocab import Vocab
 
@@ -175,6 +177,7 @@ def build_model(cfg: dict, vocab_size: int, num_classes: int, pretrained: torch.
 def train(args: argparse.Namespace) -> None:
     """Train, select on dev and test one model per seed; write the JSON and CSV of each run."""
     torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
     paper = MODELS[args.model]
     vectors = load_vectors(args.embeddings) if args.embeddings != "random" else None
     cfg = dict(model=args.model, embeddings=args.embeddings, fine_grained=args.fine_grained,
@@ -213,11 +216,12 @@ def train(args: argparse.Namespace) -> None:
             generator = torch.Generator().manual_seed(seed)
             pretrained = (torch.rand(len(vocab), cfg["dim"], generator=generator) * 2 - 1) * RANDOM_INIT
         model, embedding = build_model(cfg, len(vocab), len(classes), pretrained)
+        model.to(device)
         spec = OptimizerSpec(**cfg["optimizer"])
         trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, spec), epochs=cfg["epochs"],
                           batch_size=spec.batch_size, seed=seed, checkpoint=checkpoints / f"{name}.pt",
                           metrics_csv=results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
-                          progress=not args.no_progress, desc=name,
+                          progress=not args.no_progress, desc=name, device=device,
                           extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": list(classes)})
         began = time.perf_counter()
         fit = trainer.fit(train_set, dev_set)
@@ -231,8 +235,8 @@ def train(args: argparse.Namespace) -> None:
             "num_parameters": sum(p.numel() for p in model.parameters()),
             "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
                                                      if not n.startswith("embedding.")),
-            "threads": args.threads, "torch": torch.__version__, "python": platform.python_version(),
-            "machine": machine_description(),
+            "threads": args.threads, "device": str(device), "torch": torch.__version__,
+            "python": platform.python_version(), "machine": machine_description(device),
         }
         atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
         done = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"

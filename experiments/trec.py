@@ -48,6 +48,7 @@ from graphtree.train.runs import (
     finished_run,
     machine_description,
     quick_sample,
+    resolve_device,
 )
 from graphtree.vocab import Vocab
 
@@ -121,6 +122,7 @@ def build_model(model: str, vocab_size: int, dim: int, num_classes: int, pretrai
 def train(args: argparse.Namespace) -> None:
     """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
     torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
     spec = MODELS[args.model]
     vectors = load_glove(None if args.embeddings == "glove50" else args.embeddings, verbose=False)
     epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
@@ -148,10 +150,11 @@ def train(args: argparse.Namespace) -> None:
         seed_everything(seed)
         model, embedding = build_model(args.model, len(vocab), vectors.dim, len(TREC.COARSE_CLASSES),
                                        embedding_matrix(vocab, vectors, missing="mean"))
+        model.to(device)
         trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, OPTIMIZER), epochs=epochs,
                           batch_size=OPTIMIZER.batch_size, seed=seed, checkpoint=checkpoints / f"{name}.pt",
                           metrics_csv=results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
-                          progress=not args.no_progress, desc=name)
+                          progress=not args.no_progress, desc=name, device=device)
         fit = trainer.fit(train_set, dev_set)
         test = trainer.test(test_set)
         record = {
@@ -163,8 +166,8 @@ def train(args: argparse.Namespace) -> None:
             "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
             "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
                                                      if "embedding." not in n),
-            "threads": args.threads, "torch": torch.__version__, "python": platform.python_version(),
-            "machine": machine_description(),
+            "threads": args.threads, "device": str(device), "torch": torch.__version__,
+            "python": platform.python_version(), "machine": machine_description(device),
         }
         atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
         resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"

@@ -48,11 +48,16 @@ class Children(NamedTuple):
         position: ``[n, K]`` long, the ``edge_pos`` of the edge behind each slot
             (the node's own position under that parent, in a top-down pass),
             ``-1`` where empty.
+        position_counts: How many of the level's ``n * K`` slots hold each
+            position, empty slots counted as position 0; plain ints, read from
+            the schedule on the host once per plan, so that a cell that groups
+            rows by position never has to ask the GPU for sizes.
     """
 
     states: tuple[Tensor, ...]
     mask: Tensor
     position: Tensor
+    position_counts: tuple[int, ...] = ()
 
 
 def schedule_of(data: Any) -> Schedule:
@@ -99,8 +104,9 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor], schedule: Schedul
             raise ScheduleError(f"input {k} has {x.size(0)} rows but the batch has {schedule.num_nodes} nodes; "
                                 "was the schedule built for another batch?")
     device = inputs[0].device
-    plan = schedule.plan(direction).to(device)
-    levels = _level_slots(cell, plan, schedule)
+    host_plan = schedule.plan(direction)
+    plan = host_plan.to(device)
+    levels = _level_slots(cell, host_plan, schedule, device)
     sorted_inputs = [x[plan.order] for x in inputs]
     params = [p for p in cell.parameters() if p.requires_grad]
     needs_grad = torch.is_grad_enabled() and (bool(params) or any(x.requires_grad for x in sorted_inputs))
@@ -116,15 +122,18 @@ class _Slots(NamedTuple):
     index: Tensor  # [n, K] level-sorted predecessor ids, num_nodes where empty
     mask: Tensor
     position: Tensor
+    position_counts: tuple[int, ...]
 
 
-def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule) -> list[_Slots]:
+def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, device: torch.device) -> list[_Slots]:
     """Per level: slot indices, mask and positions, widened to ``cell.max_children`` for fixed-arity cells.
 
-    Computed once per plan and arity, so the level loop does nothing but gather.
+    Built once per plan, arity and device from the host copy of the plan (so
+    checks and counts cost no device synchronization), then moved to
+    ``device``; the level loop does nothing but gather.
     """
     arity = getattr(cell, "max_children", None) if plan.direction == "bottom_up" else None
-    key = ("slots", arity)
+    key = ("slots", arity, torch.device(device))
     if key in plan._by_device:
         return plan._by_device[key]
     levels = []
@@ -139,13 +148,15 @@ def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule) -> 
         if arity is not None and 0 < width < arity:
             index = torch.nn.functional.pad(index, (0, arity - width), value=plan.num_nodes)
             position = torch.nn.functional.pad(position, (0, arity - width), value=-1)
-        levels.append(_Slots(index, index != plan.num_nodes, position))
+        counts = tuple(torch.bincount(position.reshape(-1).clamp(min=0)).tolist()) if position.numel() else ()
+        index, position = index.to(device), position.to(device)
+        levels.append(_Slots(index, index != plan.num_nodes, position, counts))
     plan._by_device[key] = levels
     return levels
 
 
 def _gather(buffers: list[Tensor], slots: _Slots) -> Children:
-    return Children(tuple(buf[slots.index] for buf in buffers), slots.mask, slots.position)
+    return Children(tuple(buf[slots.index] for buf in buffers), slots.mask, slots.position, slots.position_counts)
 
 
 def _has_fused_backward(cell: torch.nn.Module) -> bool:

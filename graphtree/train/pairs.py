@@ -90,7 +90,7 @@ def predict_pairs(model: torch.nn.Module, batches: Sequence[Any]) -> tuple[list[
     try:
         for batch in batches:
             log_probs = model(batch)
-            r = torch.arange(1, log_probs.size(-1) + 1, dtype=log_probs.dtype)
+            r = torch.arange(1, log_probs.size(-1) + 1, dtype=log_probs.dtype, device=log_probs.device)
             pred += (log_probs.exp() @ r).tolist()
             gold += batch.score.view(-1).tolist()
     finally:
@@ -124,6 +124,7 @@ class PairTrainer(Trainer):
         progress: Show a tqdm bar.
         desc: Label of the bar.
         extra: JSON-able extras stored in the checkpoint.
+        device: Where batches are sent (default: the model's device).
     """
 
     checkpoint_format = PAIR_CHECKPOINT_FORMAT
@@ -133,10 +134,11 @@ class PairTrainer(Trainer):
                  seed: int, loss_fn: Callable[[Tensor, Tensor], Tensor],
                  checkpoint: str | os.PathLike | None = None, metrics_csv: str | os.PathLike | None = None,
                  config: dict[str, Any] | None = None, eval_batch_size: int = 256, progress: bool = True,
-                 desc: str = "", extra: dict[str, Any] | None = None) -> None:
+                 desc: str = "", extra: dict[str, Any] | None = None,
+                 device: str | torch.device | None = None) -> None:
         super().__init__(model, optimizer, epochs=epochs, batch_size=batch_size, seed=seed, checkpoint=checkpoint,
                          metrics_csv=metrics_csv, config=config, loss_fn=loss_fn,
-                         eval_batch_size=eval_batch_size, progress=progress, desc=desc, extra=extra)
+                         eval_batch_size=eval_batch_size, progress=progress, desc=desc, extra=extra, device=device)
 
     def _batch_loss(self, batch: Batch) -> Tensor:
         return self.loss_fn(self.model(batch), batch.target)
@@ -157,5 +159,5 @@ class PairTrainer(Trainer):
 
     def evaluate(self, data: Sequence[Data]) -> tuple[dict[str, float], list[float], list[float]]:
         """Metrics, predictions and gold ratings of the current model on ``data`` (in order)."""
-        pred, gold = predict_pairs(self.model, collate(data, self.eval_batch_size))
+        pred, gold = predict_pairs(self.model, [self.to_device(b) for b in collate(data, self.eval_batch_size)])
         return relatedness(pred, gold), pred, gold

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .checkpoint import atomic_write_text
 
-__all__ = ["load_runs", "mean_std", "minutes", "write_readme_section"]
+__all__ = ["hardware", "load_runs", "mean_std", "minutes", "write_readme_section"]
 
 
 def load_runs(folder: Path, experiment: str, keep: Callable[[dict], bool] = lambda record: True) -> list[dict]:
@@ -36,6 +36,15 @@ def mean_std(values: Iterable[float], digits: int = 1, empty: str = "not run") -
 def minutes(runs: list[dict]) -> str:
     """Mean wall time of ``runs`` in minutes, ``—`` when there are none."""
     return f"{statistics.mean(r['wall_time_s'] for r in runs) / 60:.0f}" if runs else "—"
+
+
+def hardware(record: dict) -> str:
+    """Where a run ran, from its JSON: threads and machine (and GPU), e.g. ``1 thread, x86_64, 2 CPUs``."""
+    threads = record.get("threads")
+    where = record.get("machine", "?")
+    if str(record.get("device", "cpu")).startswith("cuda"):
+        return f"GPU: {where}"
+    return f"{threads} thread{'s' if threads != 1 else ''}, {where}"
 
 
 def write_readme_section(readme: Path, key: str, text: str) -> bool:

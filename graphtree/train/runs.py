@@ -12,7 +12,8 @@ import torch
 
 from ..datasets import MIRROR_ENV
 
-__all__ = ["add_run_arguments", "default_mirror", "finished_run", "machine_description", "quick_sample"]
+__all__ = ["add_run_arguments", "default_mirror", "finished_run", "machine_description", "quick_sample",
+           "resolve_device"]
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, epochs_help: str, quick_help: str) -> None:
@@ -21,6 +22,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, epochs_help: 
     parser.add_argument("--epochs", type=int, default=None, help=epochs_help)
     parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the same code runs on either)")
     parser.add_argument("--data-root", default=str(repo / "datasets"))
     parser.add_argument("--no-progress", action="store_true")
 
@@ -39,9 +41,21 @@ def quick_sample(data: list, size: int) -> list:
     return [data[i] for i in sorted(keep.tolist())]
 
 
-def machine_description() -> str:
-    """What a results file records about the machine."""
-    return f"{platform.machine()}, {os.cpu_count()} CPUs"
+def resolve_device(name: str) -> torch.device:
+    """The ``--device`` flag as a device, with a clear error when CUDA is asked for but absent."""
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {name}: this PyTorch sees no CUDA device (torch {torch.__version__})")
+    return device
+
+
+def machine_description(device: torch.device | str = "cpu") -> str:
+    """What a results file records about the machine (and the GPU, for a run on one)."""
+    text = f"{platform.machine()}, {os.cpu_count()} CPUs"
+    device = torch.device(device)
+    if device.type == "cuda":
+        text += f", {torch.cuda.get_device_name(device)}"
+    return text
 
 
 def finished_run(results: Path, name: str, config: dict) -> dict | None:

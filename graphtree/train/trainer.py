@@ -18,6 +18,7 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 from tqdm.auto import tqdm
 
+from ..engine import schedule_of
 from ..models.classifier import node_loss
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, set_rng_state
 from .metrics import Tally, evaluate
@@ -98,6 +99,10 @@ class Trainer:
         desc: Label of the bar.
         extra: JSON-able extras stored in the checkpoint (e.g. the vocabulary).
         on_step: Called after every optimizer step with the global step number.
+        device: Where batches are sent (default: the device of the model's
+            first parameter). Each batch's level schedule is built on the CPU
+            before the batch moves, so the level loop never waits on the device
+            to learn the shape of the tree.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: PaperOptimizer, *, epochs: int, batch_size: int,
@@ -105,7 +110,7 @@ class Trainer:
                  metrics_csv: str | os.PathLike | None = None, config: dict[str, Any] | None = None,
                  loss_fn: Callable[[Tensor, Tensor], Tensor] = node_loss, eval_batch_size: int = 256,
                  progress: bool = True, desc: str = "", extra: dict[str, Any] | None = None,
-                 on_step: Callable[[int], None] | None = None) -> None:
+                 on_step: Callable[[int], None] | None = None, device: str | torch.device | None = None) -> None:
         if epochs < 1 or batch_size < 1:
             raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
         self.model, self.optimizer = model, optimizer
@@ -115,6 +120,17 @@ class Trainer:
         self.config = config or {}
         self.loss_fn, self.eval_batch_size = loss_fn, eval_batch_size
         self.progress, self.desc, self.extra, self.on_step = progress, desc, extra or {}, on_step
+        if device is None:
+            device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        self.device = torch.device(device)
+
+    def to_device(self, batch: Batch) -> Batch:
+        """``batch`` on the trainer's device, its schedule built first (on the CPU, where it is cheap)."""
+        if self.device.type == "cpu":
+            return batch
+        if hasattr(batch, "edge_index"):
+            schedule_of(batch)
+        return batch.to(self.device)
 
     # -- what differs between trainers (see PairTrainer) ----------------------------------------------
 
@@ -186,7 +202,7 @@ class Trainer:
             self.optimizer.load_state_dict(state["optimizer"])
             set_rng_state(state["rng"])
             history, best, seconds, start = state["history"], state["best"], state["seconds"], state["epoch"]
-        dev_batches = collate(dev, self.eval_batch_size)
+        dev_batches = [self.to_device(b) for b in collate(dev, self.eval_batch_size)]
         steps_per_epoch = math.ceil(len(train) / self.batch_size)
         for epoch in range(start, self.epochs):
             began = time.perf_counter()
@@ -217,7 +233,7 @@ class Trainer:
                    mininterval=0.5 if sys.stderr.isatty() else 30.0)
         loss_sum, examples = 0.0, 0
         for k in bar:
-            batch = Batch.from_data_list([train[i] for i in order[k:k + self.batch_size]])
+            batch = self.to_device(Batch.from_data_list([train[i] for i in order[k:k + self.batch_size]]))
             loss = self._batch_loss(batch)
             self.optimizer.zero_grad()
             (loss / batch.num_graphs).backward()
@@ -233,4 +249,5 @@ class Trainer:
 
     def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
         """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``."""
-        return evaluate(self.model, collate(data, self.eval_batch_size), breakdown=breakdown)
+        return evaluate(self.model, [self.to_device(b) for b in collate(data, self.eval_batch_size)],
+                        breakdown=breakdown)
