@@ -4,43 +4,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cells import assert_child_order_matters, assert_deep_chain_backpropagates
+from cells import (
+    assert_binary_input_errors,
+    assert_child_order_matters,
+    assert_deep_chain_backpropagates,
+    assert_matches_reference,
+    binary_children_of,
+    mixed_binary_batch,
+)
 from torch_geometric.data import Batch
 
 from graphtree.data import from_ptb
-from graphtree.errors import ScheduleError
 from graphtree.nn.slstm import SLSTM
-
-TREES = [
-    "(3 (2 a) (1 b))",
-    "(4 z)",  # a tree that is a single leaf
-    "(1 (2 (3 a) (4 b)) (0 c))",
-    "(1 (2 a) (3 (4 b) (0 (1 c) (2 d))))",
-    "(2 (3 (1 a)) (2 b))",  # a unary node over a leaf
-    "(2 (3 (4 (1 a) (2 b))) (0 c))",  # a unary node over an inner node
-    "(1 (2 (3 (4 a) (0 b)) (1 c)) (2 (3 d) (4 (0 e) (1 f))))",
-    "(0 (1 (2 (3 (4 a) (0 b)) (1 c)) (2 d)) (3 e))",
-]
-
-
-def lone_right_child() -> Batch:
-    """``(2 (3 (1 a)) (2 b))`` with the unary node's only child in the right slot."""
-    data = from_ptb("(2 (3 (1 a)) (2 b))")
-    unary_edge = (data.edge_index[1] == 1).nonzero().item()
-    data.edge_pos[unary_edge] = 1
-    data.child_pos[data.edge_index[0, unary_edge]] = 1
-    return data
-
-
-def mixed_batch() -> Batch:
-    return Batch.from_data_list([from_ptb(t) for t in TREES] + [lone_right_child()])
-
-
-def children_of(data) -> dict[int, list[int | None]]:
-    kids: dict[int, list[int | None]] = {}
-    for (child, parent), pos in zip(data.edge_index.t().tolist(), data.edge_pos.tolist(), strict=True):
-        kids.setdefault(parent, [None, None])[pos] = child
-    return kids
 
 
 def reference(layer: SLSTM, x: torch.Tensor, data) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,7 +34,7 @@ def reference(layer: SLSTM, x: torch.Tensor, data) -> tuple[torch.Tensor, torch.
     def b(g: str) -> torch.Tensor:
         return layer.b[gate[g] * d:(gate[g] + 1) * d]
 
-    kids = children_of(data)
+    kids = binary_children_of(data)
     memo: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def node(v: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,22 +72,10 @@ def reference(layer: SLSTM, x: torch.Tensor, data) -> tuple[torch.Tensor, torch.
 @pytest.mark.parametrize(("in_channels", "leaf"), [(5, "embedding"), (4, "lstm")])
 def test_matches_reference_on_a_mixed_batch(in_channels: int, leaf: str) -> None:
     torch.manual_seed(0)
-    batch = mixed_batch()
+    batch = mixed_binary_batch()
     layer = SLSTM(in_channels, 5, leaf=leaf).double()
     x = torch.randn(batch.num_nodes, in_channels, dtype=torch.float64, requires_grad=True)
-    h, c = layer(x, batch)
-    h_ref, c_ref = reference(layer, x, batch)
-    assert h.shape == c.shape == (batch.num_nodes, 5)
-    torch.testing.assert_close(h, h_ref, atol=1e-6, rtol=0)
-    torch.testing.assert_close(c, c_ref, atol=1e-6, rtol=0)
-
-    weight_h, weight_c = torch.randn_like(h), torch.randn_like(c)
-    wrt = [x, *layer.parameters()]
-    grads = torch.autograd.grad((h * weight_h).sum() + (c * weight_c).sum(), wrt)
-    grads_ref = torch.autograd.grad((h_ref * weight_h).sum() + (c_ref * weight_c).sum(), wrt)
-    for (name, _), g, g_ref in zip([("x", None), *layer.named_parameters()], grads, grads_ref, strict=True):
-        assert g_ref.abs().sum() > 0, name
-        torch.testing.assert_close(g, g_ref, atol=1e-6, rtol=0, msg=f"gradient of {name}")
+    assert_matches_reference(layer, x, batch, reference)
 
 
 def test_leaves_are_the_word_vectors_by_default() -> None:
@@ -134,11 +97,7 @@ def test_ten_thousand_node_chain() -> None:
 
 
 def test_bad_input_is_a_clear_error() -> None:
-    data = from_ptb("(1 (2 a) (3 b))")
-    with pytest.raises(ValueError, match=r"\[num_nodes, 5\]"):
-        SLSTM(5, 5)(torch.randn(3, 4), data)
-    with pytest.raises(ScheduleError, match=r"node 0 .*3 children.*SLSTM takes at most 2"):
-        SLSTM(5, 5)(torch.randn(4, 5), from_ptb("(1 (2 a) (3 b) (4 c))"))
+    assert_binary_input_errors(lambda d: SLSTM(d, d))
     with pytest.raises(ValueError, match="in_channels must equal hidden_channels"):
         SLSTM(300, 150)
     with pytest.raises(ValueError, match="leaf must be one of"):
