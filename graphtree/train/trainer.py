@@ -128,7 +128,7 @@ class Trainer:
         """``batch`` on the trainer's device, its schedule built first (on the CPU, where it is cheap)."""
         if self.device.type == "cpu":
             return batch
-        if hasattr(batch, "edge_index"):
+        if getattr(batch, "edge_index", None) is not None:  # pairs build their sides' schedules in the model
             schedule_of(batch)
         return batch.to(self.device)
 
