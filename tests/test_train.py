@@ -148,6 +148,42 @@ def test_teng_update_is_adam_with_dynet_defaults() -> None:
         assert math.isclose(float(w.detach()), ref, abs_tol=1e-7)
 
 
+@pytest.mark.parametrize("preset", ["tai", "zhu", "le_zuidema", "teng"])
+def test_sparse_embedding_updates_equal_the_dense_ones(preset: str) -> None:
+    """Three steps of a model whose minibatches repeat some words and miss most: the same weights either way."""
+    from graphtree.models import NodeEmbedding, TreeClassifier
+    from graphtree.nn import NaryTreeLSTM
+
+    trees = [from_ptb(line, vocab=VOCAB) for line in ("(1 (2 a) (3 (4 a) (0 b)))", "(3 (1 c) (2 a))", "(0 d)")]
+    batches = [Batch.from_data_list(trees[:2]), Batch.from_data_list(trees[1:]), Batch.from_data_list(trees)]
+
+    def train(sparse: bool) -> tuple[dict, bool]:
+        torch.manual_seed(0)
+        embedding = NodeEmbedding(len(VOCAB), 4)
+        model = TreeClassifier(embedding, NaryTreeLSTM(4, 3), 5, dropout=0.0).double()
+        opt = PaperOptimizer.for_model(model, embedding, PRESETS[preset], sparse_embeddings=sparse)
+        for batch in batches:
+            opt.zero_grad()
+            logits = model(batch)
+            torch.nn.functional.cross_entropy(logits, batch.y, reduction="sum").backward()
+            was_sparse = embedding.embedding.weight.grad.is_sparse
+            opt.step()
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}, was_sparse
+
+    dense, dense_grad_sparse = train(False)
+    sparse, sparse_grad_sparse = train(True)
+    assert not dense_grad_sparse
+    assert sparse_grad_sparse == (PRESETS[preset].embedding != "adam")  # Adam moves every row: stays dense
+    assert not torch.equal(dense["embedding.embedding.weight"][:4], torch.zeros(4, 4))
+    for key, value in dense.items():
+        torch.testing.assert_close(sparse[key], value, rtol=1e-12, atol=1e-14, msg=key)
+    # words e and f are in no batch: they did not move under either update
+    torch.manual_seed(0)
+    initial = NodeEmbedding(len(VOCAB), 4).embedding.weight.double()
+    if PRESETS[preset].embedding != "adam":
+        torch.testing.assert_close(sparse["embedding.embedding.weight"][4:], initial[4:].detach())
+
+
 def test_optimizer_state_round_trip_and_checks() -> None:
     w = torch.nn.Parameter(torch.ones(3))
     opt = PaperOptimizer([w], [], PRESETS["zhu"])
