@@ -178,7 +178,7 @@ def sentences(args: argparse.Namespace, needed_nodes: int = 0, needed_trees: int
     limit = needed_nodes // 25 + 50 if args.memory_probe is not None else None
     loaded = load_sst(Path(args.sst), limit)
     if loaded is not None:
-        return loaded[0], loaded[1], f"SST train ({args.sst})"
+        return loaded[0], loaded[1], f"SST train ({Path(args.sst).name})"
     count = max(needed_trees, needed_nodes // 30 + 100)
     trees, vocab_size = random_trees(count)
     return trees, vocab_size, "random trees with SST's length distribution (SST not found)"
