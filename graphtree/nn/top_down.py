@@ -271,18 +271,16 @@ class _Route(NamedTuple):
     slices: list[tuple[int, int, int]]  # (position, start, stop) of the sorted rows
 
 
-def _route(position: Tensor, n_ary: int, counts: tuple[int, ...] = ()) -> _Route:
+def _route(position: Tensor, n_ary: int, counts: tuple[int, ...]) -> _Route:
     """Group the rows of a level by ``position``.
 
-    The slice bounds come from ``counts`` (the engine reads them from the
-    schedule on the host, see :class:`~graphtree.engine.Children`), so a GPU
-    pass never stops to learn them; without them they are counted here.
+    The slice bounds come from ``counts``, which the engine reads from the
+    schedule on the host (see :class:`~graphtree.engine.Children`), so a GPU
+    pass never stops to learn them.
     """
     m = position.numel()
     if n_ary == 1:
         return _Route(None, None, [(0, 0, m)])
-    if not counts:
-        counts = tuple(torch.bincount(position, minlength=n_ary).tolist())
     counts = list(counts) + [0] * max(0, n_ary - len(counts))
     if max(counts) == m:
         return _Route(None, None, [(counts.index(m), 0, m)])

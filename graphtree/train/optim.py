@@ -125,9 +125,8 @@ class PaperOptimizer:
         ``torch.nn.Embedding`` modules inside ``embedding`` are switched to
         sparse gradients. The update is the same up to rounding (under either
         rule a row without gradient does not move), but a step then costs the
-        rows of the minibatch instead of the whole vocabulary: with 18k words
-        and Le & Zuidema's minibatch of 5 an LSTM-RNN epoch trains about 1.25
-        times faster.
+        rows of the minibatch instead of the whole vocabulary
+        (``python benchmarks/embedding_update.py`` times both).
         Adam moves every row at every step (its moments decay), so its
         embeddings stay dense.
         """
