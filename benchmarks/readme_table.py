@@ -43,6 +43,22 @@ def tables(results: dict) -> list[str]:
     return lines + [""]
 
 
+def backends(results: dict) -> list[str]:
+    """The oneDNN-versus-addmm comparison of that run, where it has one."""
+    rows = results.get("matmul_backends") or []
+    if not rows:
+        return []
+    machine = results["machine"]
+    picked = "oneDNN" if machine.get("onednn_preferred") else "`torch.addmm`"
+    lines = [f"Matrix products on this {machine.get('cpu_capability', '')} processor: the library picked {picked} "
+             f"(its probe found oneDNN {machine['onednn_probe_speedup']:.2f}× as fast; "
+             "`GRAPHTREE_ONEDNN` = `0`, `1` or `auto` overrides). Training time of each backend, same run:", "",
+             "| model | oneDNN ms | addmm ms | oneDNN / addmm |", "|---|---|---|---|"]
+    lines += [f"| {r['model']} | {r['onednn_train_s'] * 1e3:.1f} | {r['addmm_train_s'] * 1e3:.1f} | "
+              f"{r['onednn_time_vs_addmm']:.2f} |" for r in rows]
+    return lines + [""]
+
+
 def command(results: dict) -> str:
     return f"python {results['command'].replace('tree_lstm.py', 'benchmarks/tree_lstm.py')}"
 
@@ -54,7 +70,7 @@ def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = ()) -> 
              f"(`{command(results)}`, results in `{path}`; method and all settings in `benchmarks/README.md`). "
              "`× N-ary` is training time over the N-ary cell's; `× bound` is training time over the time of its "
              "essential matmul FLOPs at the machine's measured matmul rate.", ""]
-    lines += tables(results)
+    lines += tables(results) + backends(results)
     for gpu, gpu_path in gpu_runs:
         lines += [f"### On {where(gpu)}", "",
                   f"The same benchmark with `--device cuda` (`{command(gpu)}`, results in `{gpu_path}`). The "

@@ -57,7 +57,7 @@ from graphtree.data import from_ptb
 from graphtree.data.tree import tree_data
 from graphtree.engine import schedule_of
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
-from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
+from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM, functional
 from graphtree.schedule import Schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -672,6 +672,44 @@ def node_scaling(config: dict, trees: list[Data], vocab_size: int, device: torch
             for n, b, t in zip(config["scale_nodes"], batches, times)]
 
 
+def matmul_backends(config: dict, trees: list[Data], vocab_size: int, device: torch.device) -> list[dict]:
+    """Training time (E=300, B=25) with the cells' products on oneDNN and on ``addmm``, interleaved.
+
+    Which is faster depends on the processor; the library picks one with a
+    timing probe made once per machine
+    (:func:`graphtree.nn.functional.onednn_preferred`). This
+    shows what the choice is worth on this machine, whatever was picked.
+    """
+    if device.type != "cpu" or not functional.onednn_available():
+        return []
+    torch.manual_seed(0)
+    B = 25
+    count = math.ceil(config["workload"] / B) * B
+    batches = [Batch.from_data_list(trees[k:k + B]) for k in range(0, count, B)]
+    for batch in batches:
+        attach_schedule(batch)
+    stats = TreeStats()
+    rows = []
+    chosen = functional.onednn_preferred()
+    try:
+        for cell in config["cells"]:
+            contender = tree_contender(cell, tree_model(cell, 300, vocab_size), batches, stats)
+            times: dict[bool, list[float]] = {True: [], False: []}
+            for rep in range(config["warmup"] + config["reps"]):
+                for onednn in ((True, False) if rep % 2 == 0 else (False, True)):
+                    functional._ONEDNN_PAYS = onednn
+                    contender.reset()
+                    seconds = timed(contender.train, device)
+                    if rep >= config["warmup"]:
+                        times[onednn].append(seconds)
+            ratios = [a / b for a, b in zip(times[True], times[False])]
+            rows.append(dict(model=cell, onednn_train_s=median(times[True]), addmm_train_s=median(times[False]),
+                             onednn_time_vs_addmm=median(ratios)))
+    finally:
+        functional._ONEDNN_PAYS = chosen
+    return rows
+
+
 def memory_probe(args: argparse.Namespace) -> None:
     """Child-process entry: peak memory of one N-ary training step on ~``args.memory_probe`` nodes.
 
@@ -866,7 +904,10 @@ def machine(device: torch.device, threads: int) -> dict:
     info = dict(torch=torch.__version__, python=platform.python_version(), platform=platform.platform(),
                 processor=_cpu_name(), cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
                 torch_interop_threads=torch.get_num_interop_threads(), requested_threads=threads,
-                device=str(device))
+                device=str(device), cpu_capability=torch.backends.cpu.get_cpu_capability())
+    if device.type == "cpu" and functional.onednn_available():
+        info["onednn_probe_speedup"] = functional._onednn_speedup()
+        info["onednn_preferred"] = functional.onednn_preferred()
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
@@ -938,7 +979,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = run_grid(config, trees, vocab_size, device)
     print(f"[{time.perf_counter() - started:.0f} s]")
 
-    nodes, memory, chain = [], [], []
+    nodes, memory, chain, backends = [], [], [], []
     if not args.skip_scaling:
         nodes = node_scaling(config, trees, vocab_size, device)
         print("N-ary (E=300) training step by batch size in nodes:")
@@ -958,6 +999,15 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  depth {r['depth']:>6}: training {r['train_ms_per_level']:.3f} ms/level, inference "
                   f"{r['infer_ms_per_level']:.3f} ms/level (schedule {r['schedule_s'] * 1e3:.0f} ms)")
         print()
+        backends = matmul_backends(config, trees, vocab_size, device)
+        if backends:
+            print(f"matrix products on oneDNN vs addmm (E=300, B=25, training; the library picked "
+                  f"{'oneDNN' if info['onednn_preferred'] else 'addmm'}, probe speedup "
+                  f"{info['onednn_probe_speedup']:.2f}):")
+            for r in backends:
+                print(f"  {CELL_NAMES[r['model']]:<12} oneDNN {r['onednn_train_s'] * 1e3:8.1f} ms, addmm "
+                      f"{r['addmm_train_s'] * 1e3:8.1f} ms, oneDNN time / addmm time {r['onednn_time_vs_addmm']:.2f}")
+            print(f"[{time.perf_counter() - started:.0f} s]")
 
     checks = check_targets(rows, nodes, memory, chain, args.threads)
     print_targets(checks)
@@ -970,7 +1020,7 @@ def main(argv: list[str] | None = None) -> None:
     result = dict(command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), data=source, machine=info,
                   hidden=HIDDEN, num_classes=NUM_CLASSES, config=config_out, matmul_gflops=rate / 1e9,
                   reference_max_logit_difference=difference, rows=rows, node_scaling=nodes, memory=memory,
-                  chain=chain, targets=checks, seconds=time.perf_counter() - started)
+                  chain=chain, matmul_backends=backends, targets=checks, seconds=time.perf_counter() - started)
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out} "
           f"({time.perf_counter() - started:.0f} s)")

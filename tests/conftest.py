@@ -1,12 +1,19 @@
-"""Shared pytest setup: the ``slow`` marker.
+"""Shared pytest setup: the ``slow`` marker, and oneDNN on wherever it exists.
 
 Tests marked ``slow`` (full passes over the real corpora) are skipped unless
 ``--runslow`` is given or the marker is selected explicitly (``-m slow``).
+
+The cells use oneDNN products only where a timing probe finds them faster
+(:func:`graphtree.nn.functional.onednn_preferred`). The tests do not depend on
+that probe: they take the oneDNN path wherever the build has one, and the
+tests named ``*with_and_without_onednn`` compare it to the plain one.
 """
 
 from __future__ import annotations
 
 import pytest
+
+from graphtree.nn import functional
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,3 +31,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def onednn_wherever_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(functional, "_ONEDNN_PAYS", functional.onednn_available())

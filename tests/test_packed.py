@@ -4,6 +4,7 @@ The per-node recursive references of the cell tests run in float64, where the
 fast path is off; here the same cells run in float32 with it on and off.
 """
 
+import json
 import random
 
 import pytest
@@ -13,7 +14,7 @@ from torch_geometric.data import Batch
 from trees import random_ptb
 
 from graphtree.data import from_ptb
-from graphtree.nn import SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
+from graphtree.nn import SLSTM, ChildSumTreeLSTM, NaryTreeLSTM, functional
 from graphtree.nn.functional import PackedWeights, add_outer_, onednn_available
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this PyTorch build has no usable oneDNN")
@@ -98,3 +99,71 @@ def test_add_outer_equals_addmm(rows):
     start = torch.randn(40, 24)
     expected = start.double() + grad_out.double().t() @ x.double()
     torch.testing.assert_close(add_outer_(start.clone(), grad_out, x).double(), expected, atol=1e-4, rtol=1e-5)
+
+
+@pytest.fixture
+def fresh_verdict(monkeypatch, tmp_path):
+    """A machine with oneDNN (real or not) whose verdict has not been made yet, caching under ``tmp_path``."""
+    monkeypatch.setattr(functional, "_ONEDNN", True)
+    monkeypatch.setattr(functional, "_ONEDNN_PAYS", None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("GRAPHTREE_ONEDNN", raising=False)
+    probes = []
+
+    def probe(speedup):
+        monkeypatch.setattr(functional, "_onednn_speedup", lambda: probes.append(speedup) or speedup)
+        return probes
+    return probe
+
+
+@pytest.mark.parametrize(("setting", "speedup", "expected"), [
+    ("0", 5.0, False), ("1", 0.5, True), ("auto", 5.0, True), ("auto", 1.0, False), (None, 5.0, True),
+    (None, 1.1, False)])
+def test_onednn_preferred_follows_the_variable_and_the_probe(setting, speedup, expected, fresh_verdict, monkeypatch):
+    fresh_verdict(speedup)
+    if setting is not None:
+        monkeypatch.setenv("GRAPHTREE_ONEDNN", setting)
+    assert functional.onednn_preferred() is expected
+
+
+@pytest.mark.parametrize("first_speedup", [5.0, 0.9])
+def test_the_verdict_is_measured_once_per_machine(first_speedup, fresh_verdict, monkeypatch):
+    """A later process reads the first one's verdict instead of timing again (its timing could differ)."""
+    probes = fresh_verdict(first_speedup)
+    first = functional.onednn_preferred()
+    assert probes == [first_speedup]
+    assert json.loads(functional.onednn_cache_file().read_text())["onednn"] is first
+    monkeypatch.setattr(functional, "_ONEDNN_PAYS", None)  # as in a new process
+    fresh_verdict(1.0 / first_speedup)
+    assert functional.onednn_preferred() is first
+    assert probes == [first_speedup]
+
+
+def test_an_unreadable_verdict_is_measured_again(fresh_verdict):
+    probes = fresh_verdict(5.0)
+    functional.onednn_cache_file().parent.mkdir(parents=True)
+    functional.onednn_cache_file().write_text("{not json")
+    assert functional.onednn_preferred() is True
+    assert probes == [5.0]
+    assert json.loads(functional.onednn_cache_file().read_text())["onednn"] is True
+
+
+def test_onednn_preferred_rejects_other_values(monkeypatch):
+    monkeypatch.setattr(functional, "_ONEDNN_PAYS", None)
+    monkeypatch.setenv("GRAPHTREE_ONEDNN", "yes")
+    with pytest.raises(ValueError, match="GRAPHTREE_ONEDNN must be 0, 1 or auto"):
+        functional.onednn_preferred()
+
+
+@needs_onednn
+def test_speed_probe_times_both_products():
+    speedup = functional._onednn_speedup(rows=8, out_features=16, in_features=8, rounds=2)
+    assert 0 < speedup < float("inf")
+
+
+def test_plain_products_when_onednn_is_not_preferred(monkeypatch):
+    monkeypatch.setattr(functional, "_ONEDNN_PAYS", False)
+    weight, x = torch.randn(48, 32), torch.randn(20, 32)
+    packed = PackedWeights()
+    torch.testing.assert_close(packed.linear(x, weight), x @ weight.t())
+    assert not packed._packed

@@ -15,6 +15,7 @@ import torch
 from torch_geometric.data import Batch
 
 from graphtree.data import NO_LABEL, from_ptb
+from graphtree.nn.functional import onednn_available
 from graphtree.train import (
     PRESETS,
     OptimizerSpec,
@@ -148,6 +149,30 @@ def test_teng_update_is_adam_with_dynet_defaults() -> None:
         assert math.isclose(float(w.detach()), ref, abs_tol=1e-7)
 
 
+SPARSE_STEP = """
+import warnings
+import torch
+from graphtree.models import NodeEmbedding
+from graphtree.train import PRESETS, PaperOptimizer
+embedding = NodeEmbedding(10, 4)
+model = torch.nn.Sequential(embedding, torch.nn.Linear(4, 2))
+opt = PaperOptimizer.for_model(model, embedding, PRESETS["le_zuidema"], sparse_embeddings=True)
+assert isinstance(opt.embedding_optimizer, torch.optim.Adagrad)
+model(torch.tensor([1, 2, 2])).sum().backward()
+assert embedding.embedding.weight.grad.is_sparse
+warnings.simplefilter("error")
+opt.step()
+"""
+
+
+def test_sparse_embedding_step_is_silent() -> None:
+    """AdaGrad's sparse update makes PyTorch warn once per process about invariant checks unless told; a fresh
+    process shows it."""
+    run = subprocess.run([sys.executable, "-c", SPARSE_STEP], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
 @pytest.mark.parametrize("preset", ["tai", "zhu", "le_zuidema", "teng"])
 def test_sparse_embedding_updates_equal_the_dense_ones(preset: str) -> None:
     """Three steps of a model whose minibatches repeat some words and miss most: the same weights either way."""
@@ -244,12 +269,17 @@ def test_kill_9_mid_training_then_resume_matches_an_uninterrupted_run(tmp_path: 
     sys.path.insert(0, str(HERE))
     import train_resume_helper as helper
 
-    reference = helper.run(tmp_path / "reference")
+    # Every run in a process of its own, all on the same matmul kernels (as on one machine; see onednn_preferred).
+    env = {**os.environ, "GRAPHTREE_ONEDNN": "1" if onednn_available() else "0"}
+    helper_script = str(HERE / "train_resume_helper.py")
+    subprocess.run([sys.executable, helper_script, str(tmp_path / "reference")], check=True,
+                   stdout=subprocess.DEVNULL, timeout=120, env=env)
+    reference = json.loads((tmp_path / "reference" / "result.json").read_text())
     steps_per_epoch = math.ceil(40 / helper.BATCH)
     kill_at = 2 * steps_per_epoch + steps_per_epoch // 2  # mid-epoch 3: two checkpoints written
     run_dir = tmp_path / "killed"
-    command = [sys.executable, str(HERE / "train_resume_helper.py"), str(run_dir), "--sleep", "0.02"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    command = [sys.executable, helper_script, str(run_dir), "--sleep", "0.02"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     try:
         for line in proc.stdout:
             if line.startswith("step") and int(line.split()[1]) >= kill_at:
@@ -262,7 +292,7 @@ def test_kill_9_mid_training_then_resume_matches_an_uninterrupted_run(tmp_path: 
     assert not (run_dir / "result.json").exists()
     assert torch.load(run_dir / "run.pt", weights_only=False)["epoch"] == 2
 
-    subprocess.run(command[:-2], check=True, stdout=subprocess.DEVNULL, timeout=120)
+    subprocess.run(command[:-2], check=True, stdout=subprocess.DEVNULL, timeout=120, env=env)
     resumed = json.loads((run_dir / "result.json").read_text())
     assert resumed.pop("resumed_at") == 2
     assert reference.pop("resumed_at") == 0

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import platform
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["PackedWeights", "add_outer_", "fast_tanh", "onednn_available"]
+__all__ = ["PackedWeights", "add_outer_", "fast_tanh", "onednn_available", "onednn_cache_file",
+           "onednn_preferred"]
 
 
 def fast_tanh(z: Tensor) -> Tensor:
@@ -18,19 +24,24 @@ def fast_tanh(z: Tensor) -> Tensor:
 
 
 _ONEDNN: bool | None = None
+_ONEDNN_PAYS: bool | None = None
+
+# How much faster the oneDNN product must be, on the probe below, before it is used by default: where the
+# two are about equal, the plain PyTorch path is kept.
+ONEDNN_MARGIN = 1.2
 
 
 def onednn_available() -> bool:
-    """Whether prepacked oneDNN matmuls can be used (CPU builds with oneDNN; off with ``GRAPHTREE_ONEDNN=0``).
+    """Whether prepacked oneDNN matmuls can be used at all (CPU builds with oneDNN).
 
     Checked once, numerically, against ``torch.matmul``: the ops used are
     internal to PyTorch, so any surprise turns the fast path off rather than
-    giving wrong numbers.
+    giving wrong numbers. Whether they are *used* is :func:`onednn_preferred`.
     """
     global _ONEDNN
     if _ONEDNN is None:
         _ONEDNN = False
-        if os.environ.get("GRAPHTREE_ONEDNN", "1") != "0" and torch.backends.mkldnn.is_available():
+        if torch.backends.mkldnn.is_available():
             try:
                 generator = torch.Generator().manual_seed(0)
                 x, w, b = (torch.randn(*shape, generator=generator) for shape in ((5, 7), (3, 7), (3,)))
@@ -42,20 +53,121 @@ def onednn_available() -> bool:
     return _ONEDNN
 
 
+def onednn_preferred() -> bool:
+    """Whether the cells' matrix products go through oneDNN (see :class:`PackedWeights`).
+
+    ``GRAPHTREE_ONEDNN=1`` uses it wherever :func:`onednn_available`, ``0``
+    never. By default (``auto``) the choice is made once per machine: oneDNN
+    and ``torch.addmm`` are timed on a product of a tree level's shape, oneDNN
+    is used only if it is clearly faster, and the verdict is kept in
+    :func:`onednn_cache_file` so that every later process on the machine (a
+    resumed run, a second seed) computes with the same kernels and rounds the
+    same way. On one of the x86 machines this was developed on oneDNN was
+    clearly faster than MKL's ``addmm`` for these shapes, on another (AVX2
+    only) it was not (``benchmarks/tree_lstm.py`` times both). The two paths agree up to float32 rounding;
+    delete the file to measure again, or pin the variable.
+    """
+    global _ONEDNN_PAYS
+    if _ONEDNN_PAYS is None:
+        mode = os.environ.get("GRAPHTREE_ONEDNN", "auto").strip().lower()
+        if mode not in ("0", "1", "auto"):
+            raise ValueError(f"GRAPHTREE_ONEDNN must be 0, 1 or auto, got {mode!r}")
+        if mode == "0" or not onednn_available():
+            _ONEDNN_PAYS = False
+        else:
+            _ONEDNN_PAYS = mode == "1" or _machine_verdict()
+    return _ONEDNN_PAYS
+
+
+def onednn_cache_file() -> Path:
+    """Where the ``auto`` verdict of :func:`onednn_preferred` is kept for this machine and PyTorch build."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    identity = "\n".join([platform.machine(), torch.__version__, torch.backends.cpu.get_cpu_capability(),
+                          *_cpu_description()])
+    return Path(root) / "graphtree" / f"onednn-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.json"
+
+
+def _cpu_description() -> list[str]:
+    """The first processor's identifying lines in ``/proc/cpuinfo`` (empty where there is no such file)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            first = handle.read().split("\n\n", 1)[0]
+    except OSError:
+        return [platform.processor()]
+    keys = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags")
+    return [line for line in first.splitlines() if line.split(":", 1)[0].strip() in keys]
+
+
+def _machine_verdict() -> bool:
+    path = onednn_cache_file()
+    try:
+        return bool(json.loads(path.read_text())["onednn"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    speedup = _onednn_speedup()
+    verdict = speedup >= ONEDNN_MARGIN
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written whole and renamed, so that a process starting meanwhile never reads half a file.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"onednn": verdict, "speedup": round(speedup, 3), "margin": ONEDNN_MARGIN,
+                                   "torch": torch.__version__}) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: every process measures for itself
+    return verdict
+
+
+def _onednn_speedup(rows: int = 64, out_features: int = 750, in_features: int = 300, rounds: int = 31) -> float:
+    """``addmm`` time over oneDNN time for one level-sized product, on one thread.
+
+    The two are timed in alternating rounds and the median of the rounds'
+    ratios is returned: other processes sharing the cores slow both sides of
+    a round alike, so the ratio holds where the times themselves drift.
+    """
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, in_features, generator=generator)
+    w = torch.randn(out_features, in_features, generator=generator)
+    b = torch.randn(out_features, generator=generator)
+    packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+    w_t = w.t()
+    products = (lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""),
+                lambda: torch.addmm(b, x, w_t))
+    ratios = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for product in products:
+                product()
+            for _ in range(rounds):
+                seconds = []
+                for product in products:
+                    began = time.perf_counter()
+                    for _ in range(4):
+                        product()
+                    seconds.append(time.perf_counter() - began)
+                ratios.append(seconds[1] / seconds[0])
+    finally:
+        torch.set_num_threads(threads)
+    return sorted(ratios)[len(ratios) // 2]
+
+
 class PackedWeights:
     r"""Matrix products with weights prepacked once per pass.
 
     Tree cells multiply small level slices by the same weights again and
     again. On CPU, oneDNN's matmul with a weight reordered once into its
-    blocked layout (the layout ``torch.nn.LSTM`` uses internally) is two to
-    three times faster for these shapes than ``torch.matmul``
-    (``benchmarks/tree_lstm.py`` measures the effect). A cell makes one
-    ``PackedWeights`` per pass, so a weight changed by an optimizer step is
-    packed again on the next pass.
+    blocked layout (the layout ``torch.nn.LSTM`` uses internally) can be
+    several times faster for these shapes than ``torch.addmm``, or slower:
+    it depends on the processor, so it is used where
+    :func:`onednn_preferred` says so (``benchmarks/tree_lstm.py`` times
+    training both ways). A cell makes one ``PackedWeights`` per pass, so a
+    weight changed by an optimizer step is packed again on the next pass.
 
-    Everything else (CUDA, float64, inputs under autograd, rows < 4) falls
-    back to ``torch.addmm``/``torch.matmul`` with the same result up to
-    float32 rounding.
+    Everything else (CUDA, float64, inputs under autograd, rows < 4, oneDNN
+    not preferred) uses ``torch.addmm``/``torch.matmul``, with the same
+    result up to float32 rounding.
     """
 
     min_rows = 4  # below this, packing does not pay
@@ -97,19 +209,19 @@ class PackedWeights:
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                         or (bias is not None and bias.requires_grad)):
             return False  # the oneDNN ops have no autograd formula
-        return torch.backends.mkldnn.enabled and onednn_available()
+        return torch.backends.mkldnn.enabled and onednn_preferred()
 
 
 def add_outer_(out: Tensor, grad_out: Tensor, x: Tensor) -> Tensor:
     r"""``out += grad_out^T x`` in place: a weight gradient summed over many rows.
 
-    On CPU in float32 (with many rows) through oneDNN, about 1.5x faster here
-    than ``addmm_``; elsewhere ``addmm_``.
+    On CPU in float32 (with many rows) through oneDNN where
+    :func:`onednn_preferred` says it pays; elsewhere ``addmm_``.
     """
     fast = (grad_out.size(0) >= 64 and out.device.type == "cpu" and out.dtype == torch.float32
             and grad_out.dtype == torch.float32 and x.dtype == torch.float32
             and not (torch.is_grad_enabled() and (grad_out.requires_grad or x.requires_grad))
-            and torch.backends.mkldnn.enabled and onednn_available())
+            and torch.backends.mkldnn.enabled and onednn_preferred())
     if not fast:
         return out.addmm_(grad_out.t(), x)
     # (grad_out^T x) = linear(grad_out^T, weight=x^T): x^T is packed once, for this product alone.
