@@ -252,6 +252,91 @@ def plots(runs: list[dict]) -> list[str]:
     return written
 
 
+# The issue's targets. Rows in settings we can reproduce exactly (random vectors): within one standard deviation
+# or one point of the paper. Orderings: the papers' rankings among rows; pairs the paper separates by less than
+# ORDER_MIN_GAP points are not counted (one seed's noise is larger than that).
+EXACT_ROWS = ("Constituency Tree-LSTM, random vectors", "S-LSTM", "S-LSTM, root labels", "S-LSTM, root + leaf labels",
+              "S-LSTM-LR, root labels", "S-LSTM-RR, root labels", "S-LSTM-LR, root + leaf labels",
+              "S-LSTM-RR, root + leaf labels")
+FLOORS = (("BiConTree (gated heads)", "fine", 50.0), ("BiConTree (gated heads)", "binary", 88.0))
+TABLE_1 = ("ConTree", "Top-down ConTree", "ConTree + Lex", "BiConTree (gated heads)")
+ORDERINGS = (
+    (f"{TENG}, Table 1, fine root", "fine", TABLE_1),
+    (f"{TENG}, Table 1, binary root", "binary", TABLE_1),
+    (f"{ZHU}, Table 4, root labels", "fine",
+     ("S-LSTM, root labels", "S-LSTM-LR, root labels", "S-LSTM-RR, root labels")),
+    (f"{ZHU}, Table 4, root + leaf labels", "fine",
+     ("S-LSTM, root + leaf labels", "S-LSTM-LR, root + leaf labels", "S-LSTM-RR, root + leaf labels")),
+    (f"{TENG}, Table 5, fine root", "fine", ("BiConTree, left heads", "BiConTree, right heads",
+                                             "BiConTree, average heads", "BiConTree (gated heads)")),
+)
+ORDER_MIN_GAP = 0.5
+MIN_SEEDS = 3
+
+
+def root_accuracies(row: dict, runs: list[dict], task: str) -> list[float]:
+    return [r["test"]["root"] for r in row_runs(row, runs) if task_of(r) == task]
+
+
+def paper_root(row: dict, task: str) -> float | None:
+    return row["paper"][0 if task == "fine" else 2]
+
+
+def target_lines(runs: list[dict]) -> list[str]:
+    """The issue's targets, each checked against the runs so far (``incomplete`` below three seeds)."""
+    rows = {row["name"]: row for row in ROWS}
+    lines = ["## Targets", "",
+             f"Checked from the same files; a check on fewer than {MIN_SEEDS} seeds per row says *incomplete*.", "",
+             "Settings we can reproduce exactly (random vectors): within one standard deviation or one point of "
+             "the paper's test root accuracy.", "",
+             "| Row | Task | Paper | Ours | Ours − paper | Within |", "|---|---|---|---|---|---|"]
+    for name in EXACT_ROWS:
+        for task in tasks_of(rows[name]):
+            values, paper = root_accuracies(rows[name], runs, task), paper_root(rows[name], task)
+            if paper is None:
+                continue
+            if not values:
+                lines.append(f"| {name} | {task} | {paper:.1f} | not run | — | — |")
+                continue
+            spread = statistics.stdev(values) if len(values) > 1 else 0.0
+            gap = statistics.mean(values) - paper
+            verdict = "yes" if abs(gap) <= max(1.0, spread) else "no"
+            if len(values) < MIN_SEEDS:
+                verdict += " (incomplete)"
+            lines.append(f"| {name} | {task} | {paper:.1f} | {mean_std(values)} | {gap:+.1f} | {verdict} |")
+    lines += ["", "With the 50d GloVe vectors (mean of seeds):", ""]
+    for name, task, floor in FLOORS:
+        values = root_accuracies(rows[name], runs, task)
+        if not values:
+            lines.append(f"- {name}, {task} root ≥ {floor:.1f}: not run.")
+            continue
+        verdict = "met" if statistics.mean(values) >= floor else "not met"
+        if len(values) < MIN_SEEDS:
+            verdict += f", incomplete ({len(values)} seed{'s' if len(values) > 1 else ''})"
+        lines.append(f"- {name}, {task} root ≥ {floor:.1f}: {statistics.mean(values):.1f}, {verdict}.")
+    lines += ["", f"Orderings: each pair of rows the paper separates by at least {ORDER_MIN_GAP} points, and "
+              "whether our means rank them the same way.", "",
+              "| Table | Paper's order (best first) | Pairs as in the paper | Reversed |", "|---|---|---|---|"]
+    for title, task, names in ORDERINGS:
+        papers = {n: paper_root(rows[n], task) for n in names}
+        ranked = sorted(names, key=lambda n: -papers[n])
+        order = " > ".join(f"{n} {papers[n]:.1f}" for n in ranked)
+        values = {n: root_accuracies(rows[n], runs, task) for n in names}
+        missing = [n for n in names if not values[n]]
+        if missing:
+            lines.append(f"| {title} | {order} | not run: {', '.join(missing)} | — |")
+            continue
+        means = {n: statistics.mean(values[n]) for n in names}
+        pairs = [(a, b) for i, a in enumerate(ranked) for b in ranked[i + 1:]
+                 if papers[a] - papers[b] >= ORDER_MIN_GAP]
+        reversed_pairs = [f"{a} {means[a]:.1f} < {b} {means[b]:.1f}" for a, b in pairs if means[a] <= means[b]]
+        kept = f"{len(pairs) - len(reversed_pairs)} of {len(pairs)}"
+        if any(len(v) < MIN_SEEDS for v in values.values()):
+            kept += " (incomplete)"
+        lines.append(f"| {title} | {order} | {kept} | {'; '.join(reversed_pairs) or 'none'} |")
+    return lines + [""]
+
+
 def fitting_notes(runs: list[dict]) -> list[str]:
     """How fast each supervision setting of the S-LSTM fits its training labels, read from the runs' history."""
     lines = []
@@ -285,7 +370,7 @@ def report(runs: list[dict]) -> str:
               "Zhang and the 100d 6B vectors of Le & Zuidema are not available here; our GloVe rows use the "
               "50d 6B vectors, a smaller and weaker input. Zhu's Table 4 rows train and test on left- or "
               "right-recursive trees over the same words; only the words and the root keep labels.", "",
-              *fitting_notes(runs),
+              *target_lines(runs), *fitting_notes(runs),
               "![accuracy by sentence length](sst_by_length.png)", "",
               "![accuracy by depth and phrase length](sst_by_depth.png)", "", "## Runs", ""]
     lines += runs_table(runs) if runs else ["No runs yet."]
@@ -302,7 +387,8 @@ def readme_section(runs: list[dict]) -> str:
     lines = ["## Results: Stanford Sentiment Treebank", "",
              "Test root accuracy (%), mean ± std over seeds, the paper's number in parentheses; rows that have "
              "runs so far. The full table (phrase accuracies, every row of the four papers), the plots and the "
-             "settings are in `experiments/results/sst.md`, with the machine each run used.", "",
+             "settings are in `experiments/results/sst.md`, with the machine each run used and the reproduction "
+             "targets checked row by row.", "",
              "| Source | Model | Fine | Binary | Minutes per run (1 CPU thread) | Command |",
              "|---|---|---|---|---|---|"]
     for row in ROWS:

@@ -1,0 +1,52 @@
+"""The target checks of experiments/report_sst.py, on made-up run records with hand-worked verdicts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
+report_sst = pytest.importorskip("report_sst")
+
+
+def run(model: str, fine: bool, root: float, **config) -> dict:
+    spec = report_sst.MODELS[model]
+    return {"config": {"model": model, "fine_grained": fine, "supervision": "all", "structure": "gold",
+                       "epochs": spec["epochs"], "paper": spec["paper"],
+                       "optimizer": report_sst.PRESETS[spec["paper"]].as_dict(), **config},
+            "test": {"root": root}}
+
+
+def line_of(lines: list[str], start: str) -> str:
+    (found,) = [line for line in lines if line.startswith(start)]
+    return found
+
+
+def test_rows_within_one_point_or_one_deviation_of_the_paper():
+    runs = ([run("nary", True, v, embeddings="random") for v in (43.0, 44.0, 45.0)]  # mean 44.0, paper 43.9
+            + [run("nary", False, v, embeddings="random") for v in (80.0, 84.0, 88.0)]  # +2.0 but std 4.0
+            + [run("slstm", True, v, embeddings="random") for v in (46.0, 46.5)])  # -2.65, two seeds
+    lines = report_sst.target_lines(runs)
+    assert line_of(lines, "| Constituency Tree-LSTM, random vectors | fine |").endswith("| +0.1 | yes |")
+    assert line_of(lines, "| Constituency Tree-LSTM, random vectors | binary |").endswith("| +2.0 | yes |")
+    assert line_of(lines, "| S-LSTM | fine |").endswith("| -2.6 | no (incomplete) |")
+    assert line_of(lines, "| S-LSTM-LR, root labels | fine |").endswith("| not run | — | — |")
+
+
+def test_orderings_count_the_pairs_the_paper_separates():
+    # Paper, fine root: BiConTree 53.5 > ConTree+Lex 52.8 > ConTree 51.2 > top-down 51.0; the last pair is 0.2
+    # apart, under the 0.5 threshold, which leaves five pairs. Ours put BiConTree last: three pairs reversed.
+    ours = {("contree", None): 50.0, ("topdown", "gated"): 49.0, ("contree_lex", "gated"): 51.0,
+            ("bicontree", "gated"): 48.0}
+    runs = [run(model, True, root + delta, embeddings="glove50", head=head)
+            for (model, head), root in ours.items() for delta in (-0.5, 0.0, 0.5)]
+    lines = report_sst.target_lines(runs)
+    row = line_of(lines, "| Teng & Zhang 2017, Table 1, fine root |")
+    assert "| 2 of 5 |" in row
+    assert row.count(" < ") == 3 and "BiConTree (gated heads) 48.0 < ConTree + Lex 51.0" in row
+    binary = line_of(lines, "| Teng & Zhang 2017, Table 1, binary root |")  # no binary runs at all
+    assert "not run: ConTree, Top-down ConTree, ConTree + Lex, BiConTree (gated heads)" in binary
+    assert line_of(lines, "- BiConTree (gated heads), fine root") == \
+        "- BiConTree (gated heads), fine root ≥ 50.0: 48.0, not met."
