@@ -139,6 +139,20 @@ def test_the_verdict_is_measured_once_per_machine(first_speedup, fresh_verdict, 
     assert probes == [first_speedup]
 
 
+def test_a_verdict_written_meanwhile_wins(fresh_verdict, monkeypatch):
+    """Two processes measuring at once end up with one verdict: the one on disk first."""
+    fresh_verdict(5.0)
+
+    def another_process_decides_first():
+        functional.onednn_cache_file().parent.mkdir(parents=True, exist_ok=True)
+        functional.onednn_cache_file().write_text(json.dumps({"onednn": False}))
+        return 5.0
+    monkeypatch.setattr(functional, "_onednn_speedup", another_process_decides_first)
+    assert functional.onednn_preferred() is False
+    assert json.loads(functional.onednn_cache_file().read_text()) == {"onednn": False}
+    assert [p.name for p in functional.onednn_cache_file().parent.iterdir()] == [functional.onednn_cache_file().name]
+
+
 def test_an_unreadable_verdict_is_measured_again(fresh_verdict):
     probes = fresh_verdict(5.0)
     functional.onednn_cache_file().parent.mkdir(parents=True)

@@ -98,23 +98,39 @@ def _cpu_description() -> list[str]:
     return [line for line in first.splitlines() if line.split(":", 1)[0].strip() in keys]
 
 
-def _machine_verdict() -> bool:
-    path = onednn_cache_file()
+def _read_verdict(path: Path) -> bool | None:
     try:
         return bool(json.loads(path.read_text())["onednn"])
     except (OSError, ValueError, KeyError, TypeError):
-        pass
+        return None
+
+
+def _machine_verdict() -> bool:
+    path = onednn_cache_file()
+    verdict = _read_verdict(path)
+    if verdict is not None:
+        return verdict
     speedup = _onednn_speedup()
     verdict = speedup >= ONEDNN_MARGIN
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Written whole and renamed, so that a process starting meanwhile never reads half a file.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"onednn": verdict, "speedup": round(speedup, 3), "margin": ONEDNN_MARGIN,
                                    "torch": torch.__version__}) + "\n")
-        os.replace(tmp, path)
+        try:
+            # A hard link never replaces a file: of processes that measured at the same time, the first to
+            # get here decides for all of them.
+            os.link(tmp, path)
+        except FileExistsError:
+            settled = _read_verdict(path)
+            if settled is None:
+                os.replace(tmp, path)  # an unreadable file: ours takes its place
+            else:
+                verdict = settled
     except OSError:
-        pass  # a read-only home: every process measures for itself
+        pass  # a read-only home, or no hard links: this process keeps its own measurement
+    finally:
+        tmp.unlink(missing_ok=True)
     return verdict
 
 
