@@ -18,7 +18,11 @@ def where(results: dict) -> str:
     machine = results["machine"]
     if machine.get("device") == "cuda":
         return f"{machine.get('gpu', 'a GPU')} (torch {machine['torch']})"
-    return f"{machine['torch_threads']} CPU thread(s) (torch {machine['torch']})"
+    processor = machine.get("processor") or "x86"
+    if machine.get("cpu_capability"):
+        processor += f" ({machine['cpu_capability']})"
+    rate = f", matmul {results['matmul_gflops']:.0f} GFLOP/s measured" if "matmul_gflops" in results else ""
+    return f"{machine['torch_threads']} CPU thread(s) of an {processor} host{rate} (torch {machine['torch']})"
 
 
 def tables(results: dict) -> list[str]:
