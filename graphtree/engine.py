@@ -156,7 +156,10 @@ def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, dev
 
 
 def _gather(buffers: list[Tensor], slots: _Slots) -> Children:
-    return Children(tuple(buf[slots.index] for buf in buffers), slots.mask, slots.position, slots.position_counts)
+    # index_select on the flat index, then a view: about half the cost of advanced indexing on small levels.
+    flat, shape = slots.index.view(-1), slots.index.shape
+    return Children(tuple(buf.index_select(0, flat).view(*shape, buf.size(1)) for buf in buffers),
+                    slots.mask, slots.position, slots.position_counts)
 
 
 def _has_fused_backward(cell: torch.nn.Module) -> bool:

@@ -18,9 +18,16 @@ __all__ = ["PackedWeights", "add_outer_", "fast_tanh", "onednn_available", "oned
            "onednn_preferred"]
 
 
+# Below this many elements ``torch.tanh`` wins: the sigmoid form costs three more operator calls, and on a
+# tree level's few rows the calls, not the arithmetic, are the cost.
+FAST_TANH_MIN_ELEMENTS = 12_000
+
+
 def fast_tanh(z: Tensor) -> Tensor:
-    """``tanh(z)`` as ``2 sigmoid(2z) - 1``: the same function, several times faster than ``torch.tanh`` on CPU."""
-    return 2 * torch.sigmoid(2 * z) - 1
+    """``tanh(z)``; on large CPU tensors as ``2 sigmoid(2z) - 1``, the same function, faster than ``torch.tanh``."""
+    if z.numel() < FAST_TANH_MIN_ELEMENTS or z.device.type != "cpu":
+        return torch.tanh(z)
+    return torch.sigmoid(z.mul(2)).mul(2).sub_(1)
 
 
 _ONEDNN: bool | None = None
