@@ -1,6 +1,9 @@
 """Write the README's speed section from results JSONs of ``tree_lstm.py``: the CPU run, then any GPU runs.
 
-    python benchmarks/readme_table.py benchmarks/results/cpu-threads1.json benchmarks/results/cuda-threads1.json
+    python benchmarks/readme_table.py benchmarks/results/cpu-threads2.json benchmarks/results/cuda-threads1.json \
+        benchmarks/results/operator-calls.json
+
+The operator-call counts (``tree_lstm.py --count-ops``) are optional.
 """
 
 from __future__ import annotations
@@ -63,11 +66,32 @@ def backends(results: dict) -> list[str]:
     return lines + [""]
 
 
+def operator_calls(results: dict, calls: dict, path: str) -> list[str]:
+    """Why small batches fall short: the chain's time per level next to the operator calls per level."""
+    chain = max(results.get("chain") or [{}], key=lambda r: r.get("depth", 0))
+    lines = ["Where batch-25 time goes: every level costs a fixed time, whatever its size, mostly operator calls "
+             "issued from Python."]
+    if chain:
+        lines[0] += (f" In the run above a chain of {chain['depth']} one-node levels took "
+                     f"{chain['train_ms_per_level']:.3f} ms per level to train and {chain['infer_ms_per_level']:.3f} "
+                     "ms to infer.")
+    lines[0] += (f" ATen operator calls on the first batch of 25 sentences (`{command(calls)}`, results in "
+                 f"`{path}`; views and slices count):")
+    lines += ["", "| model | training step | inference | per level, training | per level, inference |",
+              "|---|---|---|---|---|"]
+    for r in calls["rows"]:
+        lines.append(f"| {r['model']} | {r['train_calls']} | {r['infer_calls']} | {r['train_calls_per_level']:.1f} | "
+                     f"{r['infer_calls_per_level']:.1f} |")
+    return lines + ["", "Per level: over the batch's bottom-up levels; for `nn.LSTM`, over its time steps (its "
+                    "loop over time runs inside one operator).", ""]
+
+
 def command(results: dict) -> str:
     return f"python {results['command'].replace('tree_lstm.py', 'benchmarks/tree_lstm.py')}"
 
 
-def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = ()) -> str:
+def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = (),
+            calls: tuple[dict, str] | None = None) -> str:
     lines = ["## Speed", "",
              f"Training (forward, backward, Adagrad step) and inference throughput on SST training trees, hidden "
              f"150, embeddings 300, on {where(results)}, every ratio measured pair by pair in the same run "
@@ -75,6 +99,8 @@ def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = ()) -> 
              "`× N-ary` is training time over the N-ary cell's; `× bound` is training time over the time of its "
              "essential matmul FLOPs at the machine's measured matmul rate.", ""]
     lines += tables(results) + backends(results)
+    if calls is not None:
+        lines += operator_calls(results, *calls)
     for gpu, gpu_path in gpu_runs:
         lines += [f"### On {where(gpu)}", "",
                   f"The same benchmark with `--device cuda` (`{command(gpu)}`, results in `{gpu_path}`). The "
@@ -87,11 +113,14 @@ def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = ()) -> 
 def main() -> None:
     paths = sys.argv[1:] or ["benchmarks/results/cpu-threads1.json"]
     runs = [(json.loads((REPO / p).read_text()), p) for p in paths]
-    cpu = [(r, p) for r, p in runs if r["machine"].get("device") != "cuda"]
-    gpu = [(r, p) for r, p in runs if r["machine"].get("device") == "cuda"]
+    calls = next(((r, p) for r, p in runs if "machine" not in r and r["rows"] and "train_calls" in r["rows"][0]),
+                 None)
+    timed = [(r, p) for r, p in runs if "machine" in r]
+    cpu = [(r, p) for r, p in timed if r["machine"].get("device") != "cuda"]
+    gpu = [(r, p) for r, p in timed if r["machine"].get("device") == "cuda"]
     if not cpu:
         raise SystemExit("give a CPU results file first (the README's main table)")
-    if not write_readme_section(REPO / "README.md", "speed", section(*cpu[0], gpu)):
+    if not write_readme_section(REPO / "README.md", "speed", section(*cpu[0], gpu, calls)):
         raise SystemExit("README.md has no <!-- results:speed --> markers")
     print(f"README.md speed section from {', '.join(paths)}")
 

@@ -898,6 +898,62 @@ def profile_nary(config: dict, trees: list[Data], vocab_size: int, device: torch
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
 
 
+def count_operator_calls(trees: list[Data], vocab_size: int, device: torch.device) -> list[dict]:
+    """ATen operator calls of one training step and one inference pass, per model, on the first batch (E=300, B=25).
+
+    The per-level cost that no batch size amortizes is mostly operator calls
+    issued from Python, a few microseconds each whatever their size: this
+    counts them (views and slices included), so that the chain's time per
+    level can be read against them. Counted with a ``TorchDispatchMode``, one
+    step, no timing: the machine may be busy.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    def calls_of(run: Callable[[], None]) -> int:
+        run()  # warm-up: caches (schedules, slot indices, packed weights) are built outside the count
+        counter = Counter()
+        with counter:
+            run()
+        return counter.calls
+
+    torch.manual_seed(0)
+    group = trees[:25]
+    batch = Batch.from_data_list(group)
+    attach_schedule(batch)
+    batch = batch.to(device)
+    levels = schedule_of(batch).bottom_up.num_levels
+    stats = TreeStats()
+    for tree in group:
+        stats.add(tree)
+    rows = []
+    for cell in CELLS:
+        contender = tree_contender(cell, tree_model(cell, 300, vocab_size).to(device), [batch], stats)
+        rows.append(dict(model=cell, levels=levels, train_calls=calls_of(contender.train),
+                         infer_calls=calls_of(contender.infer)))
+    lstm = lstm_contender(SequenceLSTM(vocab_size, 300, HIDDEN, NUM_CLASSES).to(device), [group], stats, device)
+    rows.append(dict(model="lstm", levels=stats.max_words, train_calls=calls_of(lstm.train),
+                     infer_calls=calls_of(lstm.infer)))
+    print(f"ATen operator calls, first batch of 25 sentences ({levels} bottom-up levels, {stats.max_words} "
+          "words in the longest sentence), E=300:")
+    print(f"{'model':<12} {'train':>7} {'infer':>7} {'train/level':>12} {'infer/level':>12}")
+    for r in rows:
+        r["train_calls_per_level"] = r["train_calls"] / r["levels"]
+        r["infer_calls_per_level"] = r["infer_calls"] / r["levels"]
+        print(f"{CELL_NAMES[r['model']]:<12} {r['train_calls']:>7} {r['infer_calls']:>7} "
+              f"{r['train_calls_per_level']:>12.1f} {r['infer_calls_per_level']:>12.1f}")
+    print("(per level: over the batch's bottom-up levels; nn.LSTM: over its time steps)")
+    return rows
+
+
 # --------------------------------------------------------------------------- main
 
 def machine(device: torch.device, threads: int) -> dict:
@@ -936,6 +992,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cells", default=None, help=f"comma-separated subset of {','.join(CELLS)}")
     parser.add_argument("--skip-scaling", action="store_true", help="only the cell grid")
     parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of N-ary training")
+    parser.add_argument("--count-ops", action="store_true",
+                        help="count ATen operator calls per batch and level of every model (no timing); "
+                             "writes benchmarks/results/operator-calls.json unless --out is given")
     parser.add_argument("--memory-probe", type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -961,6 +1020,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"data: {source}, {len(trees)} trees, vocabulary {vocab_size}")
     if args.profile:
         profile_nary(config, trees, vocab_size, device)
+        return
+    if args.count_ops:
+        rows = count_operator_calls(trees, vocab_size, device)
+        out = Path(args.out) if args.out else RESULTS / "operator-calls.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+        out.write_text(json.dumps(dict(command=command, data=source, torch=torch.__version__, rows=rows),
+                                  indent=1) + "\n")
+        print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
         return
     info = machine(device, args.threads)
     print(f"torch {info['torch']}, {info['torch_threads']} threads (interop {info['torch_interop_threads']}), "
