@@ -323,16 +323,20 @@ def target_lines(runs: list[dict]) -> list[str]:
         order = " > ".join(f"{n} {papers[n]:.1f}" for n in ranked)
         values = {n: root_accuracies(rows[n], runs, task) for n in names}
         missing = [n for n in names if not values[n]]
-        if missing:
-            lines.append(f"| {title} | {order} | not run: {', '.join(missing)} | — |")
-            continue
-        means = {n: statistics.mean(values[n]) for n in names}
+        means = {n: statistics.mean(values[n]) for n in names if values[n]}
+        # Pairs among the rows that have runs: a table half run still says what its finished rows show.
         pairs = [(a, b) for i, a in enumerate(ranked) for b in ranked[i + 1:]
-                 if papers[a] - papers[b] >= ORDER_MIN_GAP]
+                 if a in means and b in means and papers[a] - papers[b] >= ORDER_MIN_GAP]
+        if not pairs:
+            lines.append(f"| {title} | {order} | not run: {', '.join(missing)} | — |" if missing
+                         else f"| {title} | {order} | no pair {ORDER_MIN_GAP} points apart | — |")
+            continue
         reversed_pairs = [f"{a} {means[a]:.1f} < {b} {means[b]:.1f}" for a, b in pairs if means[a] <= means[b]]
         kept = f"{len(pairs) - len(reversed_pairs)} of {len(pairs)}"
-        if any(len(v) < MIN_SEEDS for v in values.values()):
+        if any(len(values[n]) < MIN_SEEDS for n in means):
             kept += " (incomplete)"
+        if missing:
+            kept += f"; not run: {', '.join(missing)}"
         lines.append(f"| {title} | {order} | {kept} | {'; '.join(reversed_pairs) or 'none'} |")
     return lines + [""]
 
