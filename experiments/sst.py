@@ -99,7 +99,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add_run_arguments(p, REPO, epochs_help="default: the paper's (see MODELS)",
                       quick_help="small subset, 3 epochs; results under experiments/runs/")
     p.add_argument("--batch-size", type=int, default=None, help="default: the paper's (graphtree.train.PRESETS)")
-    return p.parse_args(argv)
+    p.add_argument("--dropout", type=float, default=None,
+                   help="dropout probability, default: the paper's (MODELS); another value is not a reproduction "
+                        "and is listed apart in sst.md")
+    args = p.parse_args(argv)
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
+        p.error(f"--dropout must be in [0, 1), got {args.dropout}")
+    return args
 
 
 def run_name(cfg: dict, seed: int) -> str:
@@ -119,6 +125,8 @@ def run_name(cfg: dict, seed: int) -> str:
         parts.append(f"ep{cfg['epochs']}")
     if cfg["optimizer"]["batch_size"] != PRESETS[cfg["paper"]].batch_size:
         parts.append(f"bs{cfg['optimizer']['batch_size']}")
+    if cfg["dropout"] != MODELS[cfg["model"]]["dropout"]:
+        parts.append(f"do{cfg['dropout']:g}")
     return "_".join(parts) + f"_s{seed}"
 
 
@@ -186,7 +194,8 @@ def train(args: argparse.Namespace) -> None:
                activation=args.activation if args.model == "lstmrnn" else None,
                paper=paper["paper"], dim=vectors.dim if vectors is not None else paper["dim"],
                hidden=paper["hidden"] if args.model != "lstmrnn" or vectors is None else vectors.dim,
-               dropout=paper["dropout"], epochs=args.epochs or (QUICK["epochs"] if args.quick else paper["epochs"]),
+               dropout=paper["dropout"] if args.dropout is None else args.dropout,
+               epochs=args.epochs or (QUICK["epochs"] if args.quick else paper["epochs"]),
                optimizer=replace(PRESETS[paper["paper"]], batch_size=args.batch_size or
                                  PRESETS[paper["paper"]].batch_size).as_dict(), quick=args.quick)
     results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)

@@ -64,3 +64,16 @@ def test_orderings_of_a_half_run_table_count_the_pairs_among_its_finished_rows()
     runs = [run("slstm", True, v, embeddings="random", supervision="root") for v in (43.0, 44.0, 45.0)]
     row = line_of(report_sst.target_lines(runs), "| Zhu et al. 2015, Table 4, root labels |")
     assert "| not run: S-LSTM-LR, root labels, S-LSTM-RR, root labels | — |" in row
+
+
+def test_runs_outside_the_papers_settings_are_kept_out_of_the_rows_and_listed_apart():
+    default = [run("slstm", True, v, embeddings="random", supervision="root") for v in (37.0, 38.0)]
+    regularized = [run("slstm", True, v, embeddings="random", supervision="root", dropout=0.5)
+                   for v in (41.0, 42.0, 43.0)]
+    runs = default + regularized
+    row = line_of(report_sst.target_lines(runs), "| S-LSTM, root labels | fine |")
+    assert "| 37.5 ± 0.7 |" in row  # the dropout runs do not enter the paper's row
+    other = report_sst.other_settings(runs)
+    (line,) = [line for line in other if line.startswith("| S-LSTM, root labels |")]
+    assert line == "| S-LSTM, root labels | fine | dropout 0.5 (paper 0.0) | 3 | 42.0 ± 1.0 | 37.5 ± 0.7 |"
+    assert report_sst.other_settings(default) == []
