@@ -111,16 +111,27 @@ def full_runs() -> list[dict]:
     return load_runs(RUNS, "sst")
 
 
-def matches(config: dict, match: dict) -> bool:
+def departures(config: dict) -> list[str]:
+    """How a run's training differs from its paper's (epochs, dropout, optimizer), as readable phrases."""
+    paper = MODELS.get(config["model"])
+    if paper is None:  # the n-gram baselines have no paper settings of this kind
+        return []
+    changes = [f"{key} {config[key]} (paper {paper[key]})" for key in ("dropout", "epochs")
+               if config.get(key, paper[key]) != paper[key]]
+    preset = PRESETS[config["paper"]]
+    if config["optimizer"] != preset.as_dict():
+        changes.append(f"batch size {config['optimizer']['batch_size']} (paper {preset.batch_size})"
+                       if config["optimizer"]["batch_size"] != preset.batch_size else "optimizer")
+    return changes
+
+
+def matches(config: dict, match: dict, *, paper_settings: bool = True) -> bool:
     """A run belongs to a row when every matched key agrees, the rest is at its default, and it ran the
-    paper's number of epochs and optimizer settings (anything else is not a reproduction)."""
+    paper's number of epochs, dropout and optimizer settings (anything else is not a reproduction;
+    ``paper_settings=False`` drops that last condition)."""
     if any(config.get(key) != value for key, value in {**DEFAULTS, **match}.items()):
         return False
-    if config["model"] not in MODELS:
-        return True
-    paper = MODELS[config["model"]]
-    return (config.get("epochs") == paper["epochs"] and config.get("dropout", paper["dropout"]) == paper["dropout"]
-            and config["optimizer"] == PRESETS[config["paper"]].as_dict())
+    return not (paper_settings and departures(config))
 
 
 def task_of(run: dict) -> str:
@@ -362,38 +373,26 @@ def fitting_notes(runs: list[dict]) -> list[str]:
 
 
 def other_settings(runs: list[dict]) -> list[str]:
-    """Runs that belong to no row (another dropout, epoch count or batch size), grouped by setting, beside the
-    row they vary: experiments behind the explanations, not reproductions."""
-    groups: dict[str, list[dict]] = {}
+    """Runs outside their paper's training settings (another dropout, epoch count or batch size), grouped by
+    setting, beside the row they vary: experiments behind the explanations, not reproductions."""
+    groups: dict[tuple[str, str, str], list[float]] = {}
     for r in runs:
-        if any(matches(r["config"], row["match"]) for row in ROWS):
+        changes = departures(r["config"])
+        if not changes:
             continue
-        c = r["config"]
-        paper = MODELS.get(c["model"])
-        if paper is None:
-            continue
-        changes = [f"{key} {c.get(key)} (paper {paper[key]})" for key in ("dropout", "epochs")
-                   if c.get(key, paper[key]) != paper[key]]
-        if c["optimizer"] != PRESETS[c["paper"]].as_dict():
-            changes.append(f"batch size {c['optimizer']['batch_size']} (paper {PRESETS[c['paper']].batch_size})")
-        base = next((row["name"] for row in ROWS if matches({**c, "epochs": paper["epochs"],
-                                                             "dropout": paper["dropout"],
-                                                             "optimizer": PRESETS[c["paper"]].as_dict()},
-                                                            row["match"])), c["model"])
-        groups.setdefault(f"{base}, {task_of(r)} | {', '.join(changes)}", []).append(r)
+        row = next((row for row in ROWS if matches(r["config"], row["match"], paper_settings=False)), None)
+        name = row["name"] if row else r["config"]["model"]
+        groups.setdefault((name, task_of(r), ", ".join(changes)), []).append(r["test"]["root"])
     if not groups:
         return []
+    rows = {row["name"]: row for row in ROWS}
     lines = ["## Other settings", "",
              "Runs outside the papers' settings, each next to the row it varies (test root accuracy, mean ± std "
              "over seeds).", "", "| Row | Task | Changed | Seeds | Test root | The row's test root |",
              "|---|---|---|---|---|---|"]
-    for key, mine in sorted(groups.items()):
-        base_task, changed = key.split(" | ")
-        base, task = base_task.rsplit(", ", 1)
-        values = [r["test"]["root"] for r in mine]
-        row = next((row for row in ROWS if row["name"] == base), None)
-        reference = [r["test"]["root"] for r in row_runs(row, runs) if task_of(r) == task] if row else []
-        lines.append(f"| {base} | {task} | {changed} | {len(values)} | {mean_std(values)} | "
+    for (name, task, changed), values in sorted(groups.items()):
+        reference = root_accuracies(rows[name], runs, task) if name in rows else []
+        lines.append(f"| {name} | {task} | {changed} | {len(values)} | {mean_std(values)} | "
                      f"{mean_std(reference) if reference else 'not run'} |")
     return lines + [""]
 
