@@ -66,6 +66,23 @@ def backends(results: dict) -> list[str]:
     return lines + [""]
 
 
+def kernels(results: dict) -> list[str]:
+    """The N-ary cell with and without its compiled level kernels, same run, where it has that comparison."""
+    rows = results.get("native_kernels") or []
+    if not rows:
+        return []
+    lines = ["The cells with compiled level kernels (`graphtree/csrc/`, the default where they build), with them and "
+             "with the same arithmetic in PyTorch operators, interleaved in the same run (time ratios to `nn.LSTM` "
+             "as throughput, >1 is faster):", "",
+             "| model | batch | training speedup | training × nn.LSTM, PyTorch → kernels | inference speedup | "
+             "inference × nn.LSTM, PyTorch → kernels |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.get('model', 'nary')} | {r['batch']} | {r['train_speedup']:.2f} | "
+              f"{r['pytorch_train_vs_lstm']:.2f} → "
+              f"{r['native_train_vs_lstm']:.2f} | {r['infer_speedup']:.2f} | {r['pytorch_infer_vs_lstm']:.2f} → "
+              f"{r['native_infer_vs_lstm']:.2f} |" for r in rows]
+    return lines + [""]
+
+
 def operator_calls(results: dict, calls: dict, path: str) -> list[str]:
     """Why small batches fall short: the chain's time per level next to the operator calls per level."""
     chain = max(results.get("chain") or [{}], key=lambda r: r.get("depth", 0))
@@ -98,7 +115,7 @@ def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = (),
              f"(`{command(results)}`, results in `{path}`; method and all settings in `benchmarks/README.md`). "
              "`× N-ary` is training time over the N-ary cell's; `× bound` is training time over the time of its "
              "essential matmul FLOPs at the machine's measured matmul rate.", ""]
-    lines += tables(results) + backends(results)
+    lines += tables(results) + backends(results) + kernels(results)
     if calls is not None:
         lines += operator_calls(results, *calls)
     for gpu, gpu_path in gpu_runs:

@@ -57,7 +57,7 @@ from graphtree.data import from_ptb
 from graphtree.data.tree import tree_data
 from graphtree.engine import schedule_of
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
-from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM, functional
+from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM, functional, native
 from graphtree.schedule import Schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -710,6 +710,59 @@ def matmul_backends(config: dict, trees: list[Data], vocab_size: int, device: to
     return rows
 
 
+NATIVE_CELLS = ("nary", "child_sum", "slstm")  # the cells with compiled level kernels (graphtree/csrc)
+
+
+def native_kernels_ab(config: dict, trees: list[Data], vocab_size: int, device: torch.device) -> list[dict]:
+    """Training and inference (E=300) of the cells that have compiled level kernels, with and without them.
+
+    The kernels (``graphtree/csrc``, :mod:`graphtree.nn.native`) replace the
+    elementwise operators of a level; this is what they are worth here, at
+    each batch size of the grid, as time ratios within one repetition.
+    """
+    if device.type != "cpu" or native.native_kernels(torch.zeros(1)) is None:
+        return []
+    rows = []
+    for cell, B in [(cell, B) for cell in NATIVE_CELLS if cell in config["cells"] for B in config["batch_sizes"]]:
+        torch.manual_seed(0)
+        count = math.ceil(config["workload"] / B) * B
+        groups = [trees[k:k + B] for k in range(0, count, B)]
+        batches = [Batch.from_data_list(group) for group in groups]
+        for batch in batches:
+            attach_schedule(batch)
+        stats = TreeStats()
+        contender = tree_contender(cell, tree_model(cell, 300, vocab_size), batches, stats)
+        lstm = lstm_contender(SequenceLSTM(vocab_size, 300, HIDDEN, NUM_CLASSES).to(device), groups, stats, device)
+        times: dict[str, list[float]] = {}
+        for rep in range(config["warmup"] + config["reps"]):
+            runs = [("native", True), ("pytorch", False)]
+            for name, enabled in (runs if rep % 2 == 0 else runs[::-1]):
+                with native.use_native(enabled):
+                    for mode in ("train", "infer"):
+                        contender.reset()
+                        seconds = timed(getattr(contender, mode), device)
+                        if rep >= config["warmup"]:
+                            times.setdefault(f"{name}_{mode}", []).append(seconds)
+            for mode in ("train", "infer"):
+                seconds = timed(getattr(lstm, mode), device)
+                if rep >= config["warmup"]:
+                    times.setdefault(f"lstm_{mode}", []).append(seconds)
+        row = dict(model=cell, batch=B, **{f"{k}_s": median(v) for k, v in times.items()})
+        for mode in ("train", "infer"):
+            row[f"{mode}_speedup"] = median([a / b for a, b in zip(times[f"pytorch_{mode}"],
+                                                                   times[f"native_{mode}"])])
+            for name in ("native", "pytorch"):
+                row[f"{name}_{mode}_vs_lstm"] = median([a / b for a, b in zip(times[f"lstm_{mode}"],
+                                                                              times[f"{name}_{mode}"])])
+        rows.append(row)
+        print(f"  {CELL_NAMES[cell]:<10} B={B:<4} training: kernels {row['native_train_s'] * 1e3:7.1f} ms, PyTorch "
+              f"{row['pytorch_train_s'] * 1e3:7.1f} ms, speedup {row['train_speedup']:.2f}, ×LSTM "
+              f"{row['pytorch_train_vs_lstm']:.2f} -> {row['native_train_vs_lstm']:.2f}; inference: speedup "
+              f"{row['infer_speedup']:.2f}, ×LSTM {row['pytorch_infer_vs_lstm']:.2f} -> "
+              f"{row['native_infer_vs_lstm']:.2f}")
+    return rows
+
+
 def memory_probe(args: argparse.Namespace) -> None:
     """Child-process entry: peak memory of one N-ary training step on ~``args.memory_probe`` nodes.
 
@@ -995,6 +1048,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--count-ops", action="store_true",
                         help="count ATen operator calls per batch and level of every model (no timing); "
                              "writes benchmarks/results/operator-calls.json unless --out is given")
+    parser.add_argument("--native-ab", action="store_true",
+                        help="only time N-ary with and without the compiled level kernels (and nn.LSTM); writes "
+                             "benchmarks/results/native-kernels.json unless --out is given")
     parser.add_argument("--memory-probe", type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -1031,6 +1087,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
         return
     info = machine(device, args.threads)
+    if args.native_ab:
+        print(f"E=300, with the compiled level kernels vs the PyTorch operators, {args.threads} threads:")
+        rows = native_kernels_ab(config, trees, vocab_size, device)
+        if not rows:
+            raise SystemExit("the native kernels are not available here (see graphtree.nn.native)")
+        out = Path(args.out) if args.out else RESULTS / "native-kernels.json"
+        out.write_text(json.dumps(dict(command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), data=source,
+                                       machine=info, config={k: list(v) if isinstance(v, tuple) else v
+                                                             for k, v in config.items()}, rows=rows), indent=1))
+        print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+        return
     print(f"torch {info['torch']}, {info['torch_threads']} threads (interop {info['torch_interop_threads']}), "
           f"{info['device']}, {info['processor']}")
     difference = check_reference(vocab_size, trees, device)
@@ -1047,7 +1114,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = run_grid(config, trees, vocab_size, device)
     print(f"[{time.perf_counter() - started:.0f} s]")
 
-    nodes, memory, chain, backends = [], [], [], []
+    nodes, memory, chain, backends, kernels = [], [], [], [], []
     if not args.skip_scaling:
         nodes = node_scaling(config, trees, vocab_size, device)
         print("N-ary (E=300) training step by batch size in nodes:")
@@ -1076,6 +1143,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  {CELL_NAMES[r['model']]:<12} oneDNN {r['onednn_train_s'] * 1e3:8.1f} ms, addmm "
                       f"{r['addmm_train_s'] * 1e3:8.1f} ms, oneDNN time / addmm time {r['onednn_time_vs_addmm']:.2f}")
             print(f"[{time.perf_counter() - started:.0f} s]")
+        print("E=300, with the compiled level kernels vs the PyTorch operators:")
+        kernels = native_kernels_ab(config, trees, vocab_size, device)
+        print(f"[{time.perf_counter() - started:.0f} s]")
 
     checks = check_targets(rows, nodes, memory, chain, args.threads)
     print_targets(checks)
@@ -1088,7 +1158,8 @@ def main(argv: list[str] | None = None) -> None:
     result = dict(command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), data=source, machine=info,
                   hidden=HIDDEN, num_classes=NUM_CLASSES, config=config_out, matmul_gflops=rate / 1e9,
                   reference_max_logit_difference=difference, rows=rows, node_scaling=nodes, memory=memory,
-                  chain=chain, matmul_backends=backends, targets=checks, seconds=time.perf_counter() - started)
+                  chain=chain, matmul_backends=backends, native_kernels=kernels, targets=checks,
+                  seconds=time.perf_counter() - started)
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out} "
           f"({time.perf_counter() - started:.0f} s)")

@@ -11,6 +11,7 @@ from torch.nn import Linear
 from ..engine import Children, ParamGrads
 from .cell import TreeCell
 from .functional import fast_tanh
+from .native import native_kernels
 
 __all__ = ["ChildSumTreeLSTM"]
 
@@ -79,6 +80,12 @@ class ChildSumTreeLSTM(TreeCell):
         d = self.hidden_channels
         h_tilde = h_k.sum(dim=1)  # eq 2
         weights = self.weights
+        kernels = native_kernels(Wx, h_k)
+        if kernels is not None:  # eqs 3-8 below, in one pass over the rows (graphtree/csrc/child_sum_level.cpp)
+            iou_terms = weights.linear(h_tilde, self.U_iou.weight, self.U_iou.bias)
+            U_f_h_k = weights.linear(h_k.reshape(-1, d), self.U_f.weight, self.U_f.bias).view_as(h_k)
+            h, c, tanh_c, iou, f = kernels.child_sum_level_forward(Wx, iou_terms, U_f_h_k, c_k)
+            return (h, c), ("native", kernels, weights, h_k, c_k, h_tilde, iou, f, tanh_c)
         iou = Wx[:, :3 * d] + weights.linear(h_tilde, self.U_iou.weight, self.U_iou.bias)
         # tanh(z) = 2 sigmoid(2z) - 1: one sigmoid call is much faster than sigmoid + tanh on CPU.
         iou[:, 2 * d:] *= 2
@@ -90,19 +97,26 @@ class ChildSumTreeLSTM(TreeCell):
         c = i * u + (f * c_k).sum(dim=1)  # eq 7 (an empty slot has c_k = 0)
         tanh_c = fast_tanh(c)
         h = o * tanh_c  # eq 8
-        return (h, c), (weights, h_k, c_k, h_tilde, i, o, u, f, tanh_c)
+        return (h, c), ("pytorch", weights, h_k, c_k, h_tilde, i, o, u, f, tanh_c)
 
     def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor], grad_params: ParamGrads,
                        needs_input_grad: tuple[bool, ...] = (True,),
                        ) -> tuple[tuple[Tensor | None], tuple[Tensor, Tensor]]:
         """Hand-written derivatives of :meth:`forward_level`, checked against autograd in the tests."""
-        weights, h_k, c_k, h_tilde, i, o, u, f, tanh_c = context
         grad_h, grad_c = grad_states
         d = self.hidden_channels
-        grad_c = grad_c + grad_h * o * (1 - tanh_c * tanh_c)
-        grad_iou = torch.cat([grad_c * u * i * (1 - i), grad_h * tanh_c * o * (1 - o), grad_c * i * (1 - u * u)],
-                             dim=1)
-        grad_f = grad_c.unsqueeze(1) * c_k * f * (1 - f)  # [n, K, d]
+        if context[0] == "native":
+            _, kernels, weights, h_k, c_k, h_tilde, iou, f, tanh_c = context
+            grad_Wx, grad_f, grad_c_k = kernels.child_sum_level_backward(grad_h, grad_c, iou, f, c_k, tanh_c)
+            grad_iou = grad_Wx[:, :3 * d]
+        else:
+            _, weights, h_k, c_k, h_tilde, i, o, u, f, tanh_c = context
+            grad_c = grad_c + grad_h * o * (1 - tanh_c * tanh_c)
+            grad_iou = torch.cat([grad_c * u * i * (1 - i), grad_h * tanh_c * o * (1 - o),
+                                  grad_c * i * (1 - u * u)], dim=1)
+            grad_f = grad_c.unsqueeze(1) * c_k * f * (1 - f)  # [n, K, d]
+            grad_c_k = grad_c.unsqueeze(1) * f
+            grad_Wx = torch.cat([grad_iou, grad_f.sum(dim=1)], dim=1) if needs_input_grad[0] else None
         grad_params.add_outer("U_iou.weight", grad_iou, h_tilde)
         grad_params.add_sum("U_iou.bias", grad_iou)
         grad_params.add_outer("U_f.weight", grad_f.reshape(-1, d), h_k.reshape(-1, d))
@@ -110,9 +124,7 @@ class ChildSumTreeLSTM(TreeCell):
             grad_params["U_f.bias"] += grad_f.sum((0, 1))
         grad_h_k = (weights.linear(grad_iou, self.U_iou.weight, transpose=True).unsqueeze(1)
                     + weights.linear(grad_f.reshape(-1, d), self.U_f.weight, transpose=True).view_as(grad_f))
-        grad_c_k = grad_c.unsqueeze(1) * f
-        grad_Wx = torch.cat([grad_iou, grad_f.sum(dim=1)], dim=1) if needs_input_grad[0] else None
-        return (grad_Wx,), (grad_h_k, grad_c_k)
+        return (grad_Wx if needs_input_grad[0] else None,), (grad_h_k, grad_c_k)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels})"

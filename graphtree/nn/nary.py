@@ -11,6 +11,7 @@ from torch.nn import Linear, Parameter
 from ..engine import Children, ParamGrads
 from .cell import TreeCell
 from .functional import fast_tanh
+from .native import native_kernels
 
 __all__ = ["NaryTreeLSTM"]
 
@@ -132,6 +133,10 @@ class NaryTreeLSTM(TreeCell):
         if self.setting == "general":
             x_u = x_or_Wx[:, 2 * d:3 * d]
             gates = gates + torch.cat([x_or_Wx[:, :2 * d], x_u + x_u, x_or_Wx[:, 3 * d:].repeat(1, N)], dim=1)
+        kernels = native_kernels(gates, c_jl)
+        if kernels is not None:  # eqs 9-14 below, in one pass over the rows (graphtree/csrc/nary_level.cpp)
+            h, c, tanh_c = kernels.nary_level_forward(gates, c_jl)
+            return (h, c), ("node", weights, h_cat, c_jl, gates, tanh_c)
         activated = gates.sigmoid_()
         i, o = activated[:, :d], activated[:, d:2 * d]  # eqs 9, 11
         u = activated[:, 2 * d:3 * d].mul(2).sub_(1)  # eq 12
@@ -139,7 +144,7 @@ class NaryTreeLSTM(TreeCell):
         c = (f * c_jl).sum(dim=1).addcmul_(i, u)  # eq 13
         tanh_c = fast_tanh(c)
         h = o * tanh_c  # eq 14
-        return (h, c), ("node", weights, h_cat, c_jl, activated, u, tanh_c)
+        return (h, c), ("node", weights, h_cat, c_jl, activated, tanh_c)
 
     def _gate_weights(self) -> tuple[Tensor, Tensor]:
         """``U`` and the summed biases ``b_U``, their u rows doubled (see :meth:`forward_level`)."""
@@ -156,9 +161,27 @@ class NaryTreeLSTM(TreeCell):
         d, N = self.hidden_channels, self.n_ary
         if context[0] != "node":
             return self._leaf_backward(context, grad_h, grad_c, grad_params, needs_input_grad[0]), ()
-        _, weights, h_cat, c_jl, activated, u, tanh_c = context
+        _, weights, h_cat, c_jl, activated, tanh_c = context
         n = h_cat.size(0)
+        kernels = native_kernels(grad_h, grad_c, activated)
+        if kernels is not None:
+            grad_gates, grad_c_jl = kernels.nary_level_backward(grad_h, grad_c, activated, c_jl, tanh_c)
+        else:
+            grad_gates, grad_c_jl = self._gate_backward(grad_h, grad_c, activated, c_jl, tanh_c)
+        grad_params.add_outer("U", grad_gates, h_cat)
+        grad_params.add_sum("b_U", grad_gates)
+        grad_h_jl = weights.linear(grad_gates, self.U, transpose=True).view(n, N, d)
+        grad_input = None
+        if self.setting == "general" and needs_input_grad[0]:
+            grad_input = torch.cat([grad_gates[:, :3 * d], grad_gates[:, 3 * d:].view(n, N, d).sum(1)], dim=1)
+        return (grad_input,), (grad_h_jl, grad_c_jl)
+
+    def _gate_backward(self, grad_h: Tensor, grad_c: Tensor, activated: Tensor, c_jl: Tensor,
+                       tanh_c: Tensor) -> tuple[Tensor, Tensor]:
+        """Gradients of the gates' pre-activations and of the children's memories, in PyTorch operators."""
+        d, N, n = self.hidden_channels, self.n_ary, activated.size(0)
         i, o, f = activated[:, :d], activated[:, d:2 * d], activated[:, 3 * d:].view(n, N, d)
+        u = activated[:, 2 * d:3 * d].mul(2).sub_(1)
         grad_c = grad_c.addcmul(grad_h * o, 1 - tanh_c * tanh_c)
         # Every gate is s = sigmoid(a z) with ds/dz = a s (1 - s); u = 2 s - 1 with a = 2
         # has du/dz = 4 s (1 - s). So one product with s (1 - s) gives all pre-activation
@@ -166,14 +189,7 @@ class NaryTreeLSTM(TreeCell):
         upstream = torch.cat([grad_c * u, grad_h * tanh_c, grad_c * i * 4,
                               (grad_c.unsqueeze(1) * c_jl).view(n, N * d)], dim=1)
         grad_gates = upstream.mul_(activated).mul_(1 - activated)
-        grad_params.add_outer("U", grad_gates, h_cat)
-        grad_params.add_sum("b_U", grad_gates)
-        grad_h_jl = weights.linear(grad_gates, self.U, transpose=True).view(n, N, d)
-        grad_c_jl = grad_c.unsqueeze(1) * f
-        grad_input = None
-        if self.setting == "general" and needs_input_grad[0]:
-            grad_input = torch.cat([grad_gates[:, :3 * d], grad_gates[:, 3 * d:].view(n, N, d).sum(1)], dim=1)
-        return (grad_input,), (grad_h_jl, grad_c_jl)
+        return grad_gates, grad_c.unsqueeze(1) * f
 
     def _forget_terms(self, h_jl: Tensor) -> Tensor:
         r""":math:`\sum_\ell U^{(f)}_{k\ell} h_{j\ell}` for every k under the tied or zero parameterization."""

@@ -11,6 +11,7 @@ from torch.nn import Linear, Parameter
 from ..engine import Children, ParamGrads
 from .cell import TreeCell
 from .functional import fast_tanh
+from .native import native_kernels
 
 __all__ = ["SLSTM"]
 
@@ -131,6 +132,11 @@ class SLSTM(TreeCell):
         weights = self.weights
         h_terms = weights.linear(h_cat, self.W_h, self.b)  # all W_h· h + b of eqs 1-4, 6
         c_terms = weights.linear(c_cat, self.W_c)  # peepholes on the children's cells, eqs 1-3
+        kernels = native_kernels(h_terms, c_terms, c_LR)
+        if kernels is not None:  # eqs 1-7 below, in two passes over the rows (graphtree/csrc/slstm_level.cpp)
+            activated, c_t = kernels.slstm_level_cell(h_terms, c_terms, c_LR)
+            o_t, tanh_c, h_t = kernels.slstm_level_output(h_terms, weights.linear(c_t, self.W_co), c_t)
+            return (h_t, c_t), ("native", kernels, weights, h_cat, c_cat, c_LR, activated, c_t, o_t, tanh_c)
         gates = torch.sigmoid(h_terms[:, :3 * d] + c_terms)
         i_t, f_L, f_R = gates[:, :d], gates[:, d:2 * d], gates[:, 2 * d:]  # eqs 1-3
         tanh_x = fast_tanh(h_terms[:, 3 * d:4 * d])  # x_t of eq 4 enters eq 5 through tanh
@@ -147,6 +153,8 @@ class SLSTM(TreeCell):
         grad_h, grad_c = grad_states
         if context[0] == "leaf":
             return self._leaf_backward(context, grad_h, grad_c, grad_params, needs_input_grad[0]), ()
+        if context[0] == "native":
+            return (None,), self._native_backward(context, grad_h, grad_c, grad_params)
         _, weights, h_cat, c_cat, c_L, c_R, i_t, f_L, f_R, tanh_x, c_t, o_t, tanh_c = context
         n, d = h_cat.size(0), self.hidden_channels
         grad_o = grad_h * tanh_c * o_t * (1 - o_t)
@@ -162,6 +170,23 @@ class SLSTM(TreeCell):
         grad_c_LR = (weights.linear(grad_ifr, self.W_c, transpose=True).view(n, 2, d)
                      + torch.stack([grad_c * f_L, grad_c * f_R], dim=1))
         return (None,), (grad_h_LR, grad_c_LR)
+
+    def _native_backward(self, context: tuple, grad_h: Tensor, grad_c: Tensor,
+                         grad_params: ParamGrads) -> tuple[Tensor, Tensor]:
+        """:meth:`backward_level` for a level that the compiled kernels computed (same derivatives)."""
+        _, kernels, weights, h_cat, c_cat, c_LR, activated, c_t, o_t, tanh_c = context
+        n, d = h_cat.size(0), self.hidden_channels
+        grad_o = kernels.slstm_level_output_backward(grad_h, o_t, tanh_c)
+        grad_h_terms, grad_c_direct = kernels.slstm_level_cell_backward(
+            grad_c, grad_h, o_t, tanh_c, weights.linear(grad_o, self.W_co, transpose=True), grad_o, activated, c_LR)
+        grad_ifr = grad_h_terms[:, :3 * d]
+        grad_params.add_outer("W_co", grad_o, c_t)
+        grad_params.add_outer("W_h", grad_h_terms, h_cat)
+        grad_params.add_outer("W_c", grad_ifr, c_cat)
+        grad_params.add_sum("b", grad_h_terms)
+        grad_h_LR = weights.linear(grad_h_terms, self.W_h, transpose=True).view(n, 2, d)
+        grad_c_LR = weights.linear(grad_ifr, self.W_c, transpose=True).view(n, 2, d).add_(grad_c_direct)
+        return grad_h_LR, grad_c_LR
 
     def _leaf(self, x: Tensor) -> tuple[tuple[Tensor, Tensor], tuple]:
         if self.W_leaf is None:

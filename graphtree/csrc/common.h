@@ -1,0 +1,51 @@
+// Helpers shared by graphtree's compiled level kernels (see graphtree/nn/native.py).
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace graphtree {
+
+// Every kernel takes float32 CPU tensors; the Python side (native_kernels) routes everything else to PyTorch.
+
+inline void check(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
+  TORCH_CHECK(t.scalar_type() == torch::kFloat32, name, " must be float32");
+}
+
+// exp(x) that the compiler can vectorize (std::exp is a scalar libm call here): Cody-Waite range
+// reduction x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial for exp(r) (the coefficients of the
+// Cephes library's expf), and 2^n put into the exponent bits. Relative error about 2e-7 over the clamped
+// range [-87, 88], where the result is a normal float; NaN stays NaN.
+inline float vexp(float x) {
+  x = x < -87.f ? -87.f : (x > 88.f ? 88.f : x);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;  // ln2 in two parts, the first exact in few bits
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+inline float sigmoid(float z) { return 1.f / (1.f + vexp(-z)); }
+
+inline float tanh_of(float z) { return 1.f - 2.f / (vexp(2.f * z) + 1.f); }
+
+// Rows per task of at::parallel_for: PyTorch's own grain (32768 elements), so that small levels run on the
+// calling thread and only large ones are split over the intra-op threads, as PyTorch's elementwise kernels do.
+inline int64_t grain_rows(int64_t width) { return std::max<int64_t>(1, at::internal::GRAIN_SIZE / width); }
+
+}  // namespace graphtree

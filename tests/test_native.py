@@ -1,0 +1,199 @@
+"""The compiled level kernels (graphtree/csrc) against the recursive references and the PyTorch path.
+
+The recursive references (``nary_reference`` in ``test_tai_cells``,
+``reference`` in ``test_slstm``) run in float64, one node at a time; the kernels only take float32, so the tolerances
+here are float32's. Skipped, with the reason, where the kernels cannot be
+built (no C++ compiler or ninja).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+import test_slstm
+import test_tai_cells as tai
+import torch
+from torch_geometric.data import Batch
+from trees import random_ptb
+
+import graphtree.nn.native as native
+from graphtree.data import from_ptb
+from graphtree.nn import SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
+
+
+def _kernels_or_skip():
+    try:
+        with native.use_native(True):
+            return native._load(strict=True)
+    except RuntimeError as error:
+        pytest.skip(f"the native kernels cannot be built here: {error}")
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return _kernels_or_skip()
+
+
+def _run(cell, x, batch, weights):
+    h, c = cell(x, batch)
+    loss = (h * weights[0]).sum() + (c * weights[1]).sum()
+    return (h, c, *torch.autograd.grad(loss, [x, *cell.parameters()]))
+
+
+def _reference(cell, x, batch, weights, reference=tai.nary_reference):
+    """The recursive float64 reference on float64 copies of the cell and inputs, cast back to float32."""
+    cell64 = copy.deepcopy(cell).double()
+    x64 = x.detach().double().requires_grad_()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # the N-ary reference makes its zero states in the default dtype
+    try:
+        h, c = reference(cell64, x64, batch)
+    finally:
+        torch.set_default_dtype(previous)
+    loss = (h * weights[0].double()).sum() + (c * weights[1].double()).sum()
+    grads = torch.autograd.grad(loss, [x64, *cell64.parameters()])
+    return tuple(t.float() for t in (h, c, *grads))
+
+
+@pytest.mark.parametrize("setting", ["constituency", "general"])
+@pytest.mark.parametrize("n_ary", [2, 3])
+def test_kernels_match_the_recursive_reference(kernels, setting, n_ary, monkeypatch):
+    monkeypatch.setattr(tai, "HID", 16)
+    torch.manual_seed(n_ary)
+    cell = NaryTreeLSTM(tai.IN, 16, n_ary=n_ary, setting=setting)
+    batch = tai.mixed_batch(max_arity=n_ary, seed=n_ary + 10)
+    x = torch.randn(batch.num_nodes, tai.IN, requires_grad=True)
+    weights = torch.randn(batch.num_nodes, 16), torch.randn(batch.num_nodes, 16)
+
+    calls = _count_calls(kernels, ["nary_level_forward", "nary_level_backward"], monkeypatch)
+    with native.use_native(True):
+        got = _run(cell, x, batch, weights)
+    assert all(calls.values()), f"the kernels were not used: {calls}"
+    expected = _reference(cell, x, batch, weights)
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+def _count_calls(kernels, names, monkeypatch) -> dict[str, int]:
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        original = getattr(kernels, name)
+
+        def counted(*args, _name=name, _original=original):
+            calls[_name] += 1
+            return _original(*args)
+        monkeypatch.setattr(kernels, name, counted)
+    return calls
+
+
+def test_child_sum_kernels_match_the_recursive_reference(kernels, monkeypatch):
+    # Trees whose nodes have up to five children: levels with several slot counts.
+    monkeypatch.setattr(tai, "HID", 16)
+    torch.manual_seed(4)
+    cell = ChildSumTreeLSTM(tai.IN, 16)
+    rng = random.Random(7)
+    batch = Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 15), 5, rng)) for _ in range(10)])
+    x = torch.randn(batch.num_nodes, tai.IN, requires_grad=True)
+    weights = torch.randn(batch.num_nodes, 16), torch.randn(batch.num_nodes, 16)
+    calls = _count_calls(kernels, ["child_sum_level_forward", "child_sum_level_backward"], monkeypatch)
+    with native.use_native(True):
+        got = _run(cell, x, batch, weights)
+    assert all(calls.values()), f"the kernels were not used: {calls}"
+    expected = _reference(cell, x, batch, weights, reference=tai.child_sum_reference)
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("in_channels", "leaf"), [(16, "embedding"), (7, "lstm")])
+def test_slstm_kernels_match_the_recursive_reference(kernels, in_channels, leaf, monkeypatch):
+    torch.manual_seed(1)
+    cell = SLSTM(in_channels, 16, leaf=leaf)
+    rng = random.Random(5)
+    batch = Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 15), 2, rng)) for _ in range(10)]
+                                 + [from_ptb("(1 (2 lone))")])
+    x = torch.randn(batch.num_nodes, in_channels, requires_grad=True)
+    weights = torch.randn(batch.num_nodes, 16), torch.randn(batch.num_nodes, 16)
+    calls = _count_calls(kernels, ["slstm_level_cell", "slstm_level_output", "slstm_level_output_backward",
+                                   "slstm_level_cell_backward"], monkeypatch)
+    with native.use_native(True):
+        got = _run(cell, x, batch, weights)
+    assert all(calls.values()), f"the kernels were not used: {calls}"
+    expected = _reference(cell, x, batch, weights, reference=test_slstm.reference)
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("make", [lambda: NaryTreeLSTM(30, 24), lambda: SLSTM(30, 24, leaf="lstm"),
+                                  lambda: ChildSumTreeLSTM(30, 24)])
+def test_kernels_and_pytorch_path_agree_on_a_large_batch(kernels, make):
+    # Levels of a few hundred rows: the kernels split them over threads (at::parallel_for).
+    torch.manual_seed(0)
+    cell = make()
+    rng = random.Random(3)
+    batch = Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 40), 2, rng)) for _ in range(400)])
+    x = torch.randn(batch.num_nodes, 30, requires_grad=True)
+    weights = torch.randn(batch.num_nodes, 24), torch.randn(batch.num_nodes, 24)
+    with native.use_native(True):
+        fast = _run(cell, x, batch, weights)
+    with native.use_native(False):
+        plain = _run(cell, x, batch, weights)
+    for a, b in zip(fast, plain, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+def test_saturated_gates_stay_finite(kernels):
+    # Pre-activations far beyond the sigmoid's range: the clamp in the kernel must give 0 and 1, not NaN.
+    gates = torch.tensor([[-1e30, 1e30, 200.0, -200.0, 80.0]])
+    h, c, tanh_c = kernels.nary_level_forward(gates, torch.full((1, 2, 1), 3.0))
+    # i = 0, o = 1, u = 2 sigmoid(200) - 1 = 1, f_1 = 0, f_2 = 1: c = 0 * 1 + 0 * 3 + 1 * 3.
+    torch.testing.assert_close(c, torch.tensor([[3.0]]))
+    torch.testing.assert_close(tanh_c, torch.tanh(torch.tensor([[3.0]])))
+    torch.testing.assert_close(h, torch.tanh(torch.tensor([[3.0]])))
+
+
+def test_the_pytorch_path_is_taken_where_the_kernels_do_not_apply(kernels):
+    x64 = torch.zeros(3, 4, dtype=torch.float64)
+    x32 = torch.zeros(3, 4)
+    with native.use_native(True):
+        assert native.native_kernels(x64) is None  # float64
+        assert native.native_kernels(x32.requires_grad_()) is None  # under autograd
+        assert native.native_kernels(torch.zeros(3, 4)) is kernels
+    with native.use_native(False):
+        assert native.native_kernels(torch.zeros(3, 4)) is None
+
+
+def test_the_variable_is_checked(monkeypatch):
+    monkeypatch.setenv("GRAPHTREE_NATIVE", "yes")
+    with pytest.raises(ValueError, match="GRAPHTREE_NATIVE must be 0, 1 or auto"):
+        native.native_mode()
+
+
+def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
+    monkeypatch.setattr(native, "_kernels", None)
+    monkeypatch.setattr(native, "_failed", None)
+    monkeypatch.setattr(native, "SOURCES", ("does_not_exist.cpp",))
+    monkeypatch.setenv("GRAPHTREE_NATIVE", "auto")
+    with pytest.warns(RuntimeWarning, match="pure-PyTorch path"):
+        assert native.native_kernels(torch.zeros(2, 2)) is None
+    assert native.native_kernels(torch.zeros(2, 2)) is None  # no second attempt, no second warning
+    with native.use_native(True), pytest.raises(RuntimeError, match="could not be built"):
+        native.native_kernels(torch.zeros(2, 2))
+
+
+def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_one(kernels, monkeypatch):
+    from torch.utils import cpp_extension
+
+    name = native._build_name()
+    lock = Path(cpp_extension._get_build_directory(name, verbose=False)) / "lock"
+    lock.write_text("")
+    old = time.time() - native.STALE_LOCK_SECONDS - 60
+    os.utime(lock, (old, old))
+    monkeypatch.setattr(native, "_kernels", None)
+    with native.use_native(True):
+        assert native._load(strict=True) is not None  # would wait forever on the lock
+    assert not lock.exists()
