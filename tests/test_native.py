@@ -178,6 +178,7 @@ def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
     monkeypatch.setattr(native, "_failed", None)
     monkeypatch.setattr(native, "SOURCES", ("does_not_exist.cpp",))
     monkeypatch.setenv("GRAPHTREE_NATIVE", "auto")
+    monkeypatch.setattr(native, "_env_mode", None)
     with pytest.warns(RuntimeWarning, match="pure-PyTorch path"):
         assert native.native_kernels(torch.zeros(2, 2)) is None
     assert native.native_kernels(torch.zeros(2, 2)) is None  # no second attempt, no second warning

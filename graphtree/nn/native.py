@@ -40,6 +40,7 @@ CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fop
 _kernels: ModuleType | None = None
 _failed: str | None = None
 _override: bool | None = None
+_env_mode: str | None = None  # GRAPHTREE_NATIVE, read on first use
 
 
 def native_mode() -> str:
@@ -65,14 +66,23 @@ def use_native(enabled: bool) -> Iterator[None]:
 
 def native_kernels(*tensors: Tensor) -> ModuleType | None:
     """The compiled kernels if they should be used for ``tensors``, else ``None`` (take the PyTorch path)."""
-    mode = native_mode()
+    # Called once or twice per level: kept to plain attribute reads (the variable is read once per process).
+    global _env_mode
+    if _override is not None:
+        mode = "1" if _override else "0"
+    else:
+        if _env_mode is None:
+            _env_mode = native_mode()
+        mode = _env_mode
     if mode == "0":
         return None
-    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
-        return None
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return None  # the kernels have no autograd formula; the engine's fused backward calls them itself
-    return _load(strict=mode == "1")
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if not t.is_cpu or t.dtype != torch.float32 or (grad and t.requires_grad):
+            # Other devices and dtypes take PyTorch; so does autograd, as the kernels have no derivative
+            # formula (the engine's fused backward calls them itself).
+            return None
+    return _kernels if _kernels is not None else _load(strict=mode == "1")
 
 
 def _build_name() -> str:
