@@ -225,6 +225,9 @@ class PackedWeights:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), entry[1], bias, "none", [], "")
 
     def _fast(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
+        # Where oneDNN is not preferred (the common verdict) this is the only test made: it runs at every product.
+        if not (_ONEDNN_PAYS if _ONEDNN_PAYS is not None else onednn_preferred()):
+            return False
         if x.size(0) < self.min_rows or x.device.type != "cpu" or x.dtype != torch.float32:
             return False
         if weight.dtype != torch.float32 or (bias is not None and bias.dtype != torch.float32):
@@ -232,7 +235,7 @@ class PackedWeights:
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                         or (bias is not None and bias.requires_grad)):
             return False  # the oneDNN ops have no autograd formula
-        return torch.backends.mkldnn.enabled and onednn_preferred()
+        return torch.backends.mkldnn.enabled
 
 
 def add_outer_(out: Tensor, grad_out: Tensor, x: Tensor) -> Tensor:
