@@ -672,6 +672,17 @@ def node_scaling(config: dict, trees: list[Data], vocab_size: int, device: torch
             for n, b, t in zip(config["scale_nodes"], batches, times)]
 
 
+def workload_batches(config: dict, trees: list[Data], B: int) -> tuple[list[list[Data]], list[Batch]]:
+    """The first ``workload`` trees (rounded up to whole batches) in groups of ``B``, and those groups collated
+    with their schedules attached (on the host)."""
+    count = math.ceil(config["workload"] / B) * B
+    groups = [trees[k:k + B] for k in range(0, count, B)]
+    batches = [Batch.from_data_list(group) for group in groups]
+    for batch in batches:
+        attach_schedule(batch)
+    return groups, batches
+
+
 def matmul_backends(config: dict, trees: list[Data], vocab_size: int, device: torch.device) -> list[dict]:
     """Training time (E=300, B=25) with the cells' products on oneDNN and on ``addmm``, interleaved.
 
@@ -683,11 +694,7 @@ def matmul_backends(config: dict, trees: list[Data], vocab_size: int, device: to
     if device.type != "cpu" or not functional.onednn_available():
         return []
     torch.manual_seed(0)
-    B = 25
-    count = math.ceil(config["workload"] / B) * B
-    batches = [Batch.from_data_list(trees[k:k + B]) for k in range(0, count, B)]
-    for batch in batches:
-        attach_schedule(batch)
+    _, batches = workload_batches(config, trees, 25)
     stats = TreeStats()
     rows = []
     chosen = functional.onednn_preferred()
@@ -725,11 +732,7 @@ def native_kernels_ab(config: dict, trees: list[Data], vocab_size: int, device: 
     rows = []
     for cell, B in [(cell, B) for cell in NATIVE_CELLS if cell in config["cells"] for B in config["batch_sizes"]]:
         torch.manual_seed(0)
-        count = math.ceil(config["workload"] / B) * B
-        groups = [trees[k:k + B] for k in range(0, count, B)]
-        batches = [Batch.from_data_list(group) for group in groups]
-        for batch in batches:
-            attach_schedule(batch)
+        groups, batches = workload_batches(config, trees, B)
         stats = TreeStats()
         contender = tree_contender(cell, tree_model(cell, 300, vocab_size), batches, stats)
         lstm = lstm_contender(SequenceLSTM(vocab_size, 300, HIDDEN, NUM_CLASSES).to(device), groups, stats, device)

@@ -45,7 +45,7 @@ def _run(cell, x, batch, weights):
     return (h, c, *torch.autograd.grad(loss, [x, *cell.parameters()]))
 
 
-def _reference(cell, x, batch, weights, reference=tai.nary_reference):
+def _reference(cell, x, batch, weights, reference):
     """The recursive float64 reference on float64 copies of the cell and inputs, cast back to float32."""
     cell64 = copy.deepcopy(cell).double()
     x64 = x.detach().double().requires_grad_()
@@ -67,14 +67,19 @@ def test_kernels_match_the_recursive_reference(kernels, setting, n_ary, monkeypa
     torch.manual_seed(n_ary)
     cell = NaryTreeLSTM(tai.IN, 16, n_ary=n_ary, setting=setting)
     batch = tai.mixed_batch(max_arity=n_ary, seed=n_ary + 10)
-    x = torch.randn(batch.num_nodes, tai.IN, requires_grad=True)
-    weights = torch.randn(batch.num_nodes, 16), torch.randn(batch.num_nodes, 16)
+    _assert_kernels_match_reference(kernels, cell, batch, tai.IN, ["nary_level_forward", "nary_level_backward"],
+                                    tai.nary_reference, monkeypatch)
 
-    calls = _count_calls(kernels, ["nary_level_forward", "nary_level_backward"], monkeypatch)
+
+def _assert_kernels_match_reference(kernels, cell, batch, in_channels, kernel_names, reference, monkeypatch):
+    """The cell with its kernels (each of ``kernel_names`` must run) against the float64 recursive reference."""
+    x = torch.randn(batch.num_nodes, in_channels, requires_grad=True)
+    weights = torch.randn(batch.num_nodes, 16), torch.randn(batch.num_nodes, 16)
+    calls = _count_calls(kernels, kernel_names, monkeypatch)
     with native.use_native(True):
         got = _run(cell, x, batch, weights)
     assert all(calls.values()), f"the kernels were not used: {calls}"
-    expected = _reference(cell, x, batch, weights)
+    expected = _reference(cell, x, batch, weights, reference=reference)
     for a, b in zip(got, expected, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
@@ -98,15 +103,9 @@ def test_child_sum_kernels_match_the_recursive_reference(kernels, monkeypatch):
     cell = ChildSumTreeLSTM(tai.IN, 16)
     rng = random.Random(7)
     batch = Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 15), 5, rng)) for _ in range(10)])
-    x = torch.randn(batch.num_nodes, tai.IN, requires_grad=True)
-    weights = torch.randn(batch.num_nodes, 16), torch.randn(batch.num_nodes, 16)
-    calls = _count_calls(kernels, ["child_sum_level_forward", "child_sum_level_backward"], monkeypatch)
-    with native.use_native(True):
-        got = _run(cell, x, batch, weights)
-    assert all(calls.values()), f"the kernels were not used: {calls}"
-    expected = _reference(cell, x, batch, weights, reference=tai.child_sum_reference)
-    for a, b in zip(got, expected, strict=True):
-        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+    _assert_kernels_match_reference(kernels, cell, batch, tai.IN,
+                                    ["child_sum_level_forward", "child_sum_level_backward"],
+                                    tai.child_sum_reference, monkeypatch)
 
 
 @pytest.mark.parametrize(("in_channels", "leaf"), [(16, "embedding"), (7, "lstm")])
@@ -116,16 +115,8 @@ def test_slstm_kernels_match_the_recursive_reference(kernels, in_channels, leaf,
     rng = random.Random(5)
     batch = Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 15), 2, rng)) for _ in range(10)]
                                  + [from_ptb("(1 (2 lone))")])
-    x = torch.randn(batch.num_nodes, in_channels, requires_grad=True)
-    weights = torch.randn(batch.num_nodes, 16), torch.randn(batch.num_nodes, 16)
-    calls = _count_calls(kernels, ["slstm_level_cell", "slstm_level_output", "slstm_level_output_backward",
-                                   "slstm_level_cell_backward"], monkeypatch)
-    with native.use_native(True):
-        got = _run(cell, x, batch, weights)
-    assert all(calls.values()), f"the kernels were not used: {calls}"
-    expected = _reference(cell, x, batch, weights, reference=test_slstm.reference)
-    for a, b in zip(got, expected, strict=True):
-        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+    names = ["slstm_level_cell", "slstm_level_output", "slstm_level_output_backward", "slstm_level_cell_backward"]
+    _assert_kernels_match_reference(kernels, cell, batch, in_channels, names, test_slstm.reference, monkeypatch)
 
 
 @pytest.mark.parametrize("make", [lambda: NaryTreeLSTM(30, 24), lambda: SLSTM(30, 24, leaf="lstm"),

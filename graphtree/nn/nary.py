@@ -136,7 +136,7 @@ class NaryTreeLSTM(TreeCell):
         kernels = native_kernels(gates, c_jl)
         if kernels is not None:  # eqs 9-14 below, in one pass over the rows (graphtree/csrc/nary_level.cpp)
             h, c, tanh_c = kernels.nary_level_forward(gates, c_jl)
-            return (h, c), ("node", weights, h_cat, c_jl, gates, tanh_c)
+            return (h, c), ("node", weights, h_cat, c_jl, gates, tanh_c, kernels)
         activated = gates.sigmoid_()
         i, o = activated[:, :d], activated[:, d:2 * d]  # eqs 9, 11
         u = activated[:, 2 * d:3 * d].mul(2).sub_(1)  # eq 12
@@ -144,7 +144,7 @@ class NaryTreeLSTM(TreeCell):
         c = (f * c_jl).sum(dim=1).addcmul_(i, u)  # eq 13
         tanh_c = fast_tanh(c)
         h = o * tanh_c  # eq 14
-        return (h, c), ("node", weights, h_cat, c_jl, activated, tanh_c)
+        return (h, c), ("node", weights, h_cat, c_jl, activated, tanh_c, None)
 
     def _gate_weights(self) -> tuple[Tensor, Tensor]:
         """``U`` and the summed biases ``b_U``, their u rows doubled (see :meth:`forward_level`)."""
@@ -161,10 +161,9 @@ class NaryTreeLSTM(TreeCell):
         d, N = self.hidden_channels, self.n_ary
         if context[0] != "node":
             return self._leaf_backward(context, grad_h, grad_c, grad_params, needs_input_grad[0]), ()
-        _, weights, h_cat, c_jl, activated, tanh_c = context
+        _, weights, h_cat, c_jl, activated, tanh_c, kernels = context
         n = h_cat.size(0)
-        kernels = native_kernels(grad_h, grad_c, activated)
-        if kernels is not None:
+        if kernels is not None:  # the forward pass ran on the compiled kernels: so do its derivatives
             grad_gates, grad_c_jl = kernels.nary_level_backward(grad_h, grad_c, activated, c_jl, tanh_c)
         else:
             grad_gates, grad_c_jl = self._gate_backward(grad_h, grad_c, activated, c_jl, tanh_c)

@@ -153,40 +153,30 @@ class SLSTM(TreeCell):
         grad_h, grad_c = grad_states
         if context[0] == "leaf":
             return self._leaf_backward(context, grad_h, grad_c, grad_params, needs_input_grad[0]), ()
-        if context[0] == "native":
-            return (None,), self._native_backward(context, grad_h, grad_c, grad_params)
-        _, weights, h_cat, c_cat, c_L, c_R, i_t, f_L, f_R, tanh_x, c_t, o_t, tanh_c = context
+        if context[0] == "native":  # the same derivatives, from the compiled kernels
+            _, kernels, weights, h_cat, c_cat, c_LR, activated, c_t, o_t, tanh_c = context
+            grad_o = kernels.slstm_level_output_backward(grad_h, o_t, tanh_c)
+            grad_c_from_o = weights.linear(grad_o, self.W_co, transpose=True)
+            grad_h_terms, grad_c_direct = kernels.slstm_level_cell_backward(
+                grad_c, grad_h, o_t, tanh_c, grad_c_from_o, grad_o, activated, c_LR)
+        else:
+            _, weights, h_cat, c_cat, c_L, c_R, i_t, f_L, f_R, tanh_x, c_t, o_t, tanh_c = context
+            grad_o = grad_h * tanh_c * o_t * (1 - o_t)
+            grad_c = (grad_c + grad_h * o_t * (1 - tanh_c * tanh_c)
+                      + weights.linear(grad_o, self.W_co, transpose=True))
+            grad_h_terms = torch.cat([grad_c * tanh_x * i_t * (1 - i_t), grad_c * c_L * f_L * (1 - f_L),
+                                      grad_c * c_R * f_R * (1 - f_R), grad_c * i_t * (1 - tanh_x * tanh_x),
+                                      grad_o], dim=1)
+            grad_c_direct = torch.stack([grad_c * f_L, grad_c * f_R], dim=1)  # through eq 5
         n, d = h_cat.size(0), self.hidden_channels
-        grad_o = grad_h * tanh_c * o_t * (1 - o_t)
-        grad_c = grad_c + grad_h * o_t * (1 - tanh_c * tanh_c) + weights.linear(grad_o, self.W_co, transpose=True)
-        grad_ifr = torch.cat([grad_c * tanh_x * i_t * (1 - i_t), grad_c * c_L * f_L * (1 - f_L),
-                              grad_c * c_R * f_R * (1 - f_R)], dim=1)
-        grad_h_terms = torch.cat([grad_ifr, grad_c * i_t * (1 - tanh_x * tanh_x), grad_o], dim=1)
-        grad_params.add_outer("W_co", grad_o, c_t)
-        grad_params.add_outer("W_h", grad_h_terms, h_cat)
-        grad_params.add_outer("W_c", grad_ifr, c_cat)
-        grad_params.add_sum("b", grad_h_terms)
-        grad_h_LR = weights.linear(grad_h_terms, self.W_h, transpose=True).view(n, 2, d)
-        grad_c_LR = (weights.linear(grad_ifr, self.W_c, transpose=True).view(n, 2, d)
-                     + torch.stack([grad_c * f_L, grad_c * f_R], dim=1))
-        return (None,), (grad_h_LR, grad_c_LR)
-
-    def _native_backward(self, context: tuple, grad_h: Tensor, grad_c: Tensor,
-                         grad_params: ParamGrads) -> tuple[Tensor, Tensor]:
-        """:meth:`backward_level` for a level that the compiled kernels computed (same derivatives)."""
-        _, kernels, weights, h_cat, c_cat, c_LR, activated, c_t, o_t, tanh_c = context
-        n, d = h_cat.size(0), self.hidden_channels
-        grad_o = kernels.slstm_level_output_backward(grad_h, o_t, tanh_c)
-        grad_h_terms, grad_c_direct = kernels.slstm_level_cell_backward(
-            grad_c, grad_h, o_t, tanh_c, weights.linear(grad_o, self.W_co, transpose=True), grad_o, activated, c_LR)
-        grad_ifr = grad_h_terms[:, :3 * d]
+        grad_ifr = grad_h_terms[:, :3 * d]  # the gates that also read W_c [c^L, c^R]
         grad_params.add_outer("W_co", grad_o, c_t)
         grad_params.add_outer("W_h", grad_h_terms, h_cat)
         grad_params.add_outer("W_c", grad_ifr, c_cat)
         grad_params.add_sum("b", grad_h_terms)
         grad_h_LR = weights.linear(grad_h_terms, self.W_h, transpose=True).view(n, 2, d)
         grad_c_LR = weights.linear(grad_ifr, self.W_c, transpose=True).view(n, 2, d).add_(grad_c_direct)
-        return grad_h_LR, grad_c_LR
+        return (None,), (grad_h_LR, grad_c_LR)
 
     def _leaf(self, x: Tensor) -> tuple[tuple[Tensor, Tensor], tuple]:
         if self.W_leaf is None:
