@@ -717,11 +717,8 @@ def matmul_backends(config: dict, trees: list[Data], vocab_size: int, device: to
     return rows
 
 
-NATIVE_CELLS = ("nary", "child_sum", "slstm")  # the cells with compiled level kernels (graphtree/csrc)
-
-
 def native_kernels_ab(config: dict, trees: list[Data], vocab_size: int, device: torch.device) -> list[dict]:
-    """Training and inference (E=300) of the cells that have compiled level kernels, with and without them.
+    """Training and inference (E=300) of every cell, with and without its compiled level kernels.
 
     The kernels (``graphtree/csrc``, :mod:`graphtree.nn.native`) replace the
     elementwise operators of a level; this is what they are worth here, at
@@ -730,7 +727,7 @@ def native_kernels_ab(config: dict, trees: list[Data], vocab_size: int, device: 
     if device.type != "cpu" or native.native_kernels(torch.zeros(1)) is None:
         return []
     rows = []
-    for cell, B in [(cell, B) for cell in NATIVE_CELLS if cell in config["cells"] for B in config["batch_sizes"]]:
+    for cell, B in [(cell, B) for cell in config["cells"] for B in config["batch_sizes"]]:
         torch.manual_seed(0)
         groups, batches = workload_batches(config, trees, B)
         stats = TreeStats()
@@ -1052,7 +1049,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="count ATen operator calls per batch and level of every model (no timing); "
                              "writes benchmarks/results/operator-calls.json unless --out is given")
     parser.add_argument("--native-ab", action="store_true",
-                        help="only time N-ary with and without the compiled level kernels (and nn.LSTM); writes "
+                        help="only time the cells with and without their compiled level kernels (and nn.LSTM); "
+                             "writes "
                              "benchmarks/results/native-kernels.json unless --out is given")
     parser.add_argument("--memory-probe", type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -11,6 +12,7 @@ from torch.nn import Parameter
 from ..engine import Children, ParamGrads
 from .cell import TreeCell
 from .functional import PackedWeights, fast_tanh
+from .native import native_kernels
 
 __all__ = ["LexicalizedTreeLSTM"]
 
@@ -125,10 +127,16 @@ class LexicalizedTreeLSTM(TreeCell):
         weights = self.weights
         # Columns i, f_1..f_N, g, o: the W_h and W_c sums over children of all gates at once.
         gates = weights.linear(h_cat, self.W_h, self.b)
-        gates[:, :(N + 1) * d] += weights.linear(c_cat, self.W_c)
+        c_terms = weights.linear(c_cat, self.W_c)  # peepholes on the children's cells: i, f_1..f_N
         if self.lexicalized:
             Wx = weights.linear(x, self.W_x)  # i, f, g, o
             gates += torch.cat([Wx[:, :d], *[Wx[:, d:2 * d]] * N, Wx[:, 2 * d:]], dim=1)  # W_xf feeds every f_k
+        kernels = native_kernels(gates, c_terms, c_ch)
+        if kernels is not None:  # eqs 4, 10, 11 and 1 in two passes over the rows (graphtree/csrc/peephole_level.cpp)
+            activated, c = kernels.peephole_level_cell(gates, c_terms, c_ch)
+            o, tanh_c, h = kernels.peephole_level_output(gates, weights.linear(c, self.W_co), c)
+            return (h, c), ("node", weights, x, h_cat, c_cat, c_ch, activated, None, c, o, tanh_c, kernels)
+        gates[:, :(N + 1) * d] += c_terms
         # tanh(z) = 2 sigmoid(2z) - 1: one sigmoid over i, f, g is much faster than sigmoid + tanh on CPU.
         gates[:, (N + 1) * d:(N + 2) * d] *= 2
         activated = torch.sigmoid(gates[:, :(N + 2) * d])
@@ -136,7 +144,7 @@ class LexicalizedTreeLSTM(TreeCell):
         g = 2 * activated[:, (N + 1) * d:] - 1
         c = torch.addcmul((f * c_ch).sum(dim=1), i, g)  # eq 4
         o, tanh_c = self._output(weights, c, gates[:, (N + 2) * d:])
-        return (o * tanh_c, c), ("node", weights, x, h_cat, c_cat, activated, g, c, o, tanh_c)
+        return (o * tanh_c, c), ("node", weights, x, h_cat, c_cat, c_ch, activated, g, c, o, tanh_c, None)
 
     def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor], grad_params: ParamGrads,
                        needs_input_grad: tuple[bool, ...] = (True,),
@@ -145,22 +153,16 @@ class LexicalizedTreeLSTM(TreeCell):
         grad_h, grad_c = grad_states
         if context[0] == "leaf":
             return self._leaf_backward(context, grad_h, grad_c, grad_params, needs_input_grad[0]), ()
-        _, weights, x, h_cat, c_cat, activated, g, c, o, tanh_c = context
+        _, weights, x, h_cat, c_cat, c_ch, activated, g, c, o, tanh_c, kernels = context
         n, d, N = h_cat.size(0), self.hidden_channels, self.n_ary
-        grad_o, grad_c = self._output_backward(weights, grad_h, grad_c, c, o, tanh_c, grad_params)
-        # Gates i, f_1..f_N in one go: sigma' times what each multiplies in eq 4 (g for i, c^k for f_k).
-        i_f = activated[:, :(N + 1) * d]
-        grad_if = ((i_f * (1 - i_f) * torch.cat([g, c_cat], dim=1)).view(n, N + 1, d)
-                   * grad_c.unsqueeze(1)).view(n, (N + 1) * d)
-        i = activated[:, :d]
-        grad_gates = torch.cat([grad_if, grad_c * i * (1 - g * g), grad_o], dim=1)
+        grad_gates, grad_c_direct = self._gate_backward(weights, grad_h, grad_c, c_ch, activated, g, c, o, tanh_c,
+                                                        grad_params, kernels)
+        grad_if = grad_gates[:, :(N + 1) * d]  # the gates that also read W_c [c^1 .. c^N]
         grad_params.add_outer("W_h", grad_gates, h_cat)
         grad_params.add_outer("W_c", grad_if, c_cat)
         grad_params.add_sum("b", grad_gates)
         grad_h_ch = weights.linear(grad_gates, self.W_h, transpose=True).view(n, N, d)
-        f = activated[:, d:(N + 1) * d].view(n, N, d)
-        grad_c_ch = torch.addcmul(weights.linear(grad_if, self.W_c, transpose=True).view(n, N, d),
-                                  grad_c.unsqueeze(1), f)
+        grad_c_ch = weights.linear(grad_if, self.W_c, transpose=True).view(n, N, d).add_(grad_c_direct)
         grad_x = None
         if self.lexicalized:
             grad_f = grad_if[:, d:].view(n, N, d).sum(dim=1)  # W_xf x_t feeds every forget gate
@@ -169,6 +171,30 @@ class LexicalizedTreeLSTM(TreeCell):
             if needs_input_grad[0]:
                 grad_x = weights.linear(grad_Wx, self.W_x, transpose=True)
         return (grad_x,), (grad_h_ch, grad_c_ch)
+
+    def _gate_backward(self, weights: PackedWeights, grad_h: Tensor, grad_c: Tensor, c_ch: Tensor,
+                       activated: Tensor, g: Tensor | None, c: Tensor, o: Tensor, tanh_c: Tensor,
+                       grad_params: ParamGrads, kernels: ModuleType | None) -> tuple[Tensor, Tensor]:
+        """Gradients of the pre-activations ``[i, f_1..f_N, g, o]`` and of the children's cells through eq 4.
+
+        ``activated`` holds ``i, f_1..f_N`` and then ``tanh(g)`` (from the kernels) or the sigmoid that
+        ``g`` was made from (PyTorch path); ``c_ch`` is ``[n, N, d]`` (``N = 0`` at the leaves).
+        """
+        if kernels is not None:
+            grad_o = kernels.peephole_level_output_backward(grad_h, o, tanh_c)
+            grad_params.add_outer("W_co", grad_o, c)
+            grad_c_from_o = weights.linear(grad_o, self.W_co, transpose=True)
+            return kernels.peephole_level_cell_backward(grad_c, grad_h, o, tanh_c, grad_c_from_o, grad_o,
+                                                        activated, c_ch)
+        n, N, d = c_ch.size(0), c_ch.size(1), self.hidden_channels
+        grad_o, grad_c = self._output_backward(weights, grad_h, grad_c, c, o, tanh_c, grad_params)
+        # Gates i, f_1..f_N in one go: sigma' times what each multiplies in eq 4 (g for i, c^k for f_k).
+        i_f = activated[:, :(N + 1) * d]
+        grad_if = ((i_f * (1 - i_f) * torch.cat([g, c_ch.reshape(n, N * d)], dim=1)).view(n, N + 1, d)
+                   * grad_c.unsqueeze(1)).view(n, (N + 1) * d)
+        i = activated[:, :d]
+        grad_gates = torch.cat([grad_if, grad_c * i * (1 - g * g), grad_o], dim=1)
+        return grad_gates, grad_c.unsqueeze(1) * activated[:, d:(N + 1) * d].view(n, N, d)
 
     def _output(self, weights: PackedWeights, c: Tensor, pre_o: Tensor) -> tuple[Tensor, Tensor]:
         """o_t (its peephole reads the new cell c_t) and tanh(c_t)."""
@@ -190,19 +216,25 @@ class LexicalizedTreeLSTM(TreeCell):
         W_igo = torch.cat([self.W_x[:d], self.W_x[2 * d:]]) if self.lexicalized else self.W_x  # no W_xf
         weights = self.weights
         gates = weights.linear(x, W_igo, torch.cat([self.b[:d], self.b[(N + 1) * d:]]))
+        no_children = gates.new_empty(x.size(0), 0, d)
+        kernels = native_kernels(gates)
+        if kernels is not None:
+            activated, c = kernels.peephole_level_cell(gates, None, no_children)
+            o, tanh_c, h = kernels.peephole_level_output(gates, weights.linear(c, self.W_co), c)
+            return (h, c), ("leaf", weights, W_igo, x, no_children, activated, None, c, o, tanh_c, kernels)
         gates[:, d:2 * d] *= 2  # tanh via sigmoid, as in forward_level
         activated = torch.sigmoid(gates[:, :2 * d])
         i, g = activated[:, :d], 2 * activated[:, d:] - 1
         c = i * g
         o, tanh_c = self._output(weights, c, gates[:, 2 * d:])
-        return (o * tanh_c, c), ("leaf", weights, W_igo, x, i, g, c, o, tanh_c)
+        return (o * tanh_c, c), ("leaf", weights, W_igo, x, no_children, activated, g, c, o, tanh_c, None)
 
     def _leaf_backward(self, context: tuple, grad_h: Tensor, grad_c: Tensor, grad_params: ParamGrads,
                        needs_input_grad: bool) -> tuple[Tensor | None]:
-        _, weights, W_igo, x, i, g, c, o, tanh_c = context
+        _, weights, W_igo, x, no_children, activated, g, c, o, tanh_c, kernels = context
         d, N = self.hidden_channels, self.n_ary
-        grad_o, grad_c = self._output_backward(weights, grad_h, grad_c, c, o, tanh_c, grad_params)
-        grad_igo = torch.cat([grad_c * g * i * (1 - i), grad_c * i * (1 - g * g), grad_o], dim=1)
+        grad_igo, _ = self._gate_backward(weights, grad_h, grad_c, no_children, activated, g, c, o, tanh_c,
+                                          grad_params, kernels)
         if not self.lexicalized:
             grad_params.add_outer("W_x", grad_igo, x)
         elif "W_x" in grad_params:  # rows i and g, o of W_x; W_xf gets nothing from the leaves

@@ -13,6 +13,7 @@ from torch.nn import Parameter
 from ..engine import Children, ParamGrads
 from .cell import TreeCell
 from .functional import fast_tanh
+from .native import native_kernels
 
 __all__ = ["LSTMRNN"]
 
@@ -29,6 +30,9 @@ def _sigmoid_chain(grad: Tensor, g: Tensor) -> Tensor:
 def _softsign_chain(grad: Tensor, g: Tensor) -> Tensor:
     return grad * (1 - g.abs()).square()  # softsign'(v) = 1 / (1 + |v|)^2 = (1 - |softsign(v)|)^2
 
+
+# The activation's number in the compiled kernels (graphtree/csrc/lstm_rnn_level.cpp).
+ACTIVATION_CODES = {"tanh": 0, "softsign": 1, "sigmoid": 2}
 
 # g, and grad -> grad * g'(v) written in terms of g's output (which is all backward keeps).
 ACTIVATIONS: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]] = {
@@ -178,6 +182,15 @@ class LSTMRNN(TreeCell):
             return (x, torch.zeros_like(x), weights.linear(x, self.W_leaf)), ("leaf", weights, x)
 
         n, d = m_xy.size(0), self.hidden_channels
+        kernels = native_kernels(m_xy, c_xy)
+        if kernels is not None:  # the equations below, in two passes over the rows (graphtree/csrc/lstm_rnn_level.cpp)
+            kind = ACTIVATION_CODES[self.activation]
+            gates, g_a, c_p = kernels.lstm_rnn_level_cell(m_xy, c_xy, self.b, kind)
+            cell_terms = weights.linear(c_p, self.W_cell)
+            o, g_c, p = kernels.lstm_rnn_level_output(m_xy, cell_terms, c_p, self.b, kind)
+            m_p = weights.linear(p, self.W_inner)
+            m_p[:, :4 * d] += cell_terms[:, :4 * d]
+            return (p, c_p, m_p), ("native", weights, c_xy, gates, m_xy, g_a, c_p, o, g_c, p, kernels)
         g = self.g
         b_if, b_c, b_o = self.b.split((2 * d, d, d))
         # Row k of [n, 2, ·] is child k: "first" holds its (W_i1, W_f1) blocks, "second"
@@ -214,11 +227,14 @@ class LSTMRNN(TreeCell):
             # A leaf's memory is the constant 0, so grad_c does not reach x.
             return (grad_p + weights.linear(grad_m, self.W_leaf, transpose=True),), ()
 
+        weights, p = context[1], context[9]
+        grad_params.add_outer("W_inner", grad_m, p)
+        grad_p = weights.linear(grad_m, self.W_inner, transpose=True).add_(grad_p)
+        if context[0] == "native":  # the forward pass ran on the compiled kernels: so do its derivatives
+            return self._native_backward(context, grad_p, grad_c, grad_m, grad_params)
         _, weights, c_xy, gates, Wc_u, g_a, c_p, o, g_c, p = context
         n, d = c_xy.size(0), self.hidden_channels
         chain = self._chain
-        grad_params.add_outer("W_inner", grad_m, p)
-        grad_p = weights.linear(grad_m, self.W_inner, transpose=True).add_(grad_p)
         grad_o = grad_p * g_c
         grad_o = torch.addcmul(grad_o, grad_o, o, value=-1).mul_(o)  # sigma' = o (1 - o)
         # The peephole blocks of m and the output gate's W_co term are one product with W_cell.
@@ -237,6 +253,19 @@ class LSTMRNN(TreeCell):
         own[..., d:] = grad_o.unsqueeze(1)
         # The children's outputs p reach this node only through their m: no gradient for them here.
         return (None,), (None, grad_c.unsqueeze(1) * gates[..., d:], grad_m_xy)
+
+    def _native_backward(self, context: tuple, grad_p: Tensor, grad_c: Tensor, grad_m: Tensor,
+                         grad_params: ParamGrads) -> tuple[tuple[None], tuple[None, Tensor, Tensor]]:
+        """:meth:`backward_level` below ``W_inner``, on the compiled kernels."""
+        _, weights, c_xy, gates, m_xy, g_a, c_p, o, g_c, _, kernels = context
+        grad_cell = kernels.lstm_rnn_level_output_backward(grad_m, grad_p, o, g_c)  # peephole blocks, then o's
+        grad_params.add_outer("W_cell", grad_cell, c_p)
+        grad_c_from_cell = weights.linear(grad_cell, self.W_cell, transpose=True)
+        grad_b, grad_m_xy, grad_c_xy = kernels.lstm_rnn_level_cell_backward(
+            grad_c, grad_c_from_cell, grad_p, grad_cell, o, g_c, g_a, gates, m_xy, c_xy,
+            ACTIVATION_CODES[self.activation])
+        grad_params.add_sum("b", grad_b)
+        return (None,), (None, grad_c_xy, grad_m_xy)
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, "

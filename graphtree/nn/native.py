@@ -3,7 +3,8 @@
 A tree level has few rows, so between its matrix products the cost is not
 arithmetic but the dozen small elementwise operators, each a separate call. The
 kernels in ``graphtree/csrc`` do that work in one pass over the level's rows
-(the Child-Sum and N-ary cells and the S-LSTM have them so far). They are compiled with
+(every cell: Child-Sum and N-ary, the LSTM-RNN, and the peephole cells, the S-LSTM and
+Teng & Zhang's lexicalized and top-down cells). They are compiled with
 :func:`torch.utils.cpp_extension.load` the first time they are needed (about a
 minute, once per machine and PyTorch build; the result is kept in PyTorch's
 extension cache) and used for float32 CPU tensors outside autograd. Everything
@@ -33,7 +34,7 @@ from torch import Tensor
 __all__ = ["native_kernels", "native_mode", "use_native"]
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "csrc"
-SOURCES = ("bindings.cpp", "child_sum_level.cpp", "nary_level.cpp", "slstm_level.cpp")
+SOURCES = ("bindings.cpp", "child_sum_level.cpp", "lstm_rnn_level.cpp", "nary_level.cpp", "peephole_level.cpp")
 STALE_LOCK_SECONDS = 600
 CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd"]
 

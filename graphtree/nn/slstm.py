@@ -133,9 +133,9 @@ class SLSTM(TreeCell):
         h_terms = weights.linear(h_cat, self.W_h, self.b)  # all W_h· h + b of eqs 1-4, 6
         c_terms = weights.linear(c_cat, self.W_c)  # peepholes on the children's cells, eqs 1-3
         kernels = native_kernels(h_terms, c_terms, c_LR)
-        if kernels is not None:  # eqs 1-7 below, in two passes over the rows (graphtree/csrc/slstm_level.cpp)
-            activated, c_t = kernels.slstm_level_cell(h_terms, c_terms, c_LR)
-            o_t, tanh_c, h_t = kernels.slstm_level_output(h_terms, weights.linear(c_t, self.W_co), c_t)
+        if kernels is not None:  # eqs 1-7 below, in two passes over the rows (graphtree/csrc/peephole_level.cpp)
+            activated, c_t = kernels.peephole_level_cell(h_terms, c_terms, c_LR)
+            o_t, tanh_c, h_t = kernels.peephole_level_output(h_terms, weights.linear(c_t, self.W_co), c_t)
             return (h_t, c_t), ("native", kernels, weights, h_cat, c_cat, c_LR, activated, c_t, o_t, tanh_c)
         gates = torch.sigmoid(h_terms[:, :3 * d] + c_terms)
         i_t, f_L, f_R = gates[:, :d], gates[:, d:2 * d], gates[:, 2 * d:]  # eqs 1-3
@@ -155,9 +155,9 @@ class SLSTM(TreeCell):
             return self._leaf_backward(context, grad_h, grad_c, grad_params, needs_input_grad[0]), ()
         if context[0] == "native":  # the same derivatives, from the compiled kernels
             _, kernels, weights, h_cat, c_cat, c_LR, activated, c_t, o_t, tanh_c = context
-            grad_o = kernels.slstm_level_output_backward(grad_h, o_t, tanh_c)
+            grad_o = kernels.peephole_level_output_backward(grad_h, o_t, tanh_c)
             grad_c_from_o = weights.linear(grad_o, self.W_co, transpose=True)
-            grad_h_terms, grad_c_direct = kernels.slstm_level_cell_backward(
+            grad_h_terms, grad_c_direct = kernels.peephole_level_cell_backward(
                 grad_c, grad_h, o_t, tanh_c, grad_c_from_o, grad_o, activated, c_LR)
         else:
             _, weights, h_cat, c_cat, c_L, c_R, i_t, f_L, f_R, tanh_x, c_t, o_t, tanh_c = context

@@ -13,6 +13,7 @@ from ..errors import ScheduleError
 from ..schedule import Schedule
 from .cell import TreeCell
 from .functional import PackedWeights, fast_tanh
+from .native import native_kernels
 
 __all__ = ["TopDownTreeLSTM"]
 
@@ -162,18 +163,26 @@ class TopDownTreeLSTM(TreeCell):
                 mean = children.mask.to(xhc.dtype)
                 mean = (mean / mean.sum(dim=1, keepdim=True)).unsqueeze(-1)
         a = _apply(weights, xhc, stacked.V, route.slices, stacked.b)
-        # tanh(z) = 2 sigmoid(2z) - 1: one sigmoid over i, f, g is much faster than sigmoid + tanh on CPU.
-        a[:, 2 * d:3 * d] *= 2
-        s = torch.sigmoid(a[:, :3 * d])
-        i, f = s[:, :d], s[:, d:2 * d]
-        g = 2 * s[:, 2 * d:] - 1
-        c = i * g if K == 0 else torch.addcmul(i * g, f, xhc[:, -d:])
-        a_o = _apply(weights, c, stacked.W_co, route.slices)  # the peephole reads the new cell
-        a_o += a[:, 3 * d:]
-        o = torch.sigmoid(a_o)
-        tanh_c = fast_tanh(c)
-        h = o * tanh_c
-        context = (weights, stacked, route, xhc, s, g, c, o, tanh_c, mean, K)
+        c_prev = xhc[:, -d:]  # the predecessor's cell (zero at the roots)
+        kernels = native_kernels(a, xhc)
+        if kernels is not None:  # eq 13 in two passes over the rows (graphtree/csrc/peephole_level.cpp)
+            c_prev = c_prev.contiguous().view(-1, 1, d)
+            s, c = kernels.peephole_level_cell(a, None, c_prev)  # s: i, f, tanh(g)
+            o, tanh_c, h = kernels.peephole_level_output(a, _apply(weights, c, stacked.W_co, route.slices), c)
+            g = None
+        else:
+            # tanh(z) = 2 sigmoid(2z) - 1: one sigmoid over i, f, g is much faster than sigmoid + tanh on CPU.
+            a[:, 2 * d:3 * d] *= 2
+            s = torch.sigmoid(a[:, :3 * d])
+            i, f = s[:, :d], s[:, d:2 * d]
+            g = 2 * s[:, 2 * d:] - 1
+            c = i * g if K == 0 else torch.addcmul(i * g, f, c_prev)
+            a_o = _apply(weights, c, stacked.W_co, route.slices)  # the peephole reads the new cell
+            a_o += a[:, 3 * d:]
+            o = torch.sigmoid(a_o)
+            tanh_c = fast_tanh(c)
+            h = o * tanh_c
+        context = (weights, stacked, route, xhc, c_prev, s, g, c, o, tanh_c, mean, K, kernels)
         if route.perm is not None:  # back to the level's node order
             h, c = h[route.inverse], c[route.inverse]
         if mean is None:
@@ -184,7 +193,7 @@ class TopDownTreeLSTM(TreeCell):
                        needs_input_grad: tuple[bool, ...] = (True,),
                        ) -> tuple[tuple[Tensor | None], tuple[Tensor, Tensor] | tuple]:
         """Hand-written derivatives of :meth:`forward_level`, checked against autograd in the tests."""
-        weights, stacked, route, xhc, s, g, c, o, tanh_c, mean, K = context
+        weights, stacked, route, xhc, c_prev, s, g, c, o, tanh_c, mean, K, kernels = context
         grad_h, grad_c = grad_states
         n, d, D = grad_h.size(0), self.hidden_channels, self.in_channels
         if mean is not None:  # each slot's step gets its share of the mean's gradient
@@ -192,14 +201,22 @@ class TopDownTreeLSTM(TreeCell):
             grad_c = (mean * grad_c.unsqueeze(1)).view(-1, d)
         if route.perm is not None:
             grad_h, grad_c = grad_h[route.perm], grad_c[route.perm]
-        grad_o = grad_h * tanh_c * o * (1 - o)
-        grad_c = (grad_c + grad_h * o * (1 - tanh_c * tanh_c)
-                  + _apply(weights, grad_o, stacked.W_co, route.slices, transpose=True))
-        i, f = s[:, :d], s[:, d:2 * d]
-        grad_i = grad_c * g * i * (1 - i)
-        grad_g = grad_c * i * (1 - g * g)
-        grad_f = torch.zeros_like(grad_i) if K == 0 else grad_c * xhc[:, -d:] * f * (1 - f)
-        grad_a = torch.cat([grad_i, grad_f, grad_g, grad_o], dim=1)
+        if kernels is not None:
+            grad_o = kernels.peephole_level_output_backward(grad_h, o, tanh_c)
+            grad_c_from_o = _apply(weights, grad_o, stacked.W_co, route.slices, transpose=True)
+            grad_a, grad_c_prev = kernels.peephole_level_cell_backward(grad_c, grad_h, o, tanh_c, grad_c_from_o,
+                                                                       grad_o, s, c_prev)
+            grad_c_prev = grad_c_prev.view(-1, d)
+        else:
+            grad_o = grad_h * tanh_c * o * (1 - o)
+            grad_c = (grad_c + grad_h * o * (1 - tanh_c * tanh_c)
+                      + _apply(weights, grad_o, stacked.W_co, route.slices, transpose=True))
+            i, f = s[:, :d], s[:, d:2 * d]
+            grad_i = grad_c * g * i * (1 - i)
+            grad_g = grad_c * i * (1 - g * g)
+            grad_f = torch.zeros_like(grad_i) if K == 0 else grad_c * c_prev * f * (1 - f)
+            grad_a = torch.cat([grad_i, grad_f, grad_g, grad_o], dim=1)
+            grad_c_prev = grad_c * f
 
         for p, start, stop in route.slices:
             rows, set_x = slice(start, stop), stacked.input_set[p]
@@ -215,7 +232,7 @@ class TopDownTreeLSTM(TreeCell):
             return (None,), ()
         # [dL/dx, dL/dh_{t-1}, dL/dc_{t-1}] of every row in one matmul per position (without x if not needed).
         grad_xhc = _apply(weights, grad_a, stacked.V if needs_x else stacked.U, route.slices, transpose=True)
-        grad_xhc[:, -d:].addcmul_(grad_c, f)
+        grad_xhc[:, -d:] += grad_c_prev
         if route.perm is not None:
             grad_xhc = grad_xhc[route.inverse]
         grad_x = None

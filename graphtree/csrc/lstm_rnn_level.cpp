@@ -1,0 +1,187 @@
+// The elementwise parts of one level of the LSTM-RNN (graphtree/nn/lstm_rnn.py, Le & Zuidema 2015, sections 3-4),
+// each fused into one pass over the level's rows. A parent reads its two children's m, their outputs and memories
+// already projected by every map a parent applies (eight d-wide blocks: W_i1, W_f1, W_i2, W_f2, W_c1, W_o1, W_c2,
+// W_o2). The output gate peeks at the parent's new memory through W_co, a matrix product in the middle of the
+// level, so forward and backward each come in two halves around it.
+//
+// g is the composition's activation: 0 tanh, 1 softsign, 2 sigmoid (the gates are always logistic). Its
+// derivative is written in terms of its output y, which is all the backward pass keeps.
+
+#include <vector>
+
+#include "common.h"
+
+using graphtree::check;
+using graphtree::grain_rows;
+using graphtree::sigmoid;
+using graphtree::tanh_of;
+
+namespace {
+
+inline float activate(float v, int64_t kind) {
+  if (kind == 0) return tanh_of(v);
+  if (kind == 1) return v / (1.f + std::fabs(v));
+  return sigmoid(v);
+}
+
+inline float slope(float y, int64_t kind) {  // g'(v) as a function of y = g(v)
+  if (kind == 0) return 1.f - y * y;
+  if (kind == 1) return (1.f - std::fabs(y)) * (1.f - std::fabs(y));
+  return y * (1.f - y);
+}
+
+void check_all(std::initializer_list<torch::Tensor*> tensors) {
+  for (auto* t : tensors) {
+    check(*t, "every argument");
+    *t = t->contiguous();
+  }
+}
+
+}  // namespace
+
+// Gates (i_k, f_k) of both children, g(a) with a = W_c1 x i_1 + W_c2 y i_2 + b_c, and c_p = f_1 c_x + f_2 c_y + g(a).
+// m_children [n, 2, 8d], c_children [n, 2, d], b [4d] (b_i, b_f, b_c, b_o). Returns gates [n, 2, 2d], g(a), c_p.
+std::vector<torch::Tensor> lstm_rnn_level_cell(torch::Tensor m_children, torch::Tensor c_children, torch::Tensor b,
+                                               int64_t kind) {
+  check_all({&m_children, &c_children, &b});
+  const int64_t n = c_children.size(0), d = c_children.size(2);
+  TORCH_CHECK(c_children.size(1) == 2 && m_children.size(0) == n && m_children.size(1) == 2 &&
+                  m_children.size(2) == 8 * d && b.numel() == 4 * d,
+              "expected m_children [n, 2, 8d], c_children [n, 2, d], b [4d]");
+  auto gates = torch::empty({n, 2, 2 * d}, m_children.options());
+  auto g_a = torch::empty({n, d}, m_children.options()), c = torch::empty({n, d}, m_children.options());
+  const float *M = m_children.data_ptr<float>(), *Cj = c_children.data_ptr<float>(), *B = b.data_ptr<float>();
+  float *G = gates.data_ptr<float>(), *Ga = g_a.data_ptr<float>(), *C = c.data_ptr<float>();
+  at::parallel_for(0, n, grain_rows(16 * d), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *mx = M + r * 16 * d, *my = mx + 8 * d, *cx = Cj + r * 2 * d, *cy = cx + d;
+      float *gx = G + r * 4 * d, *gy = gx + 2 * d, *ga = Ga + r * d, *cr = C + r * d;
+      // Child k's (i_k, f_k): its own W_i1, W_f1 blocks plus the sibling's W_i2, W_f2 blocks.
+#pragma omp simd
+      for (int64_t k = 0; k < 2 * d; ++k) {
+        gx[k] = sigmoid(mx[k] + my[2 * d + k] + B[k]);
+        gy[k] = sigmoid(my[k] + mx[2 * d + k] + B[k]);
+      }
+      const float *Wc_x = mx + 4 * d, *Wc_y = my + 6 * d;  // W_c1 x, W_c2 y
+#pragma omp simd
+      for (int64_t k = 0; k < d; ++k) {
+        ga[k] = activate(Wc_x[k] * gx[k] + Wc_y[k] * gy[k] + B[2 * d + k], kind);
+        cr[k] = gx[d + k] * cx[k] + gy[d + k] * cy[k] + ga[k];
+      }
+    }
+  });
+  return {gates, g_a, c};
+}
+
+// o = sigmoid(W_o1 x + W_o2 y + W_co c_p + b_o) and p = o g(c_p), given cell_terms = W_cell c_p [n, 5d] (W_co last).
+// Returns o, g(c_p) and p, each [n, d].
+std::vector<torch::Tensor> lstm_rnn_level_output(torch::Tensor m_children, torch::Tensor cell_terms, torch::Tensor c,
+                                                 torch::Tensor b, int64_t kind) {
+  check_all({&m_children, &cell_terms, &c, &b});
+  const int64_t n = c.size(0), d = c.size(1);
+  TORCH_CHECK(m_children.size(0) == n && m_children.size(2) == 8 * d && cell_terms.size(1) == 5 * d,
+              "expected m_children [n, 2, 8d], cell_terms [n, 5d], c [n, d]");
+  auto o = torch::empty({n, d}, c.options()), g_c = torch::empty({n, d}, c.options());
+  auto p = torch::empty({n, d}, c.options());
+  const float *M = m_children.data_ptr<float>(), *Ct = cell_terms.data_ptr<float>(), *C = c.data_ptr<float>();
+  const float* B = b.data_ptr<float>();
+  float *O = o.data_ptr<float>(), *Gc = g_c.data_ptr<float>(), *P = p.data_ptr<float>();
+  at::parallel_for(0, n, grain_rows(4 * d), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *Wo_x = M + r * 16 * d + 5 * d, *Wo_y = M + r * 16 * d + 15 * d;  // W_o1 x, W_o2 y
+      const float *co = Ct + r * 5 * d + 4 * d, *cr = C + r * d;
+      float *orow = O + r * d, *gc = Gc + r * d, *pr = P + r * d;
+#pragma omp simd
+      for (int64_t k = 0; k < d; ++k) {
+        orow[k] = sigmoid(Wo_x[k] + Wo_y[k] + co[k] + B[3 * d + k]);
+        gc[k] = activate(cr[k], kind);
+        pr[k] = orow[k] * gc[k];
+      }
+    }
+  });
+  return {o, g_c, p};
+}
+
+// The gradient reaching W_cell c_p: the peephole blocks of grad_m (first 4d columns) and the output gate's
+// pre-activation gradient grad_p g(c_p) o (1 - o). grad_p already includes W_inner^T grad_m. Returns [n, 5d].
+torch::Tensor lstm_rnn_level_output_backward(torch::Tensor grad_m, torch::Tensor grad_p, torch::Tensor o,
+                                             torch::Tensor g_c) {
+  check_all({&grad_m, &grad_p, &o, &g_c});
+  const int64_t n = o.size(0), d = o.size(1);
+  TORCH_CHECK(grad_m.size(0) == n && grad_m.size(1) == 8 * d && grad_p.sizes() == o.sizes(),
+              "expected grad_m [n, 8d], grad_p, o and g_c [n, d]");
+  auto grad_cell = torch::empty({n, 5 * d}, o.options());
+  const float *gM = grad_m.data_ptr<float>(), *gP = grad_p.data_ptr<float>(), *O = o.data_ptr<float>();
+  const float* Gc = g_c.data_ptr<float>();
+  float* gCell = grad_cell.data_ptr<float>();
+  at::parallel_for(0, n, grain_rows(5 * d), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *gm = gM + r * 8 * d, *gp = gP + r * d, *orow = O + r * d, *gc = Gc + r * d;
+      float* out = gCell + r * 5 * d;
+      std::memcpy(out, gm, sizeof(float) * 4 * d);
+#pragma omp simd
+      for (int64_t k = 0; k < d; ++k) out[4 * d + k] = gp[k] * gc[k] * orow[k] * (1.f - orow[k]);
+    }
+  });
+  return grad_cell;
+}
+
+// The rest of the level's derivatives. grad_c_from_cell: W_cell^T grad_cell. Returns the bias rows
+// [n, 4d] (their column sums are b's gradient), the children's m gradients [n, 2, 8d] and their memories'
+// gradients [n, 2, d]. The children's outputs reach the parent only through their m.
+std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, torch::Tensor grad_c_from_cell,
+                                                        torch::Tensor grad_p, torch::Tensor grad_cell,
+                                                        torch::Tensor o, torch::Tensor g_c, torch::Tensor g_a,
+                                                        torch::Tensor gates, torch::Tensor m_children,
+                                                        torch::Tensor c_children, int64_t kind) {
+  check_all({&grad_c, &grad_c_from_cell, &grad_p, &grad_cell, &o, &g_c, &g_a, &gates, &m_children, &c_children});
+  const int64_t n = c_children.size(0), d = c_children.size(2);
+  TORCH_CHECK(gates.size(0) == n && gates.size(2) == 2 * d && grad_cell.size(1) == 5 * d,
+              "expected gates [n, 2, 2d] and grad_cell [n, 5d]");
+  auto grad_b = torch::empty({n, 4 * d}, o.options());
+  auto grad_m = torch::zeros({n, 2, 8 * d}, o.options());
+  auto grad_cj = torch::empty({n, 2, d}, o.options());
+  const float *gCin = grad_c.data_ptr<float>(), *gCc = grad_c_from_cell.data_ptr<float>();
+  const float *gP = grad_p.data_ptr<float>(), *gCell = grad_cell.data_ptr<float>(), *O = o.data_ptr<float>();
+  const float *Gc = g_c.data_ptr<float>(), *Ga = g_a.data_ptr<float>(), *G = gates.data_ptr<float>();
+  const float *M = m_children.data_ptr<float>(), *Cj = c_children.data_ptr<float>();
+  float *gB = grad_b.data_ptr<float>(), *gM = grad_m.data_ptr<float>(), *gCj = grad_cj.data_ptr<float>();
+  at::parallel_for(0, n, grain_rows(20 * d), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *gc_in = gCin + r * d, *gcc = gCc + r * d, *gp = gP + r * d, *go = gCell + r * 5 * d + 4 * d;
+      const float *orow = O + r * d, *gcr = Gc + r * d, *ga = Ga + r * d;
+      const float *gx = G + r * 4 * d, *gy = gx + 2 * d;
+      const float *Wc_x = M + r * 16 * d + 4 * d, *Wc_y = M + r * 16 * d + 14 * d;
+      const float *cx = Cj + r * 2 * d, *cy = cx + d;
+      float *gb = gB + r * 4 * d, *gmx = gM + r * 16 * d, *gmy = gmx + 8 * d, *gcx = gCj + r * 2 * d, *gcy = gcx + d;
+#pragma omp simd
+      for (int64_t k = 0; k < d; ++k) {
+        const float gc = gc_in[k] + gcc[k] + gp[k] * orow[k] * slope(gcr[k], kind);  // dL/dc_p
+        const float grad_a = gc * slope(ga[k], kind);
+        const float ix = gx[k], fx = gx[d + k], iy = gy[k], fy = gy[d + k];
+        const float gix = grad_a * Wc_x[k] * ix * (1.f - ix), gfx = gc * cx[k] * fx * (1.f - fx);
+        const float giy = grad_a * Wc_y[k] * iy * (1.f - iy), gfy = gc * cy[k] * fy * (1.f - fy);
+        gb[k] = gix + giy;
+        gb[d + k] = gfx + gfy;
+        gb[2 * d + k] = grad_a;
+        gb[3 * d + k] = go[k];
+        // Child x's first blocks feed its own gates and its second blocks y's; likewise for y.
+        gmx[k] = gix;
+        gmx[d + k] = gfx;
+        gmx[2 * d + k] = giy;
+        gmx[3 * d + k] = gfy;
+        gmy[k] = giy;
+        gmy[d + k] = gfy;
+        gmy[2 * d + k] = gix;
+        gmy[3 * d + k] = gfx;
+        gmx[4 * d + k] = grad_a * ix;  // W_c1 x
+        gmx[5 * d + k] = go[k];        // W_o1 x
+        gmy[6 * d + k] = grad_a * iy;  // W_c2 y
+        gmy[7 * d + k] = go[k];        // W_o2 y
+        gcx[k] = gc * fx;
+        gcy[k] = gc * fy;
+      }
+    }
+  });
+  return {grad_b, grad_m, grad_cj};
+}
