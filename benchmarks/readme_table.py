@@ -67,11 +67,11 @@ def backends(results: dict) -> list[str]:
 
 
 def kernels(results: dict) -> list[str]:
-    """The N-ary cell with and without its compiled level kernels, same run, where it has that comparison."""
+    """Every cell with and without its compiled level kernels, same run, where it has that comparison."""
     rows = results.get("native_kernels") or []
     if not rows:
         return []
-    lines = ["The cells with compiled level kernels (`graphtree/csrc/`, the default where they build), with them and "
+    lines = ["Every cell with its compiled level kernels (`graphtree/csrc/`, the default where they build) and "
              "with the same arithmetic in PyTorch operators, interleaved in the same run (time ratios to `nn.LSTM` "
              "as throughput, >1 is faster):", "",
              "| model | batch | training speedup | training × nn.LSTM, PyTorch → kernels | inference speedup | "
