@@ -353,6 +353,29 @@ def target_lines(runs: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def vectors_gain_lines(runs: list[dict]) -> list[str]:
+    """What pretrained vectors add over random ones for the Constituency Tree-LSTM: ours (50d) and Tai's (300d).
+
+    The one model with both rows gives the measured size of the input's effect, behind every GloVe row's gap.
+    """
+    rows = {row["name"]: row for row in ROWS}
+    random_row, glove_row = rows["Constituency Tree-LSTM, random vectors"], rows["Constituency Tree-LSTM, GloVe"]
+    lines = []
+    for task in ("fine", "binary"):
+        random_acc, glove_acc = root_accuracies(random_row, runs, task), root_accuracies(glove_row, runs, task)
+        if not random_acc or not glove_acc:
+            continue
+        ours_random, ours_glove = statistics.mean(random_acc), statistics.mean(glove_acc)
+        tai_random, tai_glove = paper_root(random_row, task), paper_root(glove_row, task)
+        lines.append(f"- {task}: GloVe 6B 50d adds {ours_glove - ours_random:+.1f} points over random vectors "
+                     f"here ({ours_random:.1f} → {ours_glove:.1f}); Tai's 840B 300d vectors add "
+                     f"{tai_glove - tai_random:+.1f} ({tai_random:.1f} → {tai_glove:.1f}).")
+    if not lines:
+        return []
+    return ["What the vectors are worth, on the one model run with both (Constituency Tree-LSTM, root accuracy "
+            "over seeds):", "", *lines, ""]
+
+
 # Papers that report one model picked by dev among several runs, not a mean: how many runs they pick from.
 BEST_OF_RUNS = {TENG: 5, LZ: 10}
 
@@ -437,7 +460,7 @@ def report(runs: list[dict]) -> str:
               "Zhang and the 100d 6B vectors of Le & Zuidema are not available here; our GloVe rows use the "
               "50d 6B vectors, a smaller and weaker input. Zhu's Table 4 rows train and test on left- or "
               "right-recursive trees over the same words; only the words and the root keep labels.", "",
-              *target_lines(runs), *best_dev_lines(runs), *fitting_notes(runs),
+              *target_lines(runs), *vectors_gain_lines(runs), *best_dev_lines(runs), *fitting_notes(runs),
               "![accuracy by sentence length](sst_by_length.png)", "",
               "![accuracy by depth and phrase length](sst_by_depth.png)", "", *other_settings(runs), "## Runs", ""]
     lines += runs_table(runs) if runs else ["No runs yet."]

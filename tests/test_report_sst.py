@@ -94,3 +94,14 @@ def test_best_dev_selection_picks_the_run_with_the_best_dev_root():
     assert line_of(lines, "| LSTM-RNN (tanh) | binary |").startswith(
         "| LSTM-RNN (tanh) | binary | 86.2 (best dev of 10) | 85.0 (seed 4, best dev of 1) |")
     assert not [line for line in lines if line.startswith("| Constituency Tree-LSTM")]  # Tai reports means
+
+
+def test_vectors_gain_compares_our_glove_gain_with_tais():
+    # Fine: random 45.0, GloVe 48.0 -> +3.0 here; Tai 43.9 -> 51.0 is +7.1. No binary runs: no binary line.
+    runs = ([run("nary", True, v, embeddings="random") for v in (44.0, 45.0, 46.0)]
+            + [run("nary", True, v, embeddings="glove50") for v in (47.5, 48.5)])
+    lines = report_sst.vectors_gain_lines(runs)
+    assert line_of(lines, "- fine:") == ("- fine: GloVe 6B 50d adds +3.0 points over random vectors here "
+                                        "(45.0 → 48.0); Tai's 840B 300d vectors add +7.1 (43.9 → 51.0).")
+    assert not [line for line in lines if line.startswith("- binary")]
+    assert report_sst.vectors_gain_lines(runs[:3]) == []
