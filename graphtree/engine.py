@@ -217,14 +217,21 @@ class _LevelPass(torch.autograd.Function):
 
 
 def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequence[Tensor | None]) -> None:
+    from .nn.native import native_kernels  # graphtree.nn imports this module
+
     flat_index = slots.flat_index
     if not flat_index.numel():
         return
     for grad_state, g in zip(grad_states, grads):
         if g is not None:
-            # index_put_ rather than index_add_: the latter goes multi-threaded on
-            # small inputs and costs milliseconds per level on a 2-core machine.
-            grad_state.index_put_((flat_index,), g.reshape(flat_index.numel(), -1), accumulate=True)
+            g = g.reshape(flat_index.numel(), -1)
+            kernels = native_kernels(grad_state, g)
+            if kernels is not None:  # one pass; index_put_ sorts its indices first (~0.4 ms on a 400-row level)
+                kernels.scatter_add_rows_(grad_state, flat_index, g)
+            else:
+                # index_put_ rather than index_add_: the latter goes multi-threaded on
+                # small inputs and costs milliseconds per level on a 2-core machine.
+                grad_state.index_put_((flat_index,), g, accumulate=True)
 
 
 class ParamGrads(dict):

@@ -192,6 +192,21 @@ def test_kernels_and_pytorch_path_agree_on_a_large_batch(kernels, make):
         torch.testing.assert_close(a, b, atol=2e-5 * max(1.0, float(b.detach().abs().max())), rtol=1e-4)
 
 
+def test_scatter_add_rows_adds_repeated_rows_like_index_put(kernels):
+    # The engine's child-gradient accumulation: rows repeat (several parents, the padding row of empty slots).
+    torch.manual_seed(0)
+    dst = torch.randn(7, 5)
+    index = torch.tensor([3, 0, 3, 6, 3, 1])
+    src = torch.randn(6, 5)
+    expected = dst.clone()
+    for r, row in enumerate(index.tolist()):  # plain Python: one row at a time
+        expected[row] += src[r]
+    kernels.scatter_add_rows_(dst, index, src)
+    torch.testing.assert_close(dst, expected)
+    with pytest.raises(RuntimeError, match="out of range"):
+        kernels.scatter_add_rows_(dst, torch.tensor([7]), src[:1])
+
+
 def test_saturated_gates_stay_finite(kernels):
     # Pre-activations far beyond the sigmoid's range: the clamp in the kernel must give 0 and 1, not NaN.
     gates = torch.tensor([[-1e30, 1e30, 200.0, -200.0, 80.0]])

@@ -31,6 +31,7 @@ std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, to
                                                         torch::Tensor o, torch::Tensor g_c, torch::Tensor g_a,
                                                         torch::Tensor gates, torch::Tensor m_children,
                                                         torch::Tensor c_children, int64_t kind);
+void scatter_add_rows_(torch::Tensor dst, torch::Tensor index, torch::Tensor src);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("nary_level_forward", &nary_level_forward, "N-ary Tree-LSTM level, elementwise forward (in place on gates)");
@@ -49,4 +50,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lstm_rnn_level_output_backward", &lstm_rnn_level_output_backward,
         "LSTM-RNN level: gradient reaching W_cell c_p");
   m.def("lstm_rnn_level_cell_backward", &lstm_rnn_level_cell_backward, "LSTM-RNN level: remaining gradients");
+  m.def("scatter_add_rows_", &scatter_add_rows_, "dst[index[r]] += src[r], in place (the engine's child gradients)");
 }
