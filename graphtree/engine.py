@@ -107,15 +107,16 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor], schedule: Schedul
     host_plan = schedule.plan(direction)
     plan = host_plan.to(device)
     levels = _level_slots(cell, host_plan, schedule, device)
-    sorted_inputs = [x[plan.order] for x in inputs]
+    # index_select, not x[perm]: the same rows, but its backward is index_add_, where advanced indexing's is
+    # index_put_ with accumulate, which sorts its indices first (about 0.5 ms for a 1000-node batch on CPU).
+    sorted_inputs = [x.index_select(0, plan.order) for x in inputs]
     params = [p for p in cell.parameters() if p.requires_grad]
     needs_grad = torch.is_grad_enabled() and (bool(params) or any(x.requires_grad for x in sorted_inputs))
     if needs_grad:
         buffers = _LevelPass.apply(cell, plan, levels, len(sorted_inputs), *sorted_inputs, *params)
     else:
         buffers, _ = _run_levels(cell, plan, levels, sorted_inputs, save=False)
-    num_nodes = plan.num_nodes
-    return tuple(buf[:num_nodes][plan.rank] for buf in buffers)
+    return tuple(buf.index_select(0, plan.rank) for buf in buffers)  # rank < num_nodes: the padding row stays out
 
 
 class _Slots(NamedTuple):
