@@ -26,6 +26,7 @@ The exactness tests check both paths against per-node recursive references.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import torch
@@ -108,7 +109,7 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor], schedule: Schedul
     plan = host_plan.to(device)
     levels = _level_slots(cell, host_plan, schedule, device)
     # index_select, not x[perm]: the same rows, but its backward is index_add_, where advanced indexing's is
-    # index_put_ with accumulate, which sorts its indices first (about 0.5 ms for a 1000-node batch on CPU).
+    # index_put_ with accumulate, which sorts its indices first (several times slower on CPU).
     sorted_inputs = [x.index_select(0, plan.order) for x in inputs]
     params = [p for p in cell.parameters() if p.requires_grad]
     needs_grad = torch.is_grad_enabled() and (bool(params) or any(x.requires_grad for x in sorted_inputs))
@@ -217,17 +218,21 @@ class _LevelPass(torch.autograd.Function):
         return (None, None, None, None, *grad_inputs, *grad_params)
 
 
-def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequence[Tensor | None]) -> None:
+def _native_kernels(*tensors: Tensor) -> ModuleType | None:
     from .nn.native import native_kernels  # graphtree.nn imports this module
+    return native_kernels(*tensors)
 
+
+def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequence[Tensor | None],
+                         kernels: ModuleType | None) -> None:
+    """Add each slot's gradient into its child's row; ``kernels``: the compiled ones, decided once per pass."""
     flat_index = slots.flat_index
     if not flat_index.numel():
         return
     for grad_state, g in zip(grad_states, grads):
         if g is not None:
             g = g.reshape(flat_index.numel(), -1)
-            kernels = native_kernels(grad_state, g)
-            if kernels is not None:  # one pass; index_put_ sorts its indices first (~0.4 ms on a 400-row level)
+            if kernels is not None:  # one pass over the rows; index_put_ with accumulate sorts its indices first
                 kernels.scatter_add_rows_(grad_state, flat_index, g)
             else:
                 # index_put_ rather than index_add_: the latter goes multi-threaded on
@@ -280,6 +285,7 @@ def _fused_backward(ctx, inputs, grad_states, grad_inputs) -> list[Tensor]:
     names = {id(p): name for name, p in cell.named_parameters()}
     grad_params = ParamGrads({names[id(p)]: torch.zeros_like(p) for p in ctx.params})
     needs_input_grad = tuple(g is not None for g in grad_inputs)
+    kernels = _native_kernels(*grad_states)
     for level in reversed(range(plan.num_levels)):
         a, b = plan.ptr[level], plan.ptr[level + 1]
         level_grads = tuple(g[a:b] for g in grad_states)
@@ -288,7 +294,7 @@ def _fused_backward(ctx, inputs, grad_states, grad_inputs) -> list[Tensor]:
         for k, g in enumerate(input_grads):
             if g is not None and grad_inputs[k] is not None:
                 grad_inputs[k][a:b] += g
-        _accumulate_children(grad_states, levels[level], child_grads)
+        _accumulate_children(grad_states, levels[level], child_grads, kernels)
     grad_params.flush()
     return [grad_params[names[id(p)]] for p in ctx.params]
 
@@ -298,6 +304,7 @@ def _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs) -> list[
     cell, plan, levels, params = ctx.cell, ctx.plan, ctx.levels, ctx.params
     grad_params = [torch.zeros_like(p) for p in params]
     detached = [buf.detach() for buf in buffers]
+    kernels = _native_kernels(*grad_states)  # the gradients below come from autograd.grad without a graph
     for level in reversed(range(plan.num_levels)):
         a, b = plan.ptr[level], plan.ptr[level + 1]
         with torch.enable_grad():
@@ -315,7 +322,7 @@ def _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs) -> list[
                 g = grads.pop(0)
                 if g is not None:
                     grad_inputs[k][a:b] += g
-        _accumulate_children(grad_states, levels[level], grads[:len(child_states)])
+        _accumulate_children(grad_states, levels[level], grads[:len(child_states)], kernels)
         for acc, g in zip(grad_params, grads[len(child_states):]):
             if g is not None:
                 acc += g

@@ -9,7 +9,7 @@
 
 #include "common.h"
 
-using graphtree::check;
+using graphtree::check_all;
 using graphtree::grain_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
@@ -17,10 +17,7 @@ using graphtree::tanh_of;
 // Returns h, c, tanh(c) [n, d], activated [n, 3d] and the forget gates f [n, K, d].
 std::vector<torch::Tensor> child_sum_level_forward(torch::Tensor Wx, torch::Tensor iou_terms, torch::Tensor uf_terms,
                                                    torch::Tensor c_children) {
-  for (auto* t : {&Wx, &iou_terms, &uf_terms, &c_children}) {
-    check(*t, "every argument");
-    *t = t->contiguous();
-  }
+  check_all({&Wx, &iou_terms, &uf_terms, &c_children});
   const int64_t n = c_children.size(0), K = c_children.size(1), d = c_children.size(2);
   TORCH_CHECK(Wx.size(1) == 4 * d && iou_terms.size(1) == 3 * d && uf_terms.sizes() == c_children.sizes(),
               "expected Wx [n, 4d], iou_terms [n, 3d], uf_terms and c_children [n, K, d]");
@@ -66,10 +63,7 @@ std::vector<torch::Tensor> child_sum_level_forward(torch::Tensor Wx, torch::Tens
 std::vector<torch::Tensor> child_sum_level_backward(torch::Tensor grad_h, torch::Tensor grad_c,
                                                     torch::Tensor activated, torch::Tensor f,
                                                     torch::Tensor c_children, torch::Tensor tanh_c) {
-  for (auto* t : {&grad_h, &grad_c, &activated, &f, &c_children, &tanh_c}) {
-    check(*t, "every argument");
-    *t = t->contiguous();
-  }
+  check_all({&grad_h, &grad_c, &activated, &f, &c_children, &tanh_c});
   const int64_t n = c_children.size(0), K = c_children.size(1), d = c_children.size(2);
   TORCH_CHECK(activated.size(1) == 3 * d && f.sizes() == c_children.sizes(), "expected activated [n, 3d], f [n, K, d]");
   auto opts = activated.options();

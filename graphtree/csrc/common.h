@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
 namespace graphtree {
 
@@ -16,6 +17,14 @@ namespace graphtree {
 inline void check(const torch::Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
   TORCH_CHECK(t.scalar_type() == torch::kFloat32, name, " must be float32");
+}
+
+// check() every argument, and make each contiguous in place (the kernels index raw rows).
+inline void check_all(std::initializer_list<torch::Tensor*> tensors) {
+  for (auto* t : tensors) {
+    check(*t, "every argument");
+    *t = t->contiguous();
+  }
 }
 
 // exp(x) that the compiler can vectorize (std::exp is a scalar libm call here): Cody-Waite range

@@ -1,6 +1,6 @@
 // Row scatter-add for the propagation engine (graphtree/engine.py): a level's gradients flow back into its
-// children's rows. On CPU, index_put_(accumulate=True) sorts its indices first and costs ~0.4 ms for a
-// 400-row level; this is one pass. Rows may repeat (a DAG node with several parents, the padding row of empty
+// children's rows. On CPU, index_put_(accumulate=True) sorts its indices first, which dominates on large
+// levels; this is one pass. Rows may repeat (a DAG node with several parents, the padding row of empty
 // slots), so the pass is serial over rows and vectorized within a row.
 
 #include "common.h"

@@ -11,7 +11,7 @@
 
 #include "common.h"
 
-using graphtree::check;
+using graphtree::check_all;
 using graphtree::grain_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
@@ -28,13 +28,6 @@ inline float slope(float y, int64_t kind) {  // g'(v) as a function of y = g(v)
   if (kind == 0) return 1.f - y * y;
   if (kind == 1) return (1.f - std::fabs(y)) * (1.f - std::fabs(y));
   return y * (1.f - y);
-}
-
-void check_all(std::initializer_list<torch::Tensor*> tensors) {
-  for (auto* t : tensors) {
-    check(*t, "every argument");
-    *t = t->contiguous();
-  }
 }
 
 }  // namespace

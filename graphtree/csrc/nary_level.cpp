@@ -10,6 +10,7 @@
 #include "common.h"
 
 using graphtree::check;
+using graphtree::check_all;
 using graphtree::grain_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
@@ -60,10 +61,7 @@ std::vector<torch::Tensor> nary_level_forward(torch::Tensor gates, torch::Tensor
 // Returns the gradient of the (undoubled) pre-activations, [n, (3 + N) d], and of c_children, [n, N, d].
 std::vector<torch::Tensor> nary_level_backward(torch::Tensor grad_h, torch::Tensor grad_c, torch::Tensor activated,
                                                torch::Tensor c_children, torch::Tensor tanh_c) {
-  for (auto* t : {&grad_h, &grad_c, &activated, &c_children, &tanh_c}) {
-    check(*t, "every argument");
-    *t = t->contiguous();
-  }
+  check_all({&grad_h, &grad_c, &activated, &c_children, &tanh_c});
   const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
   const int64_t width = (3 + N) * d;
   TORCH_CHECK(activated.size(0) == n && activated.size(1) == width, "activated must be [n, (3 + N) d]");

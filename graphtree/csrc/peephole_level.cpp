@@ -13,21 +13,10 @@
 
 #include "common.h"
 
-using graphtree::check;
+using graphtree::check_all;
 using graphtree::grain_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
-
-namespace {
-
-void check_all(std::initializer_list<torch::Tensor*> tensors) {
-  for (auto* t : tensors) {
-    check(*t, "every argument");
-    *t = t->contiguous();
-  }
-}
-
-}  // namespace
 
 // c_t = sum_k f_k c_k + i tanh(g): returns activated [n, (N + 2) d] and c_t [n, d]. c_terms may be undefined.
 std::vector<torch::Tensor> peephole_level_cell(torch::Tensor pre, std::optional<torch::Tensor> c_terms_opt,

@@ -216,7 +216,7 @@ class TopDownTreeLSTM(TreeCell):
             grad_g = grad_c * i * (1 - g * g)
             grad_f = torch.zeros_like(grad_i) if K == 0 else grad_c * c_prev * f * (1 - f)
             grad_a = torch.cat([grad_i, grad_f, grad_g, grad_o], dim=1)
-            grad_c_prev = grad_c * f
+            grad_c_prev = grad_c * f if K else None  # roots have no predecessor to pass it to
 
         for p, start, stop in route.slices:
             rows, set_x = slice(start, stop), stacked.input_set[p]
@@ -232,7 +232,8 @@ class TopDownTreeLSTM(TreeCell):
             return (None,), ()
         # [dL/dx, dL/dh_{t-1}, dL/dc_{t-1}] of every row in one matmul per position (without x if not needed).
         grad_xhc = _apply(weights, grad_a, stacked.V if needs_x else stacked.U, route.slices, transpose=True)
-        grad_xhc[:, -d:] += grad_c_prev
+        if K:
+            grad_xhc[:, -d:] += grad_c_prev
         if route.perm is not None:
             grad_xhc = grad_xhc[route.inverse]
         grad_x = None
