@@ -931,19 +931,19 @@ def print_targets(checks: list[dict]) -> None:
 
 # --------------------------------------------------------------------------- profile
 
-def profile_nary(config: dict, trees: list[Data], vocab_size: int, device: torch.device) -> None:
-    """torch.profiler table of N-ary training at E=300, B=25 (the issue's target setting)."""
+def profile_cell(cell: str, trees: list[Data], vocab_size: int, device: torch.device) -> None:
+    """torch.profiler table of one cell's training at E=300, B=25 (the issue's target setting)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.manual_seed(0)
-    model = tree_model("nary", 300, vocab_size).to(device)
+    model = tree_model(cell, 300, vocab_size).to(device)
     groups = [trees[k:k + 25] for k in range(0, 250, 25)]
     batches = []
     for group in groups:
         batch = Batch.from_data_list(group)
         attach_schedule(batch)
         batches.append(batch.to(device))
-    contender = tree_contender("nary", model, batches, TreeStats())
+    contender = tree_contender(cell, model, batches, TreeStats())
     contender.train()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
@@ -1044,7 +1044,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=None, help="timed repetitions per setting")
     parser.add_argument("--cells", default=None, help=f"comma-separated subset of {','.join(CELLS)}")
     parser.add_argument("--skip-scaling", action="store_true", help="only the cell grid")
-    parser.add_argument("--profile", action="store_true", help="print a torch.profiler table of N-ary training")
+    parser.add_argument("--profile", nargs="?", const="nary", default=None, choices=CELLS, metavar="CELL",
+                        help="print a torch.profiler table of one cell's training (default: nary)")
     parser.add_argument("--count-ops", action="store_true",
                         help="count ATen operator calls per batch and level of every model (no timing); "
                              "writes benchmarks/results/operator-calls.json unless --out is given")
@@ -1076,7 +1077,7 @@ def main(argv: list[str] | None = None) -> None:
                                           needed_trees=max(config["workload"], 300))
     print(f"data: {source}, {len(trees)} trees, vocabulary {vocab_size}")
     if args.profile:
-        profile_nary(config, trees, vocab_size, device)
+        profile_cell(args.profile, trees, vocab_size, device)
         return
     if args.count_ops:
         rows = count_operator_calls(trees, vocab_size, device)

@@ -118,6 +118,8 @@ def departures(config: dict) -> list[str]:
         return []
     changes = [f"{key} {config[key]} (paper {paper[key]})" for key in ("dropout", "epochs")
                if config.get(key, paper[key]) != paper[key]]
+    if config.get("random_init", "uniform") == "normal":
+        changes.append("random vectors N(0, 1) (ours U(±0.05); the paper gives none)")
     preset = PRESETS[config["paper"]]
     if config["optimizer"] != preset.as_dict():
         changes.append(f"batch size {config['optimizer']['batch_size']} (paper {preset.batch_size})"

@@ -76,6 +76,7 @@ BASELINES = ("nb", "svm")    # bag-of-words naive Bayes and linear SVM over ever
 BASELINE_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)   # NB smoothing alpha / SVM C, chosen on dev root accuracy
 MLP_CHANNELS = 128            # Teng & Zhang's output hidden size for sentiment
 RANDOM_INIT = 0.05            # random vectors ~ U(-0.05, 0.05), as Tai et al.'s code initializes unknown words
+# --random-init normal: N(0, 1), the default initialization of Torch7's nn.LookupTable (the papers give none)
 QUICK = dict(train=1000, dev=300, test=500, epochs=3)   # --quick: a smoke run of the whole pipeline
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results" / "sst"
@@ -102,7 +103,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=None,
                    help="dropout probability, default: the paper's (MODELS); another value is not a reproduction "
                         "and is listed apart in sst.md")
+    p.add_argument("--random-init", choices=["uniform", "normal"], default="uniform",
+                   help="random vectors: uniform U(-0.05, 0.05) (default, as Tai et al.'s code initializes unknown "
+                        "words) or normal N(0, 1) (Torch7's nn.LookupTable default); not a reproduction setting, "
+                        "listed apart in sst.md")
     args = p.parse_args(argv)
+    if args.random_init != "uniform" and args.embeddings != "random":
+        p.error("--random-init applies to --embeddings random only")
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
         p.error(f"--dropout must be in [0, 1), got {args.dropout}")
     return args
@@ -127,6 +134,8 @@ def run_name(cfg: dict, seed: int) -> str:
         parts.append(f"bs{cfg['optimizer']['batch_size']}")
     if cfg["dropout"] != MODELS[cfg["model"]]["dropout"]:
         parts.append(f"do{cfg['dropout']:g}")
+    if cfg.get("random_init", "uniform") != "uniform":
+        parts.append(f"init-{cfg['random_init']}")
     return "_".join(parts) + f"_s{seed}"
 
 
@@ -198,6 +207,8 @@ def train(args: argparse.Namespace) -> None:
                epochs=args.epochs or (QUICK["epochs"] if args.quick else paper["epochs"]),
                optimizer=replace(PRESETS[paper["paper"]], batch_size=args.batch_size or
                                  PRESETS[paper["paper"]].batch_size).as_dict(), quick=args.quick)
+    if args.random_init != "uniform":  # only then: the runs made before this option keep their settings' record
+        cfg["random_init"] = args.random_init
     results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
 
     mirror = default_mirror(REPO)
@@ -223,7 +234,10 @@ def train(args: argparse.Namespace) -> None:
             pretrained = embedding_matrix(vocab, vectors, missing="mean")
         else:
             generator = torch.Generator().manual_seed(seed)
-            pretrained = (torch.rand(len(vocab), cfg["dim"], generator=generator) * 2 - 1) * RANDOM_INIT
+            if cfg.get("random_init", "uniform") == "normal":
+                pretrained = torch.randn(len(vocab), cfg["dim"], generator=generator)
+            else:
+                pretrained = (torch.rand(len(vocab), cfg["dim"], generator=generator) * 2 - 1) * RANDOM_INIT
         model, embedding = build_model(cfg, len(vocab), len(classes), pretrained)
         model.to(device)
         spec = OptimizerSpec(**cfg["optimizer"])

@@ -79,6 +79,16 @@ def test_runs_outside_the_papers_settings_are_kept_out_of_the_rows_and_listed_ap
     assert report_sst.other_settings(default) == []
 
 
+def test_normal_random_vectors_are_an_experiment_beside_the_random_vectors_row():
+    uniform = [run("nary", True, v, embeddings="random") for v in (46.0, 47.0)]
+    normal = [run("nary", True, v, embeddings="random", random_init="normal") for v in (43.0, 44.0, 45.0)]
+    row = line_of(report_sst.target_lines(uniform + normal), "| Constituency Tree-LSTM, random vectors | fine |")
+    assert "| 46.5 ± 0.7 |" in row
+    (line,) = [line for line in report_sst.other_settings(uniform + normal)
+               if line.startswith("| Constituency Tree-LSTM, random vectors |")]
+    assert "| random vectors N(0, 1)" in line and line.endswith("| 3 | 44.0 ± 1.0 | 46.5 ± 0.7 |")
+
+
 def test_best_dev_selection_picks_the_run_with_the_best_dev_root():
     # Three BiConTree seeds: seed 2 has the best dev root (50.0), so its test root (48.0) is the one reported,
     # although seed 3 tests higher. Le & Zuidema's tanh row, binary: one run, which is its own best.
