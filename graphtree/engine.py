@@ -88,14 +88,16 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor], schedule: Schedul
         cell: A module with ``state_channels`` (the width of each state
             component), ``update(inputs, children) -> states`` for one level, and
             optionally ``max_children`` (fixed-arity cells get exactly that many
-            slots; a node with more children is an error).
+            slots; a node with more children is an error) and ``output_states``
+            (how many leading state components are returned; the others are
+            internal, carried from level to level only).
         inputs: Per-node tensors, first dimension ``num_nodes`` (node order of
             the batch), handed to ``update`` sliced to the level's nodes.
         schedule: A :class:`Schedule`, or a ``Data``/``Batch`` to take it from.
         direction: ``"bottom_up"`` (children before parents) or ``"top_down"``.
 
     Returns:
-        One ``[num_nodes, d]`` tensor per state component, in the batch's node order.
+        One ``[num_nodes, d]`` tensor per returned state component, in the batch's node order.
     """
     schedule = schedule_of(schedule)
     if not inputs:
@@ -117,7 +119,13 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor], schedule: Schedul
         buffers = _LevelPass.apply(cell, plan, levels, len(sorted_inputs), *sorted_inputs, *params)
     else:
         buffers, _ = _run_levels(cell, plan, levels, sorted_inputs, save=False)
+        buffers = buffers[:_num_outputs(cell)]
     return tuple(buf.index_select(0, plan.rank) for buf in buffers)  # rank < num_nodes: the padding row stays out
+
+
+def _num_outputs(cell: torch.nn.Module) -> int:
+    count = getattr(cell, "output_states", None)
+    return len(cell.state_channels) if count is None else count
 
 
 class _Slots(NamedTuple):
@@ -202,14 +210,22 @@ class _LevelPass(torch.autograd.Function):
         # recomputation in backward differentiates with respect to these very objects.
         ctx.params = tensors[num_inputs:]
         ctx.level_context = saved
-        ctx.save_for_backward(*inputs, *buffers)
-        return tuple(buffers)
+        # Internal states are never returned, so no gradient arrives for them: they are kept as plain
+        # attributes, and skipping them spares a permutation of their buffers both ways and a zero
+        # gradient of their size. Unused outputs get None rather than a materialized zero gradient.
+        outputs = _num_outputs(cell)
+        ctx.internal = buffers[outputs:]
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(*inputs, *buffers[:outputs])
+        return tuple(buffers[:outputs])
 
     @staticmethod
     def backward(ctx, *grad_buffers):
         saved = ctx.saved_tensors
-        inputs, buffers = saved[:ctx.num_inputs], list(saved[ctx.num_inputs:])
-        grad_states = [g.clone() for g in grad_buffers]
+        inputs, buffers = saved[:ctx.num_inputs], list(saved[ctx.num_inputs:]) + list(ctx.internal)
+        # Cloned: the levels add their children's gradients into these in place.
+        grad_states = [g.clone() if g is not None else torch.zeros_like(buf)
+                       for g, buf in zip(list(grad_buffers) + [None] * len(ctx.internal), buffers)]
         grad_inputs = [torch.zeros_like(x) if x.requires_grad else None for x in inputs]
         if _has_fused_backward(ctx.cell):
             grad_params = _fused_backward(ctx, inputs, grad_states, grad_inputs)

@@ -21,7 +21,9 @@ class TreeCell(MessagePassing):
 
     Subclasses set ``state_channels`` (the width of each state component, e.g.
     ``(hidden, hidden)`` for ``(h, c)``), optionally ``max_children`` (a fixed
-    arity), and implement :meth:`update`, which computes the states of one
+    arity) and ``output_states`` (how many leading state components
+    :meth:`propagate_levels` returns; the rest are internal to the pass), and
+    implement :meth:`update`, which computes the states of one
     level's nodes from their node inputs and their predecessors' states. The
     shared engine (:func:`graphtree.engine.propagate`) owns the level schedule;
     no cell schedules anything itself. Messages are the predecessors' states,
@@ -42,6 +44,7 @@ class TreeCell(MessagePassing):
     direction: str = "bottom_up"
     max_children: int | None = None
     state_channels: tuple[int, ...] = ()
+    output_states: int | None = None  # None: every state component is returned
 
     def __init__(self) -> None:
         super().__init__(aggr=None)

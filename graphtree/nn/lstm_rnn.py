@@ -157,6 +157,7 @@ class LSTMRNN(TreeCell):
         self.g, self._chain = ACTIVATIONS[activation]
         d = hidden_channels
         self.state_channels = (d, d, 8 * d)  # (p, c_p, m)
+        self.output_states = 2  # m is internal: the engine neither returns it nor takes a gradient for it
         self.W_leaf = Parameter(torch.empty(8 * d, in_channels))
         self.W_inner = Parameter(torch.empty(8 * d, d))
         self.W_cell = Parameter(torch.empty(5 * d, d))
@@ -166,7 +167,7 @@ class LSTMRNN(TreeCell):
     def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node of ``batch`` (``h`` is the node output :math:`\\mathbf{p}`)."""
         self._check_input(x, self.in_channels)
-        p, c, _ = self.propagate_levels((x,), batch)
+        p, c = self.propagate_levels((x,), batch)
         return p, c
 
     fused_backward = True  # the engine uses backward_level, the hand-written derivatives below

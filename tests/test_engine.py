@@ -1,0 +1,62 @@
+"""The propagation engine's contract with a cell, on a toy cell against a plain recursive reference."""
+
+import random
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch
+from trees import random_ptb
+
+from graphtree.data import from_ptb
+from graphtree.engine import Children, propagate
+
+
+class InternalStateCell(torch.nn.Module):
+    """h = sum of an internal state s, s = tanh(W [x; sum of the children's s]): s never leaves the pass."""
+
+    state_channels = (1, 3)
+    output_states = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.W = torch.nn.Parameter(torch.randn(3, 5, dtype=torch.float64) * 0.5)
+
+    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor]:
+        (x,) = inputs
+        s = torch.tanh(torch.cat([x, children.states[1].sum(dim=1)], dim=1) @ self.W.t())
+        return s.sum(dim=1, keepdim=True), s
+
+
+def recursive(cell: InternalStateCell, x: Tensor, edge_index: Tensor) -> Tensor:
+    children: dict[int, list[int]] = {}
+    for child, parent in edge_index.t().tolist():
+        children.setdefault(parent, []).append(child)
+    memo: dict[int, Tensor] = {}
+
+    def s_of(node: int) -> Tensor:
+        if node not in memo:
+            below = sum((s_of(c) for c in children.get(node, [])), torch.zeros(3, dtype=x.dtype))
+            memo[node] = torch.tanh(cell.W @ torch.cat([x[node], below]))
+        return memo[node]
+
+    return torch.stack([s_of(v).sum().unsqueeze(0) for v in range(x.size(0))])
+
+
+def test_internal_states_are_not_returned_and_still_carry_gradients():
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    batch = Batch.from_data_list([from_ptb(random_ptb(k, 3, rng)) for k in (1, 4, 7, 12)])
+    cell = InternalStateCell()
+    x = torch.randn(batch.num_nodes, 2, dtype=torch.float64, requires_grad=True)
+    outputs = propagate(cell, (x,), batch)
+    assert len(outputs) == 1 and outputs[0].shape == (batch.num_nodes, 1)
+    expected = recursive(cell, x, batch.edge_index)
+    torch.testing.assert_close(outputs[0], expected)
+    weights = torch.randn(batch.num_nodes, 1, dtype=torch.float64)
+    grads = torch.autograd.grad((outputs[0] * weights).sum(), (x, cell.W))
+    expected_grads = torch.autograd.grad((expected * weights).sum(), (x, cell.W))
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want)
+    with torch.no_grad():
+        (h,) = propagate(cell, (x,), batch)
+    torch.testing.assert_close(h, expected)
