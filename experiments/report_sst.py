@@ -120,10 +120,14 @@ def departures(config: dict) -> list[str]:
                if config.get(key, paper[key]) != paper[key]]
     if config.get("random_init", "uniform") == "normal":
         changes.append("random vectors N(0, 1) (ours U(±0.05); the paper gives none)")
-    preset = PRESETS[config["paper"]]
-    if config["optimizer"] != preset.as_dict():
-        changes.append(f"batch size {config['optimizer']['batch_size']} (paper {preset.batch_size})"
-                       if config["optimizer"]["batch_size"] != preset.batch_size else "optimizer")
+    preset = PRESETS[config["paper"]].as_dict()
+    # The L2 default is the paper's where it reports one, Tai's where it does not (graphtree.train.optim).
+    labels = {"batch_size": ("batch size", "paper"), "l2": ("L2", "default")}
+    changed = [key for key in preset if config["optimizer"].get(key) != preset[key]]
+    changes += [f"{labels[key][0]} {config['optimizer'][key]:g} ({labels[key][1]} {preset[key]:g})"
+                for key in changed if key in labels]
+    if any(key not in labels for key in changed):
+        changes.append("optimizer")
     return changes
 
 

@@ -103,6 +103,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=None,
                    help="dropout probability, default: the paper's (MODELS); another value is not a reproduction "
                         "and is listed apart in sst.md")
+    p.add_argument("--l2", type=float, default=None,
+                   help="per-minibatch L2 strength on the non-embedding parameters, default: the paper's "
+                        "(graphtree.train.PRESETS); another value is listed apart in sst.md")
     p.add_argument("--random-init", choices=["uniform", "normal"], default="uniform",
                    help="random vectors: uniform U(-0.05, 0.05) (default, as Tai et al.'s code initializes unknown "
                         "words) or normal N(0, 1) (Torch7's nn.LookupTable default); not a reproduction setting, "
@@ -110,6 +113,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.random_init != "uniform" and args.embeddings != "random":
         p.error("--random-init applies to --embeddings random only")
+    if args.l2 is not None and args.l2 < 0:
+        p.error(f"--l2 must be non-negative, got {args.l2}")
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
         p.error(f"--dropout must be in [0, 1), got {args.dropout}")
     return args
@@ -134,6 +139,8 @@ def run_name(cfg: dict, seed: int) -> str:
         parts.append(f"bs{cfg['optimizer']['batch_size']}")
     if cfg["dropout"] != MODELS[cfg["model"]]["dropout"]:
         parts.append(f"do{cfg['dropout']:g}")
+    if cfg["optimizer"]["l2"] != PRESETS[cfg["paper"]].l2:
+        parts.append(f"l2-{cfg['optimizer']['l2']:g}")
     if cfg.get("random_init", "uniform") != "uniform":
         parts.append(f"init-{cfg['random_init']}")
     return "_".join(parts) + f"_s{seed}"
@@ -205,8 +212,10 @@ def train(args: argparse.Namespace) -> None:
                hidden=paper["hidden"] if args.model != "lstmrnn" or vectors is None else vectors.dim,
                dropout=paper["dropout"] if args.dropout is None else args.dropout,
                epochs=args.epochs or (QUICK["epochs"] if args.quick else paper["epochs"]),
-               optimizer=replace(PRESETS[paper["paper"]], batch_size=args.batch_size or
-                                 PRESETS[paper["paper"]].batch_size).as_dict(), quick=args.quick)
+               optimizer=replace(PRESETS[paper["paper"]],
+                                 batch_size=args.batch_size or PRESETS[paper["paper"]].batch_size,
+                                 l2=PRESETS[paper["paper"]].l2 if args.l2 is None else args.l2).as_dict(),
+               quick=args.quick)
     if args.random_init != "uniform":  # only then: the runs made before this option keep their settings' record
         cfg["random_init"] = args.random_init
     results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)

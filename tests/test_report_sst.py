@@ -89,6 +89,15 @@ def test_normal_random_vectors_are_an_experiment_beside_the_random_vectors_row()
     assert "| random vectors N(0, 1)" in line and line.endswith("| 3 | 44.0 ± 1.0 | 46.5 ± 0.7 |")
 
 
+def test_another_l2_strength_is_listed_apart_with_the_default_it_replaces():
+    default = [run("slstm", True, v, embeddings="random") for v in (45.0, 46.0)]
+    stronger = [run("slstm", True, 47.0, embeddings="random")]
+    stronger[0]["config"]["optimizer"] = {**stronger[0]["config"]["optimizer"], "l2": 1e-3}
+    assert "| 45.5 ± 0.7 |" in line_of(report_sst.target_lines(default + stronger), "| S-LSTM | fine |")
+    (line,) = [line for line in report_sst.other_settings(default + stronger) if line.startswith("| S-LSTM |")]
+    assert line == "| S-LSTM | fine | L2 0.001 (default 0.0001) | 1 | 47.0 | 45.5 ± 0.7 |"
+
+
 def test_best_dev_selection_picks_the_run_with_the_best_dev_root():
     # Three BiConTree seeds: seed 2 has the best dev root (50.0), so its test root (48.0) is the one reported,
     # although seed 3 tests higher. Le & Zuidema's tanh row, binary: one run, which is its own best.
