@@ -82,7 +82,7 @@ CELL_NAMES = {"nary": "N-ary", "child_sum": "Child-Sum", "slstm": "S-LSTM", "lst
               "lstm": "nn.LSTM", "recursive": "recursive"}
 
 FULL = dict(embeddings=(300, 50), batch_sizes=(25, 100, 256), workload=256, reference_trees=50, reps=5,
-            warmup=1, scale_nodes=(1_000, 10_000, 100_000), scale_reps=3, chain_depths=(1_000, 5_000, 10_000),
+            warmup=1, scale_nodes=(1_000, 10_000, 100_000), scale_reps=7, chain_depths=(1_000, 5_000, 10_000),
             chain_reps=3, cells=CELLS)
 QUICK = dict(embeddings=(300,), batch_sizes=(25,), workload=50, reference_trees=25, reps=3, warmup=1,
              scale_nodes=(1_000, 10_000, 100_000), scale_reps=1, chain_depths=(1_000, 10_000), chain_reps=1,
