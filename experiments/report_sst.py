@@ -410,15 +410,22 @@ def best_dev_lines(runs: list[dict]) -> list[str]:
 
 def fitting_notes(runs: list[dict]) -> list[str]:
     """How fast each supervision setting of the S-LSTM fits its training labels, read from the runs' history."""
+    groups: dict[tuple[int, str, str], list[dict]] = {}
+    order = ("all", "root", "root+leaf")
+    for r in runs:
+        config = r["config"]
+        if (config["model"] == "slstm" and config["supervision"] in order and config["structure"] == "gold"
+                and len(r["history"]) >= 10):
+            changed = ", ".join(departures(config))
+            groups.setdefault((order.index(config["supervision"]), changed, config["supervision"]), []).append(r)
     lines = []
-    for supervision in ("all", "root", "root+leaf"):
-        mine = [r for r in runs if r["config"]["model"] == "slstm" and r["config"]["supervision"] == supervision
-                and r["config"]["structure"] == "gold" and len(r["history"]) >= 10]
-        if mine:
-            best = statistics.mean(r["best_epoch"] for r in mine)
-            loss = statistics.mean(r["history"][9]["train_loss"] for r in mine)
-            lines.append(f"S-LSTM, {supervision} labels ({len(mine)} runs): best dev epoch {best:.1f} on average; "
-                         f"training loss per sentence after epoch 10 {loss:.3g}.")
+    for (_, changed, supervision), mine in sorted(groups.items()):
+        best = statistics.mean(r["best_epoch"] for r in mine)
+        loss = statistics.mean(r["history"][9]["train_loss"] for r in mine)
+        setting = f", {changed}" if changed else ""
+        count = f"{len(mine)} run{'s' if len(mine) > 1 else ''}"
+        lines.append(f"S-LSTM, {supervision} labels{setting} ({count}): best dev epoch {best:.1f} on "
+                     f"average; training loss per sentence after epoch 10 {loss:.3g}.")
     if not lines:
         return []
     return ["How fast the S-LSTM fits its training labels (from the runs' per-epoch history): with root labels "

@@ -130,3 +130,17 @@ def test_vectors_gain_compares_our_glove_gain_with_tais():
                                         "(45.0 → 48.0); Tai's 840B 300d vectors add +7.1 (43.9 → 51.0).")
     assert not [line for line in lines if line.startswith("- binary")]
     assert report_sst.vectors_gain_lines(runs[:3]) == []
+
+
+def test_fitting_notes_keep_each_training_setting_apart():
+    def fitted(loss: float, best: int, **config) -> dict:
+        record = run("slstm", True, 40.0, embeddings="random", supervision="root", **config)
+        record.update(best_epoch=best, history=[{"train_loss": loss}] * 10)
+        return record
+
+    runs = [fitted(0.01, 2), fitted(0.03, 4), fitted(0.5, 3, dropout=0.5)]
+    lines = [line for line in report_sst.fitting_notes(runs) if line.startswith("- ")]
+    assert lines == ["- S-LSTM, root labels (2 runs): best dev epoch 3.0 on average; training loss per sentence "
+                     "after epoch 10 0.02.",
+                     "- S-LSTM, root labels, dropout 0.5 (paper 0.0) (1 run): best dev epoch 3.0 on average; "
+                     "training loss per sentence after epoch 10 0.5."]
