@@ -154,8 +154,10 @@ def row_runs(row: dict, runs: list[dict]) -> list[dict]:
     return [r for r in runs if matches(r["config"], row["match"])]
 
 
-def command_for(row: dict, task: str) -> str:
+def command_for(row: dict, task: str, runs: list[dict] = ()) -> str:
+    """The command that reproduces a row's task: seeds 1-3, and any further seeds among ``runs``."""
     m = row["match"]
+    seeds = sorted({1, 2, 3} | {r["seed"] for r in row_runs(row, list(runs)) if task_of(r) == task})
     if m["model"] in ("nb", "svm"):
         return f"python experiments/sst.py --model {m['model']} --{'fine-grained' if task == 'fine' else 'binary'}"
     parts = ["python experiments/sst.py", f"--model {m['model']}", f"--embeddings {m.get('embeddings', 'random')}",
@@ -167,7 +169,7 @@ def command_for(row: dict, task: str) -> str:
         parts.append(f"--head {m['head']}")
     if m["model"] == "lstmrnn":
         parts.append(f"--activation {m['activation']}")
-    return " ".join(parts + ["--seeds 1 2 3"])
+    return " ".join(parts + ["--seeds " + " ".join(map(str, seeds))])
 
 
 def tasks_of(row: dict) -> list[str]:
@@ -510,7 +512,7 @@ def report(runs: list[dict]) -> str:
     lines += ["", "## Commands", "", "```"]
     for row in ROWS:
         for task in tasks_of(row):
-            lines.append(f"{command_for(row, task)}    # {row['name']}, {task}")
+            lines.append(f"{command_for(row, task, runs)}    # {row['name']}, {task}")
     lines += ["python experiments/report_sst.py", "```", ""]
     return "\n".join(lines)
 
@@ -528,7 +530,7 @@ def readme_section(runs: list[dict]) -> str:
         mine = row_runs(row, runs)
         if mine:
             done = [task for task in tasks_of(row) if any(task_of(r) == task for r in mine)]
-            commands = "<br>".join(f"`{command_for(row, task)}`" for task in done)
+            commands = "<br>".join(f"`{command_for(row, task, runs)}`" for task in done)
             lines.append(f"| {row['source']} | {row['name']} | {cell(mine, 'fine', 'root', row['paper'][0])} | "
                          f"{cell(mine, 'binary', 'root', row['paper'][2])} | {minutes(mine)} | {commands} |")
     return "\n".join(lines) + "\n"

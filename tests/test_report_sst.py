@@ -144,3 +144,10 @@ def test_fitting_notes_keep_each_training_setting_apart():
                      "after epoch 10 0.02.",
                      "- S-LSTM, root labels, dropout 0.5 (paper 0.0) (1 run): best dev epoch 3.0 on average; "
                      "training loss per sentence after epoch 10 0.5."]
+
+
+def test_commands_list_the_seeds_run_beyond_the_first_three():
+    row = next(r for r in report_sst.ROWS if r["name"] == "BiConTree (gated heads)")
+    runs = [{**run("bicontree", True, 50.0, embeddings="glove50", head="gated"), "seed": s} for s in (1, 2, 3, 5)]
+    assert report_sst.command_for(row, "fine", runs).endswith("--fine-grained --seeds 1 2 3 5")
+    assert report_sst.command_for(row, "binary", runs).endswith("--binary --seeds 1 2 3")
