@@ -125,7 +125,12 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor], schedule: Schedul
 
 def _num_outputs(cell: torch.nn.Module) -> int:
     count = getattr(cell, "output_states", None)
-    return len(cell.state_channels) if count is None else count
+    if count is None:
+        return len(cell.state_channels)
+    if not 1 <= count <= len(cell.state_channels):
+        raise ValueError(f"{type(cell).__name__}.output_states must be between 1 and its "
+                         f"{len(cell.state_channels)} state components, got {count}")
+    return count
 
 
 class _Slots(NamedTuple):

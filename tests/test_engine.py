@@ -2,6 +2,7 @@
 
 import random
 
+import pytest
 import torch
 from torch import Tensor
 from torch_geometric.data import Batch
@@ -60,3 +61,12 @@ def test_internal_states_are_not_returned_and_still_carry_gradients():
     with torch.no_grad():
         (h,) = propagate(cell, (x,), batch)
     torch.testing.assert_close(h, expected)
+
+
+def test_output_states_out_of_range_is_an_error():
+    rng = random.Random(1)
+    batch = from_ptb(random_ptb(5, 2, rng))
+    cell = InternalStateCell()
+    cell.output_states = 3
+    with pytest.raises(ValueError, match="between 1 and its 2 state components, got 3"):
+        propagate(cell, (torch.randn(batch.num_nodes, 2, dtype=torch.float64),), batch)
