@@ -15,6 +15,7 @@ import argparse
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -154,10 +155,9 @@ def row_runs(row: dict, runs: list[dict]) -> list[dict]:
     return [r for r in runs if matches(r["config"], row["match"])]
 
 
-def command_for(row: dict, task: str, runs: list[dict] = ()) -> str:
+def command_for(row: dict, task: str, runs: Sequence[dict] = ()) -> str:
     """The command that reproduces a row's task: seeds 1-3, and any further seeds among ``runs``."""
     m = row["match"]
-    seeds = sorted({1, 2, 3} | {r["seed"] for r in row_runs(row, list(runs)) if task_of(r) == task})
     if m["model"] in ("nb", "svm"):
         return f"python experiments/sst.py --model {m['model']} --{'fine-grained' if task == 'fine' else 'binary'}"
     parts = ["python experiments/sst.py", f"--model {m['model']}", f"--embeddings {m.get('embeddings', 'random')}",
@@ -169,6 +169,7 @@ def command_for(row: dict, task: str, runs: list[dict] = ()) -> str:
         parts.append(f"--head {m['head']}")
     if m["model"] == "lstmrnn":
         parts.append(f"--activation {m['activation']}")
+    seeds = sorted({1, 2, 3} | {r["seed"] for r in row_runs(row, list(runs)) if task_of(r) == task})
     return " ".join(parts + ["--seeds " + " ".join(map(str, seeds))])
 
 
@@ -460,9 +461,10 @@ def explained_misses(runs: list[dict]) -> list[str]:
     rows = {row["name"]: row for row in ROWS}
     found = []
     for (name, task, changed), values in sorted(variant_groups(runs).items()):
-        if name not in EXACT_ROWS or paper_root(rows[name], task) is None:
+        paper = paper_root(rows[name], task) if name in EXACT_ROWS else None
+        if paper is None:
             continue
-        ours, paper = root_accuracies(rows[name], runs, task), paper_root(rows[name], task)
+        ours = root_accuracies(rows[name], runs, task)
         if ours and not within(ours, paper) and within(values, paper):
             seeds = f"{len(values)} seed{'s' if len(values) > 1 else ''}"
             found.append(f"- {name}, {task}: with {changed}, {mean_std(values)} over {seeds} (paper {paper:.1f}, "
@@ -474,8 +476,9 @@ def explained_misses(runs: list[dict]) -> list[str]:
 
 
 def other_settings(runs: list[dict]) -> list[str]:
-    """Runs outside their paper's training settings (another dropout, epoch count or batch size), grouped by
-    setting, beside the row they vary: experiments behind the explanations, not reproductions."""
+    """Runs outside their paper's training settings (another dropout, epoch count, batch size, L2 strength or
+    random-vector scale), grouped by setting, beside the row they vary: experiments behind the explanations,
+    not reproductions."""
     groups = variant_groups(runs)
     if not groups:
         return []

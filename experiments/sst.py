@@ -243,7 +243,7 @@ def train(args: argparse.Namespace) -> None:
             pretrained = embedding_matrix(vocab, vectors, missing="mean")
         else:
             generator = torch.Generator().manual_seed(seed)
-            if cfg.get("random_init", "uniform") == "normal":
+            if args.random_init == "normal":
                 pretrained = torch.randn(len(vocab), cfg["dim"], generator=generator)
             else:
                 pretrained = (torch.rand(len(vocab), cfg["dim"], generator=generator) * 2 - 1) * RANDOM_INIT
