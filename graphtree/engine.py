@@ -178,6 +178,14 @@ def _gather(buffers: list[Tensor], slots: _Slots) -> Children:
                     slots.mask, slots.position, slots.position_counts)
 
 
+def _compiled_level_kernel(cell: torch.nn.Module, inputs: list[Tensor]) -> tuple[ModuleType, Any] | None:
+    """The cell's compiled level math for this pass and the kernels module, or ``None`` (the Python loop)."""
+    make = getattr(cell, "native_level_kernel", None)
+    if make is None or not _has_fused_backward(cell):
+        return None
+    return make(tuple(inputs))
+
+
 def _has_fused_backward(cell: torch.nn.Module) -> bool:
     return bool(getattr(cell, "fused_backward", False))
 
@@ -189,6 +197,11 @@ def _run_levels(cell, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor
     dtype = reference.dtype if reference is not None else next(cell.parameters()).dtype
     buffers = [torch.zeros(plan.num_nodes + 1, d, dtype=dtype, device=inputs[0].device)
                for d in cell.state_channels]
+    native = _compiled_level_kernel(cell, inputs)
+    if native is not None:
+        kernels, kernel = native
+        kernels.run_levels_forward(kernel, buffers, inputs, plan.ptr, [s.flat_index for s in levels], save)
+        return buffers, kernel
     fused = save and _has_fused_backward(cell)
     saved: list[Any] = []
     for level in range(plan.num_levels):
@@ -214,6 +227,8 @@ class _LevelPass(torch.autograd.Function):
         # Parameters are kept as they are (not via save_for_backward) so that the
         # recomputation in backward differentiates with respect to these very objects.
         ctx.params = tensors[num_inputs:]
+        # A compiled level loop leaves one kernel object that holds every level's context.
+        ctx.compiled = saved if not isinstance(saved, list) else None
         ctx.level_context = saved
         # Internal states are never returned, so no gradient arrives for them: they are kept as plain
         # attributes, and skipping them spares a permutation of their buffers both ways and a zero
@@ -232,7 +247,9 @@ class _LevelPass(torch.autograd.Function):
         grad_states = [g.clone() if g is not None else torch.zeros_like(buf)
                        for g, buf in zip(list(grad_buffers) + [None] * len(ctx.internal), buffers)]
         grad_inputs = [torch.zeros_like(x) if x.requires_grad else None for x in inputs]
-        if _has_fused_backward(ctx.cell):
+        if ctx.compiled is not None:
+            grad_params = _compiled_backward(ctx, grad_states, grad_inputs)
+        elif _has_fused_backward(ctx.cell):
             grad_params = _fused_backward(ctx, inputs, grad_states, grad_inputs)
         else:
             grad_params = _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs)
@@ -318,6 +335,17 @@ def _fused_backward(ctx, inputs, grad_states, grad_inputs) -> list[Tensor]:
         _accumulate_children(grad_states, levels[level], child_grads, kernels)
     grad_params.flush()
     return [grad_params[names[id(p)]] for p in ctx.params]
+
+
+def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
+    """Backward through the compiled level loop, over the kernel object its forward loop filled."""
+    from .nn.native import native_kernels  # graphtree.nn imports this module
+    kernels = native_kernels()
+    grads = dict(kernels.run_levels_backward(ctx.compiled, grad_states, grad_inputs, ctx.plan.ptr,
+                                             [s.flat_index for s in ctx.levels]))
+    names = {id(p): name for name, p in ctx.cell.named_parameters()}
+    # A parameter used outside the pass (an input projection hoisted before it) gets no gradient here.
+    return [grads[names[id(p)]] if names[id(p)] in grads else torch.zeros_like(p) for p in ctx.params]
 
 
 def _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs) -> list[Tensor]:

@@ -70,8 +70,57 @@ def test_kernels_match_the_recursive_reference(kernels, setting, n_ary, monkeypa
     torch.manual_seed(n_ary)
     cell = NaryTreeLSTM(tai.IN, 16, n_ary=n_ary, setting=setting)
     batch = tai.mixed_batch(max_arity=n_ary, seed=n_ary + 10)
-    _assert_kernels_match_reference(kernels, cell, batch, tai.IN, ["nary_level_forward", "nary_level_backward"],
-                                    tai.nary_reference, monkeypatch)
+    # The constituency setting runs the whole pass in the engine's compiled level loop; "general" runs the
+    # Python loop with the elementwise kernels.
+    names = ["NaryLevels"] if setting == "constituency" else ["nary_level_forward", "nary_level_backward"]
+    _assert_kernels_match_reference(kernels, cell, batch, tai.IN, names, tai.nary_reference, monkeypatch)
+
+
+def test_compiled_level_loop_on_a_dag(kernels, monkeypatch):
+    # Node 3 and leaf 5 have two parents each: their gradients arrive from two slots, in two levels for 5.
+    monkeypatch.setattr(tai, "HID", 16)
+    torch.manual_seed(7)
+    dag = Data(edge_index=torch.tensor([[1, 2, 3, 4, 5, 5, 3], [0, 0, 1, 1, 3, 2, 2]]),
+               edge_pos=torch.tensor([0, 1, 0, 1, 0, 1, 0]), num_nodes=6)
+    batch = Batch.from_data_list([dag, from_ptb("(1 (2 a) (3 (4 b) (0 c)))"), dag])
+    cell = NaryTreeLSTM(tai.IN, 16)
+    _assert_kernels_match_reference(kernels, cell, batch, tai.IN, ["NaryLevels"], tai.nary_reference, monkeypatch)
+
+
+@pytest.mark.parametrize("frozen", ["inputs", "leaf unit", "gates", "child-sum inputs", "child-sum forget",
+                                    "s-lstm inputs", "s-lstm peepholes", "lstm-rnn inputs", "lstm-rnn leaves"])
+def test_compiled_level_loop_with_frozen_parts(kernels, frozen):
+    # Only what needs a gradient gets one; the rest agrees with the PyTorch path.
+    torch.manual_seed(1)
+    cell = (ChildSumTreeLSTM(9, 12) if frozen.startswith("child-sum")
+            else SLSTM(9, 12, leaf="lstm") if frozen.startswith("s-lstm")
+            else LSTMRNN(9, 9) if frozen.startswith("lstm-rnn") else NaryTreeLSTM(9, 12))
+    if frozen == "leaf unit":
+        cell.W_leaf.requires_grad_(False)
+    if frozen == "gates":
+        cell.U.requires_grad_(False)
+        cell.b_U.requires_grad_(False)
+    if frozen == "child-sum forget":
+        cell.U_f.requires_grad_(False)
+    if frozen == "lstm-rnn leaves":
+        cell.W_leaf.requires_grad_(False)
+    if frozen == "s-lstm peepholes":
+        cell.W_c.requires_grad_(False)
+        cell.W_co.requires_grad_(False)
+    batch = tai.mixed_batch(max_arity=2, seed=4)
+    x = torch.randn(batch.num_nodes, 9, requires_grad=not frozen.endswith("inputs"))
+    wanted = [t for t in (x, *cell.parameters()) if t.requires_grad]
+
+    def grads():
+        h, c = cell(x, batch)
+        return (h, c, *torch.autograd.grad((h.sin().sum() + c.cos().sum()), wanted))
+
+    with native.use_native(True):
+        fast = grads()
+    with native.use_native(False):
+        plain = grads()
+    for a, b in zip(fast, plain, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
 
 def _assert_kernels_match_reference(kernels, cell, batch, in_channels, kernel_names, reference, monkeypatch):
@@ -106,8 +155,18 @@ def test_child_sum_kernels_match_the_recursive_reference(kernels, monkeypatch):
     cell = ChildSumTreeLSTM(tai.IN, 16)
     rng = random.Random(7)
     batch = Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 15), 5, rng)) for _ in range(10)])
-    _assert_kernels_match_reference(kernels, cell, batch, tai.IN,
-                                    ["child_sum_level_forward", "child_sum_level_backward"],
+    _assert_kernels_match_reference(kernels, cell, batch, tai.IN, ["ChildSumLevels"], tai.child_sum_reference,
+                                    monkeypatch)
+
+
+def test_child_sum_compiled_level_loop_on_a_dag(kernels, monkeypatch):
+    # Nodes with several parents and levels with several slot counts, in the compiled level loop.
+    monkeypatch.setattr(tai, "HID", 16)
+    torch.manual_seed(6)
+    dag = Data(edge_index=torch.tensor([[1, 2, 3, 4, 4, 5, 5, 5, 3], [0, 0, 0, 1, 2, 1, 2, 3, 2]]),
+               edge_pos=torch.tensor([0, 1, 2, 0, 0, 1, 1, 0, 2]), num_nodes=6)
+    batch = Batch.from_data_list([dag, from_ptb("(1 (2 a) (3 b) (4 (0 c)))"), dag])
+    _assert_kernels_match_reference(kernels, ChildSumTreeLSTM(tai.IN, 16), batch, tai.IN, ["ChildSumLevels"],
                                     tai.child_sum_reference, monkeypatch)
 
 
@@ -118,7 +177,8 @@ def test_slstm_kernels_match_the_recursive_reference(kernels, in_channels, leaf,
     rng = random.Random(5)
     batch = Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 15), 2, rng)) for _ in range(10)]
                                  + [from_ptb("(1 (2 lone))")])
-    _assert_kernels_match_reference(kernels, cell, batch, in_channels, PEEPHOLE_KERNELS, test_slstm.reference,
+    # The whole pass runs in the engine's compiled level loop.
+    _assert_kernels_match_reference(kernels, cell, batch, in_channels, ["SLSTMLevels"], test_slstm.reference,
                                     monkeypatch)
 
 
@@ -129,9 +189,9 @@ def test_lstm_rnn_kernels_match_the_recursive_reference(kernels, activation, mon
     rng = random.Random(6)
     batch = Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 15), 2, rng)) for _ in range(10)]
                                  + [from_ptb("(1 (2 lone))")])
-    names = ["lstm_rnn_level_cell", "lstm_rnn_level_output", "lstm_rnn_level_output_backward",
-             "lstm_rnn_level_cell_backward"]
-    _assert_kernels_match_reference(kernels, cell, batch, 16, names, test_lstm_rnn.reference, monkeypatch)
+    # The whole pass runs in the engine's compiled level loop.
+    _assert_kernels_match_reference(kernels, cell, batch, 16, ["LSTMRNNLevels"], test_lstm_rnn.reference,
+                                    monkeypatch)
 
 
 PEEPHOLE_KERNELS = ["peephole_level_cell", "peephole_level_output", "peephole_level_output_backward",

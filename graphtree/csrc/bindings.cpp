@@ -1,6 +1,8 @@
 // Python bindings of graphtree's compiled level kernels (loaded by graphtree/nn/native.py).
 #include <torch/extension.h>
 
+#include "level_loop.h"
+
 #include <optional>
 #include <vector>
 
@@ -32,6 +34,17 @@ std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, to
                                                         torch::Tensor gates, torch::Tensor m_children,
                                                         torch::Tensor c_children, int64_t kind);
 void scatter_add_rows_(torch::Tensor dst, torch::Tensor index, torch::Tensor src);
+void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tensor> buffers,
+                        std::vector<torch::Tensor> inputs, std::vector<int64_t> ptr, std::vector<torch::Tensor> slots,
+                        bool save);
+std::vector<std::pair<std::string, torch::Tensor>> run_levels_backward(
+    graphtree::LevelKernel& kernel, std::vector<torch::Tensor> grad_states,
+    std::vector<std::optional<torch::Tensor>> grad_inputs, std::vector<int64_t> ptr,
+    std::vector<torch::Tensor> slots);
+void bind_nary_levels(pybind11::module& m);
+void bind_child_sum_levels(pybind11::module& m);
+void bind_slstm_levels(pybind11::module& m);
+void bind_lstm_rnn_levels(pybind11::module& m);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("nary_level_forward", &nary_level_forward, "N-ary Tree-LSTM level, elementwise forward (in place on gates)");
@@ -50,5 +63,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lstm_rnn_level_output_backward", &lstm_rnn_level_output_backward,
         "LSTM-RNN level: gradient reaching W_cell c_p");
   m.def("lstm_rnn_level_cell_backward", &lstm_rnn_level_cell_backward, "LSTM-RNN level: remaining gradients");
+  py::class_<graphtree::LevelKernel, std::shared_ptr<graphtree::LevelKernel>>(
+      m, "LevelKernel", "A cell's level math for the engine's compiled level loop (graphtree/csrc/level_loop.h)");
+  bind_nary_levels(m);
+  bind_child_sum_levels(m);
+  bind_slstm_levels(m);
+  bind_lstm_rnn_levels(m);
+  m.def("run_levels_forward", &run_levels_forward, "the engine's forward level loop over a LevelKernel",
+        py::arg("kernel"), py::arg("buffers"), py::arg("inputs"), py::arg("ptr"), py::arg("slots"), py::arg("save"));
+  m.def("run_levels_backward", &run_levels_backward,
+        "the engine's backward level loop over a LevelKernel; returns its parameter gradients by name",
+        py::arg("kernel"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptr"), py::arg("slots"));
   m.def("scatter_add_rows_", &scatter_add_rows_, "dst[index[r]] += src[r], in place (the engine's child gradients)");
 }

@@ -8,26 +8,18 @@
 #include <vector>
 
 #include "common.h"
+#include "level_loop.h"
 
 using graphtree::check_all;
 using graphtree::grain_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
 
-// Returns h, c, tanh(c) [n, d], activated [n, 3d] and the forget gates f [n, K, d].
-std::vector<torch::Tensor> child_sum_level_forward(torch::Tensor Wx, torch::Tensor iou_terms, torch::Tensor uf_terms,
-                                                   torch::Tensor c_children) {
-  check_all({&Wx, &iou_terms, &uf_terms, &c_children});
-  const int64_t n = c_children.size(0), K = c_children.size(1), d = c_children.size(2);
-  TORCH_CHECK(Wx.size(1) == 4 * d && iou_terms.size(1) == 3 * d && uf_terms.sizes() == c_children.sizes(),
-              "expected Wx [n, 4d], iou_terms [n, 3d], uf_terms and c_children [n, K, d]");
-  auto opts = Wx.options();
-  auto h = torch::empty({n, d}, opts), c = torch::empty({n, d}, opts), tanh_c = torch::empty({n, d}, opts);
-  auto activated = torch::empty({n, 3 * d}, opts), f = torch::empty({n, K, d}, opts);
-  const float *X = Wx.data_ptr<float>(), *Tiou = iou_terms.data_ptr<float>(), *Uf = uf_terms.data_ptr<float>();
-  const float* Cj = c_children.data_ptr<float>();
-  float *H = h.data_ptr<float>(), *C = c.data_ptr<float>(), *T = tanh_c.data_ptr<float>();
-  float *A = activated.data_ptr<float>(), *F = f.data_ptr<float>();
+namespace {
+
+// Eqs 3-8 on n rows with K child slots each (pointers to contiguous rows; see the file comment).
+void forward_rows(const float* X, const float* Tiou, const float* Uf, const float* Cj, float* H, float* C, float* T,
+                  float* A, float* F, int64_t n, int64_t K, int64_t d) {
   at::parallel_for(0, n, grain_rows((4 + 2 * K) * d), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float *x = X + r * 4 * d, *t = Tiou + r * 3 * d;
@@ -55,23 +47,12 @@ std::vector<torch::Tensor> child_sum_level_forward(torch::Tensor Wx, torch::Tens
       }
     }
   });
-  return {h, c, tanh_c, activated, f};
 }
 
-// Returns grad_Wx [n, 4d] (its first 3d columns are the gradient of iou_terms, the last d the forget gates'
-// gradients summed over the children), grad_f [n, K, d] (the gradient of uf_terms) and grad_c_children [n, K, d].
-std::vector<torch::Tensor> child_sum_level_backward(torch::Tensor grad_h, torch::Tensor grad_c,
-                                                    torch::Tensor activated, torch::Tensor f,
-                                                    torch::Tensor c_children, torch::Tensor tanh_c) {
-  check_all({&grad_h, &grad_c, &activated, &f, &c_children, &tanh_c});
-  const int64_t n = c_children.size(0), K = c_children.size(1), d = c_children.size(2);
-  TORCH_CHECK(activated.size(1) == 3 * d && f.sizes() == c_children.sizes(), "expected activated [n, 3d], f [n, K, d]");
-  auto opts = activated.options();
-  auto grad_wx = torch::empty({n, 4 * d}, opts), grad_f = torch::empty({n, K, d}, opts);
-  auto grad_cj = torch::empty({n, K, d}, opts);
-  const float *gH = grad_h.data_ptr<float>(), *gC = grad_c.data_ptr<float>(), *A = activated.data_ptr<float>();
-  const float *F = f.data_ptr<float>(), *Cj = c_children.data_ptr<float>(), *T = tanh_c.data_ptr<float>();
-  float *gX = grad_wx.data_ptr<float>(), *gF = grad_f.data_ptr<float>(), *gCj = grad_cj.data_ptr<float>();
+// Derivatives of forward_rows: gX [n, 4d] (the first 3d columns: of iou_terms; the last d: the forget gates'
+// gradients summed over the children), gF [n, K, d] (of uf_terms) and gCj [n, K, d].
+void backward_rows(const float* gH, const float* gC, const float* A, const float* F, const float* Cj, const float* T,
+                   float* gX, float* gF, float* gCj, int64_t n, int64_t K, int64_t d) {
   at::parallel_for(0, n, grain_rows((4 + 3 * K) * d), [&](int64_t begin, int64_t end) {
     std::vector<float> total(d);  // dL/dc of the row
     float* gc = total.data();
@@ -99,5 +80,167 @@ std::vector<torch::Tensor> child_sum_level_backward(torch::Tensor grad_h, torch:
       }
     }
   });
+}
+
+}  // namespace
+
+// Returns h, c, tanh(c) [n, d], activated [n, 3d] and the forget gates f [n, K, d].
+std::vector<torch::Tensor> child_sum_level_forward(torch::Tensor Wx, torch::Tensor iou_terms, torch::Tensor uf_terms,
+                                                   torch::Tensor c_children) {
+  check_all({&Wx, &iou_terms, &uf_terms, &c_children});
+  const int64_t n = c_children.size(0), K = c_children.size(1), d = c_children.size(2);
+  TORCH_CHECK(Wx.size(1) == 4 * d && iou_terms.size(1) == 3 * d && uf_terms.sizes() == c_children.sizes(),
+              "expected Wx [n, 4d], iou_terms [n, 3d], uf_terms and c_children [n, K, d]");
+  auto opts = Wx.options();
+  auto h = torch::empty({n, d}, opts), c = torch::empty({n, d}, opts), tanh_c = torch::empty({n, d}, opts);
+  auto activated = torch::empty({n, 3 * d}, opts), f = torch::empty({n, K, d}, opts);
+  forward_rows(Wx.data_ptr<float>(), iou_terms.data_ptr<float>(), uf_terms.data_ptr<float>(),
+               c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(), tanh_c.data_ptr<float>(),
+               activated.data_ptr<float>(), f.data_ptr<float>(), n, K, d);
+  return {h, c, tanh_c, activated, f};
+}
+
+// Returns grad_Wx [n, 4d] (its first 3d columns are the gradient of iou_terms, the last d the forget gates'
+// gradients summed over the children), grad_f [n, K, d] (the gradient of uf_terms) and grad_c_children [n, K, d].
+std::vector<torch::Tensor> child_sum_level_backward(torch::Tensor grad_h, torch::Tensor grad_c,
+                                                    torch::Tensor activated, torch::Tensor f,
+                                                    torch::Tensor c_children, torch::Tensor tanh_c) {
+  check_all({&grad_h, &grad_c, &activated, &f, &c_children, &tanh_c});
+  const int64_t n = c_children.size(0), K = c_children.size(1), d = c_children.size(2);
+  TORCH_CHECK(activated.size(1) == 3 * d && f.sizes() == c_children.sizes(), "expected activated [n, 3d], f [n, K, d]");
+  auto opts = activated.options();
+  auto grad_wx = torch::empty({n, 4 * d}, opts), grad_f = torch::empty({n, K, d}, opts);
+  auto grad_cj = torch::empty({n, K, d}, opts);
+  backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), activated.data_ptr<float>(), f.data_ptr<float>(),
+                c_children.data_ptr<float>(), tanh_c.data_ptr<float>(), grad_wx.data_ptr<float>(),
+                grad_f.data_ptr<float>(), grad_cj.data_ptr<float>(), n, K, d);
   return {grad_wx, grad_f, grad_cj};
+}
+
+namespace {
+
+// The Child-Sum Tree-LSTM as a LevelKernel for the engine's compiled level loop (graphtree/nn/child_sum.py,
+// native_level_kernel): forward_level and backward_level there, in C++. Input: W x + b for every node.
+class ChildSumLevels : public graphtree::LevelKernel {
+ public:
+  ChildSumLevels(torch::Tensor U_iou_weight, torch::Tensor U_iou_bias, torch::Tensor U_f_weight,
+                 torch::Tensor U_f_bias)
+      : U_iou_(U_iou_weight.contiguous()),
+        b_iou_(U_iou_bias.contiguous()),
+        U_f_(U_f_weight.contiguous()),
+        b_f_(U_f_bias.contiguous()) {
+    for (auto* t : {&U_iou_, &b_iou_, &U_f_, &b_f_}) graphtree::check(*t, "every weight");
+    d_ = U_f_.size(0);
+    TORCH_CHECK(U_iou_.size(0) == 3 * d_ && U_iou_.size(1) == d_ && U_f_.size(1) == d_,
+                "ChildSumLevels: weight shapes do not agree");
+    U_iou_t_ = U_iou_.t().contiguous();
+    U_f_t_ = U_f_.t().contiguous();
+  }
+
+  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
+    save_ = save;
+    contexts_.assign(levels.size(), {});
+    int64_t rows = 0, slots = 0;
+    for (const auto& level : levels) {
+      contexts_[level.index] = {rows, slots};
+      rows += level.end - level.begin;
+      slots += level.slots.numel();
+    }
+    // Every node's h~ and every slot's child h, level after level: the rows of the weight gradients.
+    h_tilde_ = torch::empty({rows, d_}, U_f_.options());
+    h_children_ = torch::empty({slots, d_}, U_f_.options());
+  }
+
+  torch::Tensor gather_destination(const graphtree::Level& level, int64_t state) override {
+    if (state != 0) return {};
+    return h_children_.narrow(0, contexts_[level.index].slot_offset, level.slots.numel());
+  }
+
+  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
+               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
+    const int64_t n = level.end - level.begin, K = level.width, d = d_;
+    Context& context = contexts_[level.index];
+    auto Wx = inputs[0].contiguous();
+    graphtree::check(Wx, "Wx");
+    auto h_k = children[0].view({n, K, d});
+    auto c_k = children[1].contiguous().view({n, K, d});
+    auto h_tilde = h_tilde_.narrow(0, context.row_offset, n);
+    at::sum_out(h_tilde, h_k, {1});  // eq 2 (zeros at the leaves)
+    auto iou_terms = at::addmm(b_iou_, h_tilde, U_iou_t_);
+    auto uf_terms = at::addmm(b_f_, children[0], U_f_t_);
+    auto tanh_c = torch::empty({n, d}, Wx.options()), activated = torch::empty({n, 3 * d}, Wx.options());
+    auto f = torch::empty({n, K, d}, Wx.options());
+    forward_rows(Wx.data_ptr<float>(), iou_terms.data_ptr<float>(), uf_terms.data_ptr<float>(),
+                 c_k.data_ptr<float>(), buffers[0].narrow(0, level.begin, n).data_ptr<float>(),
+                 buffers[1].narrow(0, level.begin, n).data_ptr<float>(), tanh_c.data_ptr<float>(),
+                 activated.data_ptr<float>(), f.data_ptr<float>(), n, K, d);
+    if (save) {
+      context.activated = activated;
+      context.f = f;
+      context.c_children = c_k;
+      context.tanh_c = tanh_c;
+    }
+  }
+
+  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
+                                      std::vector<torch::Tensor>& grad_inputs) override {
+    TORCH_CHECK(save_, "ChildSumLevels: backward after a forward that saved nothing");
+    const int64_t n = level.end - level.begin, K = level.width, d = d_;
+    const Context& context = contexts_[level.index];
+    if (!grad_iou_.defined()) {
+      grad_iou_ = torch::empty({h_tilde_.size(0), 3 * d}, U_f_.options());
+      grad_f_ = torch::empty({h_children_.size(0), d}, U_f_.options());
+    }
+    auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
+    auto grad_wx = torch::empty({n, 4 * d}, U_f_.options());
+    auto grad_f = grad_f_.narrow(0, context.slot_offset, n * K);
+    auto grad_c_k = torch::empty({n * K, d}, U_f_.options());
+    backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), context.activated.data_ptr<float>(),
+                  context.f.data_ptr<float>(), context.c_children.data_ptr<float>(), context.tanh_c.data_ptr<float>(),
+                  grad_wx.data_ptr<float>(), grad_f.data_ptr<float>(), grad_c_k.data_ptr<float>(), n, K, d);
+    auto grad_iou = grad_iou_.narrow(0, context.row_offset, n);
+    grad_iou.copy_(grad_wx.narrow(1, 0, 3 * d));
+    if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].add_(grad_wx);
+    if (K == 0) return {torch::Tensor(), torch::Tensor()};
+    auto grad_h_k = at::mm(grad_f, U_f_).view({n, K, d});
+    grad_h_k.add_(at::mm(grad_iou, U_iou_).unsqueeze(1));
+    return {grad_h_k.view({n * K, d}), grad_c_k};
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+    auto grad_U_iou = torch::zeros_like(U_iou_), grad_U_f = torch::zeros_like(U_f_);
+    auto grad_b_iou = torch::zeros_like(b_iou_), grad_b_f = torch::zeros_like(b_f_);
+    if (grad_iou_.defined()) {
+      grad_U_iou.addmm_(grad_iou_.t(), h_tilde_);
+      grad_b_iou += grad_iou_.sum(0);
+      if (grad_f_.size(0) > 0) {
+        grad_U_f.addmm_(grad_f_.t(), h_children_);
+        grad_b_f += grad_f_.sum(0);
+      }
+    }
+    return {{"U_iou.weight", grad_U_iou}, {"U_iou.bias", grad_b_iou}, {"U_f.weight", grad_U_f},
+            {"U_f.bias", grad_b_f}};
+  }
+
+ private:
+  struct Context {
+    int64_t row_offset = 0, slot_offset = 0;  // the level's first row in h_tilde_ / grad_iou_, h_children_ / grad_f_
+    torch::Tensor activated, f, c_children, tanh_c;
+  };
+
+  torch::Tensor U_iou_, b_iou_, U_f_, b_f_, U_iou_t_, U_f_t_;
+  int64_t d_ = 0;
+  bool save_ = false;
+  std::vector<Context> contexts_;
+  torch::Tensor h_tilde_, h_children_, grad_iou_, grad_f_;
+};
+
+}  // namespace
+
+void bind_child_sum_levels(pybind11::module& m) {
+  pybind11::class_<ChildSumLevels, graphtree::LevelKernel, std::shared_ptr<ChildSumLevels>>(
+      m, "ChildSumLevels", "The Child-Sum Tree-LSTM's level math for the engine's compiled level loop")
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>(),
+           pybind11::arg("U_iou_weight"), pybind11::arg("U_iou_bias"), pybind11::arg("U_f_weight"),
+           pybind11::arg("U_f_bias"));
 }

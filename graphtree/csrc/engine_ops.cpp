@@ -4,6 +4,12 @@
 // slots), so the pass is serial over rows and vectorized within a row.
 
 #include "common.h"
+#include "level_loop.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 using graphtree::check;
 
@@ -29,4 +35,69 @@ void scatter_add_rows_(torch::Tensor dst, torch::Tensor index, torch::Tensor src
 #pragma omp simd
     for (int64_t k = 0; k < w; ++k) d[k] += s[k];
   }
+}
+
+namespace {
+
+std::vector<graphtree::Level> levels_of(const std::vector<int64_t>& ptr, const std::vector<torch::Tensor>& slots) {
+  TORCH_CHECK(ptr.size() == slots.size() + 1, "run_levels: ptr must have one entry more than slots");
+  std::vector<graphtree::Level> levels;
+  levels.reserve(slots.size());
+  for (size_t l = 0; l < slots.size(); ++l) {
+    const int64_t n = ptr[l + 1] - ptr[l];
+    TORCH_CHECK(n > 0 && slots[l].numel() % n == 0, "run_levels: level ", l, " has ", n, " rows and ",
+                slots[l].numel(), " slots");
+    levels.push_back({static_cast<int64_t>(l), ptr[l], ptr[l + 1], slots[l].numel() / n, slots[l]});
+  }
+  return levels;
+}
+
+}  // namespace
+
+// The forward loop of graphtree/engine.py (_run_levels) over a LevelKernel. buffers: the level-sorted state
+// buffers, [num_nodes + 1, d] each (the last row zero: empty slots point there), written level by level;
+// inputs: level-sorted per-node inputs; ptr: level boundaries; slots: each level's flat predecessor index.
+void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tensor> buffers,
+                        std::vector<torch::Tensor> inputs, std::vector<int64_t> ptr, std::vector<torch::Tensor> slots,
+                        bool save) {
+  const auto levels = levels_of(ptr, slots);
+  kernel.begin(levels, save);
+  std::vector<torch::Tensor> level_inputs(inputs.size()), children(buffers.size());
+  for (const auto& level : levels) {
+    for (size_t s = 0; s < buffers.size(); ++s) {
+      if (level.width == 0) {
+        children[s] = buffers[s].narrow(0, 0, 0);
+        continue;
+      }
+      auto destination = kernel.gather_destination(level, static_cast<int64_t>(s));
+      children[s] = destination.defined() ? at::index_select_out(destination, buffers[s], 0, level.slots)
+                                          : buffers[s].index_select(0, level.slots);
+    }
+    for (size_t k = 0; k < inputs.size(); ++k) level_inputs[k] = inputs[k].narrow(0, level.begin, level.end - level.begin);
+    kernel.forward(level, level_inputs, children, buffers, save);
+  }
+}
+
+// The backward loop of graphtree/engine.py (_fused_backward) over the kernel of a saving forward loop.
+// grad_states: the gradients of the buffers, added into in place; grad_inputs: of the inputs (None: not
+// needed), likewise. Returns the parameter gradients by name.
+std::vector<std::pair<std::string, torch::Tensor>> run_levels_backward(
+    graphtree::LevelKernel& kernel, std::vector<torch::Tensor> grad_states,
+    std::vector<std::optional<torch::Tensor>> grad_inputs, std::vector<int64_t> ptr,
+    std::vector<torch::Tensor> slots) {
+  const auto levels = levels_of(ptr, slots);
+  std::vector<torch::Tensor> level_grads(grad_states.size()), level_grad_inputs(grad_inputs.size());
+  for (auto level = levels.rbegin(); level != levels.rend(); ++level) {
+    const int64_t n = level->end - level->begin;
+    for (size_t s = 0; s < grad_states.size(); ++s) level_grads[s] = grad_states[s].narrow(0, level->begin, n);
+    for (size_t k = 0; k < grad_inputs.size(); ++k) {
+      level_grad_inputs[k] = grad_inputs[k] ? grad_inputs[k]->narrow(0, level->begin, n) : torch::Tensor();
+    }
+    auto child_grads = kernel.backward(*level, level_grads, level_grad_inputs);
+    if (level->width == 0) continue;
+    for (size_t s = 0; s < child_grads.size() && s < grad_states.size(); ++s) {
+      if (child_grads[s].defined()) scatter_add_rows_(grad_states[s], level->slots, child_grads[s]);
+    }
+  }
+  return kernel.param_grads();
 }

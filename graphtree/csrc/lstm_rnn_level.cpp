@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.h"
+#include "level_loop.h"
 
 using graphtree::check_all;
 using graphtree::grain_rows;
@@ -177,4 +178,123 @@ std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, to
     }
   });
   return {grad_b, grad_m, grad_cj};
+}
+
+namespace {
+
+torch::Tensor cat_rows(const std::vector<torch::Tensor>& parts) {
+  return parts.size() == 1 ? parts[0] : torch::cat(parts);
+}
+
+// The LSTM-RNN (graphtree/nn/lstm_rnn.py, Le & Zuidema 2015) as a LevelKernel for the engine's compiled level
+// loop: forward_level and backward_level there, in C++, on the kernels above. States: p, c_p and the internal
+// m (every map of the node's output and cell that its parent will read).
+class LSTMRNNLevels : public graphtree::LevelKernel {
+ public:
+  LSTMRNNLevels(torch::Tensor W_leaf, torch::Tensor W_inner, torch::Tensor W_cell, torch::Tensor b, int64_t kind)
+      : W_leaf_(W_leaf.contiguous()), W_inner_(W_inner.contiguous()), W_cell_(W_cell.contiguous()),
+        b_(b.contiguous()), kind_(kind) {
+    for (auto* t : {&W_leaf_, &W_inner_, &W_cell_, &b_}) graphtree::check(*t, "every weight");
+    d_ = W_inner_.size(1);
+    TORCH_CHECK(W_inner_.size(0) == 8 * d_ && W_leaf_.size(0) == 8 * d_ && W_cell_.size(0) == 5 * d_ &&
+                    W_cell_.size(1) == d_ && b_.numel() == 4 * d_,
+                "LSTMRNNLevels: weight shapes do not agree");
+    W_leaf_t_ = W_leaf_.t().contiguous();
+    W_inner_t_ = W_inner_.t().contiguous();
+    W_cell_t_ = W_cell_.t().contiguous();
+  }
+
+  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
+    save_ = save;
+    contexts_.assign(levels.size(), {});
+  }
+
+  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
+               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
+    const int64_t n = level.end - level.begin, d = d_;
+    Context& context = contexts_[level.index];
+    auto p_out = buffers[0].narrow(0, level.begin, n), c_out = buffers[1].narrow(0, level.begin, n);
+    auto m_out = buffers[2].narrow(0, level.begin, n);
+    if (level.width == 0) {  // leaves: output w, memory 0, so m is the leaf set applied to w alone
+      auto x = inputs[0].contiguous();
+      graphtree::check(x, "x");
+      p_out.copy_(x);
+      at::mm_out(m_out, x, W_leaf_t_);
+      if (save) context.saved = {x};
+      return;
+    }
+    TORCH_CHECK(level.width == 2, "LSTMRNNLevels: a level with ", level.width, " slots, expected 2");
+    auto c_xy = children[1].view({n, 2, d}), m_xy = children[2].view({n, 2, 8 * d});
+    auto cell = lstm_rnn_level_cell(m_xy, c_xy, b_, kind_);  // gates, g_a, c_p
+    const auto& c_p = cell[2];
+    auto cell_terms = at::mm(c_p, W_cell_t_);
+    auto output = lstm_rnn_level_output(m_xy, cell_terms, c_p, b_, kind_);  // o, g_c, p
+    const auto& p = output[2];
+    at::mm_out(m_out, p, W_inner_t_);
+    m_out.narrow(1, 0, 4 * d).add_(cell_terms.narrow(1, 0, 4 * d));
+    p_out.copy_(p);
+    c_out.copy_(c_p);
+    if (save) context.saved = {c_xy, cell[0], m_xy, cell[1], c_p, output[0], output[1], p};
+  }
+
+  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
+                                      std::vector<torch::Tensor>& grad_inputs) override {
+    TORCH_CHECK(save_, "LSTMRNNLevels: backward after a forward that saved nothing");
+    const auto& saved = contexts_[level.index].saved;
+    const auto &grad_p = grad_states[0], &grad_c = grad_states[1], &grad_m = grad_states[2];
+    if (level.width == 0) {
+      leaf_grads_.push_back(grad_m);
+      leaf_inputs_.push_back(saved[0]);
+      // A leaf's memory is the constant 0, so grad_c does not reach x.
+      if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].add_(grad_p).addmm_(grad_m, W_leaf_);
+      return {};
+    }
+    const auto &c_xy = saved[0], &gates = saved[1], &m_xy = saved[2], &g_a = saved[3], &c_p = saved[4];
+    const auto &o = saved[5], &g_c = saved[6], &p = saved[7];
+    inner_grads_.push_back(grad_m);
+    inner_outputs_.push_back(p);
+    auto grad_p_total = at::mm(grad_m, W_inner_).add_(grad_p);
+    auto grad_cell = lstm_rnn_level_output_backward(grad_m, grad_p_total, o, g_c);  // peephole blocks, then o's
+    cell_grads_.push_back(grad_cell);
+    cells_.push_back(c_p);
+    auto grad_c_from_cell = at::mm(grad_cell, W_cell_);
+    auto rest = lstm_rnn_level_cell_backward(grad_c, grad_c_from_cell, grad_p_total, grad_cell, o, g_c, g_a, gates,
+                                             m_xy, c_xy, kind_);  // grad_b, grad_m_xy, grad_c_xy
+    bias_grads_.push_back(rest[0]);
+    // The children's outputs p reach this node only through their m: no gradient for them here.
+    return {torch::Tensor(), rest[2].reshape({-1, d_}), rest[1].reshape({-1, 8 * d_})};
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+    auto grad_W_leaf = torch::zeros_like(W_leaf_), grad_W_inner = torch::zeros_like(W_inner_);
+    auto grad_W_cell = torch::zeros_like(W_cell_), grad_b = torch::zeros_like(b_);
+    if (!leaf_grads_.empty()) grad_W_leaf.addmm_(cat_rows(leaf_grads_).t(), cat_rows(leaf_inputs_));
+    if (!inner_grads_.empty()) {
+      grad_W_inner.addmm_(cat_rows(inner_grads_).t(), cat_rows(inner_outputs_));
+      grad_W_cell.addmm_(cat_rows(cell_grads_).t(), cat_rows(cells_));
+      grad_b += cat_rows(bias_grads_).sum(0);
+    }
+    return {{"W_leaf", grad_W_leaf}, {"W_inner", grad_W_inner}, {"W_cell", grad_W_cell}, {"b", grad_b}};
+  }
+
+ private:
+  struct Context {
+    std::vector<torch::Tensor> saved;  // leaves: x; inner: c_xy, gates, m_xy, g_a, c_p, o, g_c, p
+  };
+
+  torch::Tensor W_leaf_, W_inner_, W_cell_, b_, W_leaf_t_, W_inner_t_, W_cell_t_;
+  int64_t kind_ = 0, d_ = 0;
+  bool save_ = false;
+  std::vector<Context> contexts_;
+  std::vector<torch::Tensor> leaf_grads_, leaf_inputs_, inner_grads_, inner_outputs_, cell_grads_, cells_, bias_grads_;
+};
+
+}  // namespace
+
+void bind_lstm_rnn_levels(pybind11::module& m) {
+  pybind11::class_<LSTMRNNLevels, graphtree::LevelKernel, std::shared_ptr<LSTMRNNLevels>>(
+      m, "LSTMRNNLevels", "The LSTM-RNN's level math for the engine's compiled level loop")
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, int64_t>(),
+           pybind11::arg("W_leaf"), pybind11::arg("W_inner"), pybind11::arg("W_cell"), pybind11::arg("b"),
+           pybind11::arg("kind"));
 }

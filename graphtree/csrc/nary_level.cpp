@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common.h"
+#include "level_loop.h"
 
 using graphtree::check;
 using graphtree::check_all;
@@ -15,22 +16,11 @@ using graphtree::grain_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
 
-// gates: [n, (3 + N) d] pre-activations, replaced by the activations; c_children: [n, N, d].
-// Returns h, c and tanh(c), each [n, d] (eqs 9-14 of Tai et al. 2015).
-std::vector<torch::Tensor> nary_level_forward(torch::Tensor gates, torch::Tensor c_children) {
-  check(gates, "gates");
-  check(c_children, "c_children");
-  TORCH_CHECK(gates.is_contiguous(), "gates must be contiguous (it is overwritten in place)");
-  c_children = c_children.contiguous();
-  const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
-  TORCH_CHECK(gates.dim() == 2 && gates.size(0) == n && gates.size(1) == (3 + N) * d,
-              "gates must be [n, (3 + N) d] for c_children [n, N, d]");
-  auto h = torch::empty({n, d}, gates.options());
-  auto c = torch::empty({n, d}, gates.options());
-  auto tanh_c = torch::empty({n, d}, gates.options());
-  float* G = gates.data_ptr<float>();
-  const float* Cj = c_children.data_ptr<float>();
-  float *H = h.data_ptr<float>(), *C = c.data_ptr<float>(), *T = tanh_c.data_ptr<float>();
+namespace {
+
+// Eqs 9-14 of Tai et al. 2015 on n rows. G: [n, (3 + N) d] pre-activations, replaced by the activations;
+// Cj: [n, N, d] the children's memories. Writes h, c and tanh(c), each [n, d].
+void forward_rows(float* G, const float* Cj, float* H, float* C, float* T, int64_t n, int64_t N, int64_t d) {
   const int64_t width = (3 + N) * d;
   at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -54,22 +44,13 @@ std::vector<torch::Tensor> nary_level_forward(torch::Tensor gates, torch::Tensor
       }
     }
   });
-  return {h, c, tanh_c};
 }
 
-// Derivatives of nary_level_forward. activated: the gates it returned; grad_h, grad_c: [n, d].
-// Returns the gradient of the (undoubled) pre-activations, [n, (3 + N) d], and of c_children, [n, N, d].
-std::vector<torch::Tensor> nary_level_backward(torch::Tensor grad_h, torch::Tensor grad_c, torch::Tensor activated,
-                                               torch::Tensor c_children, torch::Tensor tanh_c) {
-  check_all({&grad_h, &grad_c, &activated, &c_children, &tanh_c});
-  const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
+// Derivatives of forward_rows. A: the activations it left in G; gH, gC: [n, d]. Writes the gradient of the
+// (undoubled) pre-activations, gG [n, (3 + N) d], and of the children's memories, gCj [n, N, d].
+void backward_rows(const float* gH, const float* gC, const float* A, const float* Cj, const float* T, float* gG,
+                   float* gCj, int64_t n, int64_t N, int64_t d) {
   const int64_t width = (3 + N) * d;
-  TORCH_CHECK(activated.size(0) == n && activated.size(1) == width, "activated must be [n, (3 + N) d]");
-  auto grad_gates = torch::empty({n, width}, activated.options());
-  auto grad_cj = torch::empty({n, N, d}, activated.options());
-  const float *gH = grad_h.data_ptr<float>(), *gC = grad_c.data_ptr<float>(), *A = activated.data_ptr<float>();
-  const float *Cj = c_children.data_ptr<float>(), *T = tanh_c.data_ptr<float>();
-  float *gG = grad_gates.data_ptr<float>(), *gCj = grad_cj.data_ptr<float>();
   at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
     std::vector<float> total(d);  // dL/dc of the row: from c itself and through h = o tanh(c)
     float* gc = total.data();
@@ -98,5 +79,202 @@ std::vector<torch::Tensor> nary_level_backward(torch::Tensor grad_h, torch::Tens
       }
     }
   });
+}
+
+}  // namespace
+
+// gates: [n, (3 + N) d] pre-activations, replaced by the activations; c_children: [n, N, d].
+// Returns h, c and tanh(c), each [n, d] (eqs 9-14 of Tai et al. 2015).
+std::vector<torch::Tensor> nary_level_forward(torch::Tensor gates, torch::Tensor c_children) {
+  check(gates, "gates");
+  check(c_children, "c_children");
+  TORCH_CHECK(gates.is_contiguous(), "gates must be contiguous (it is overwritten in place)");
+  c_children = c_children.contiguous();
+  const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
+  TORCH_CHECK(gates.dim() == 2 && gates.size(0) == n && gates.size(1) == (3 + N) * d,
+              "gates must be [n, (3 + N) d] for c_children [n, N, d]");
+  auto h = torch::empty({n, d}, gates.options());
+  auto c = torch::empty({n, d}, gates.options());
+  auto tanh_c = torch::empty({n, d}, gates.options());
+  forward_rows(gates.data_ptr<float>(), c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(),
+               tanh_c.data_ptr<float>(), n, N, d);
+  return {h, c, tanh_c};
+}
+
+// Derivatives of nary_level_forward. activated: the gates it returned; grad_h, grad_c: [n, d].
+// Returns the gradient of the (undoubled) pre-activations, [n, (3 + N) d], and of c_children, [n, N, d].
+std::vector<torch::Tensor> nary_level_backward(torch::Tensor grad_h, torch::Tensor grad_c, torch::Tensor activated,
+                                               torch::Tensor c_children, torch::Tensor tanh_c) {
+  check_all({&grad_h, &grad_c, &activated, &c_children, &tanh_c});
+  const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
+  const int64_t width = (3 + N) * d;
+  TORCH_CHECK(activated.size(0) == n && activated.size(1) == width, "activated must be [n, (3 + N) d]");
+  auto grad_gates = torch::empty({n, width}, activated.options());
+  auto grad_cj = torch::empty({n, N, d}, activated.options());
+  backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), activated.data_ptr<float>(),
+                c_children.data_ptr<float>(), tanh_c.data_ptr<float>(), grad_gates.data_ptr<float>(),
+                grad_cj.data_ptr<float>(), n, N, d);
   return {grad_gates, grad_cj};
+}
+
+namespace {
+
+// The constituency N-ary Tree-LSTM (forget="full") as a LevelKernel: the engine's compiled level loop runs a
+// whole pass with it (graphtree/nn/nary.py, native_level_kernel). Level math as in forward_level and
+// backward_level there: leaves use the leaf unit c = W^(c) x + b^(c), o = sigmoid(W^(o) x + b^(o)); internal
+// levels eqs 9-14 from their children's states alone.
+class NaryLevels : public graphtree::LevelKernel {
+ public:
+  // gate_weights_t: [N d, R] the gate rows of U transposed (R = (3 + N) d), their u block doubled as in
+  // forward_level; gate_bias: [R] the summed biases b_U, doubled likewise; U: [R, N d] as it is, for the
+  // children's gradients; leaf_weight: [2 d, E] and leaf_bias: [2 d], W_leaf's.
+  NaryLevels(torch::Tensor gate_weights_t, torch::Tensor gate_bias, torch::Tensor U, torch::Tensor leaf_weight,
+             torch::Tensor leaf_bias)
+      : gate_weights_t_(gate_weights_t.contiguous()),
+        gate_bias_(gate_bias.contiguous()),
+        U_(U.contiguous()),
+        leaf_weight_(leaf_weight.contiguous()),
+        leaf_bias_(leaf_bias.contiguous()) {
+    for (auto* t : {&gate_weights_t_, &gate_bias_, &U_, &leaf_weight_, &leaf_bias_}) check(*t, "every weight");
+    rows_ = U_.size(0);
+    d_ = leaf_weight_.size(0) / 2;
+    N_ = U_.size(1) / d_;
+    TORCH_CHECK(rows_ == (3 + N_) * d_ && gate_weights_t_.size(0) == N_ * d_ && gate_weights_t_.size(1) == rows_,
+                "NaryLevels: weight shapes do not agree");
+  }
+
+  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
+    save_ = save;
+    contexts_.assign(levels.size(), {});
+    int64_t internal = 0;
+    for (const auto& level : levels) {
+      contexts_[level.index].offset = internal;
+      if (level.width > 0) internal += level.end - level.begin;
+    }
+    // Every internal node's gathered children h, level after level: the rows of U's weight gradient.
+    children_h_ = torch::empty({internal, N_ * d_}, U_.options());
+  }
+
+  torch::Tensor gather_destination(const graphtree::Level& level, int64_t state) override {
+    if (state != 0 || level.width == 0) return {};
+    TORCH_CHECK(level.width == N_, "NaryLevels: a level with ", level.width, " slots, expected ", N_);
+    return children_h_.narrow(0, contexts_[level.index].offset, level.end - level.begin).view({-1, d_});
+  }
+
+  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
+               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
+    const int64_t n = level.end - level.begin;
+    auto h = buffers[0].narrow(0, level.begin, n), c = buffers[1].narrow(0, level.begin, n);
+    auto tanh_c = torch::empty({n, d_}, U_.options());
+    Context& context = contexts_[level.index];
+    if (level.width == 0) {  // the leaf unit
+      auto x = inputs[0].contiguous();
+      check(x, "x");
+      auto gates = at::addmm(leaf_bias_, x, leaf_weight_.t());  // [c, o] pre-activations
+      float *G = gates.data_ptr<float>(), *H = h.data_ptr<float>(), *C = c.data_ptr<float>();
+      float* T = tanh_c.data_ptr<float>();
+      const int64_t d = d_;
+      at::parallel_for(0, n, grain_rows(2 * d), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          float *g = G + r * 2 * d, *hr = H + r * d, *cr = C + r * d, *tr = T + r * d;
+#pragma omp simd
+          for (int64_t k = 0; k < d; ++k) {
+            const float o = sigmoid(g[d + k]);
+            g[d + k] = o;
+            cr[k] = g[k];
+            tr[k] = tanh_of(g[k]);
+            hr[k] = o * tr[k];
+          }
+        }
+      });
+      if (save) context = Context{context.offset, x, gates, tanh_c, {}};
+      return;
+    }
+    auto h_children = children[0].view({n, N_ * d_});
+    auto c_children = children[1].view({n, N_, d_});
+    auto gates = at::addmm(gate_bias_, h_children, gate_weights_t_);
+    forward_rows(gates.data_ptr<float>(), c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(),
+                 tanh_c.data_ptr<float>(), n, N_, d_);
+    if (save) context = Context{context.offset, {}, gates, tanh_c, c_children};
+  }
+
+  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
+                                      std::vector<torch::Tensor>& grad_inputs) override {
+    TORCH_CHECK(save_, "NaryLevels: backward after a forward that saved nothing");
+    const int64_t n = level.end - level.begin, d = d_;
+    const Context& context = contexts_[level.index];
+    auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
+    if (level.width == 0) {
+      auto grad_gates = torch::empty({n, 2 * d}, U_.options());
+      const float *gH = grad_h.data_ptr<float>(), *gC = grad_c.data_ptr<float>();
+      const float *A = context.activated.data_ptr<float>(), *T = context.tanh_c.data_ptr<float>();
+      float* gG = grad_gates.data_ptr<float>();
+      at::parallel_for(0, n, grain_rows(2 * d), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const float *gh = gH + r * d, *gc = gC + r * d, *o = A + r * 2 * d + d, *t = T + r * d;
+          float* gg = gG + r * 2 * d;
+#pragma omp simd
+          for (int64_t k = 0; k < d; ++k) {
+            gg[k] = gc[k] + gh[k] * o[k] * (1.f - t[k] * t[k]);  // c
+            gg[d + k] = gh[k] * t[k] * o[k] * (1.f - o[k]);      // o
+          }
+        }
+      });
+      leaf_grads_.push_back(grad_gates);
+      leaf_inputs_.push_back(context.x);
+      if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].addmm_(grad_gates, leaf_weight_);
+      return {torch::Tensor(), torch::Tensor()};
+    }
+    if (!grad_gates_.defined()) grad_gates_ = torch::empty({children_h_.size(0), rows_}, U_.options());
+    auto grad_gates = grad_gates_.narrow(0, context.offset, n);
+    auto grad_c_children = torch::empty({n, N_, d}, U_.options());
+    backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), context.activated.data_ptr<float>(),
+                  context.c_children.data_ptr<float>(), context.tanh_c.data_ptr<float>(),
+                  grad_gates.data_ptr<float>(), grad_c_children.data_ptr<float>(), n, N_, d);
+    auto grad_h_children = at::mm(grad_gates, U_);
+    return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+    auto grad_U = torch::zeros_like(U_);
+    auto grad_b = torch::zeros({rows_}, U_.options());
+    if (grad_gates_.defined() && grad_gates_.size(0) > 0) {
+      grad_U.addmm_(grad_gates_.t(), children_h_);
+      grad_b += grad_gates_.sum(0);
+    }
+    auto grad_leaf_weight = torch::zeros_like(leaf_weight_);
+    auto grad_leaf_bias = torch::zeros_like(leaf_bias_);
+    if (!leaf_grads_.empty()) {
+      auto grads = leaf_grads_.size() == 1 ? leaf_grads_[0] : torch::cat(leaf_grads_);
+      auto inputs = leaf_inputs_.size() == 1 ? leaf_inputs_[0] : torch::cat(leaf_inputs_);
+      grad_leaf_weight.addmm_(grads.t(), inputs);
+      grad_leaf_bias += grads.sum(0);
+    }
+    // Every child's bias block b_U[l] enters the gates the same way, so each gets the same gradient.
+    return {{"U", grad_U}, {"b_U", grad_b.unsqueeze(0).expand({N_, rows_}).contiguous()},
+            {"W_leaf.weight", grad_leaf_weight}, {"W_leaf.bias", grad_leaf_bias}};
+  }
+
+ private:
+  struct Context {
+    int64_t offset = 0;  // the level's first row in children_h_ and grad_gates_
+    torch::Tensor x, activated, tanh_c, c_children;
+  };
+
+  torch::Tensor gate_weights_t_, gate_bias_, U_, leaf_weight_, leaf_bias_;
+  int64_t rows_ = 0, d_ = 0, N_ = 0;
+  bool save_ = false;
+  std::vector<Context> contexts_;
+  torch::Tensor children_h_, grad_gates_;
+  std::vector<torch::Tensor> leaf_grads_, leaf_inputs_;
+};
+
+}  // namespace
+
+void bind_nary_levels(pybind11::module& m) {
+  pybind11::class_<NaryLevels, graphtree::LevelKernel, std::shared_ptr<NaryLevels>>(
+      m, "NaryLevels", "The constituency N-ary Tree-LSTM's level math for the engine's compiled level loop")
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>(),
+           pybind11::arg("gate_weights_t"), pybind11::arg("gate_bias"), pybind11::arg("U"),
+           pybind11::arg("leaf_weight"), pybind11::arg("leaf_bias"));
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common.h"
+#include "level_loop.h"
 
 using graphtree::check_all;
 using graphtree::grain_rows;
@@ -151,4 +152,182 @@ std::vector<torch::Tensor> peephole_level_cell_backward(torch::Tensor grad_c, to
     }
   });
   return {grad_pre, grad_cj};
+}
+
+namespace {
+
+torch::Tensor cat_rows(const std::vector<torch::Tensor>& parts) {
+  return parts.size() == 1 ? parts[0] : torch::cat(parts);
+}
+
+// The S-LSTM (graphtree/nn/slstm.py, Zhu et al. 2015, eqs 1-7) as a LevelKernel for the engine's compiled level
+// loop: forward_level and backward_level there, in C++, on the kernels above. Leaves: h = x, c = 0
+// ("embedding"), or the leaf unit c = W^(c) x + b^(c), o = sigmoid(W^(o) x + b^(o)) ("lstm": leaf_weight given).
+class SLSTMLevels : public graphtree::LevelKernel {
+ public:
+  SLSTMLevels(torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co, torch::Tensor b,
+              std::optional<torch::Tensor> leaf_weight, std::optional<torch::Tensor> leaf_bias)
+      : W_h_(W_h.contiguous()), W_c_(W_c.contiguous()), W_co_(W_co.contiguous()), b_(b.contiguous()) {
+    for (auto* t : {&W_h_, &W_c_, &W_co_, &b_}) graphtree::check(*t, "every weight");
+    d_ = W_co_.size(0);
+    TORCH_CHECK(W_h_.size(0) == 5 * d_ && W_h_.size(1) == 2 * d_ && W_c_.size(0) == 3 * d_ &&
+                    W_c_.size(1) == 2 * d_ && b_.numel() == 5 * d_,
+                "SLSTMLevels: weight shapes do not agree");
+    W_h_t_ = W_h_.t().contiguous();
+    W_c_t_ = W_c_.t().contiguous();
+    W_co_t_ = W_co_.t().contiguous();
+    if (leaf_weight && leaf_weight->defined()) {
+      TORCH_CHECK(leaf_bias && leaf_bias->defined(), "SLSTMLevels: leaf_weight without leaf_bias");
+      leaf_weight_ = leaf_weight->contiguous();
+      leaf_bias_ = leaf_bias->contiguous();
+      graphtree::check(leaf_weight_, "leaf_weight");
+      graphtree::check(leaf_bias_, "leaf_bias");
+    }
+  }
+
+  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
+    save_ = save;
+    contexts_.assign(levels.size(), {});
+    int64_t internal = 0;
+    for (const auto& level : levels) {
+      contexts_[level.index].offset = internal;
+      if (level.width > 0) internal += level.end - level.begin;
+    }
+    // The children's [h^L, h^R] and [c^L, c^R] of every internal node: the rows of W_h's and W_c's gradients.
+    children_h_ = torch::empty({internal, 2 * d_}, W_h_.options());
+    children_c_ = torch::empty({internal, 2 * d_}, W_h_.options());
+    cells_ = torch::empty({internal, d_}, W_h_.options());
+  }
+
+  torch::Tensor gather_destination(const graphtree::Level& level, int64_t state) override {
+    if (level.width == 0) return {};
+    TORCH_CHECK(level.width == 2, "SLSTMLevels: a level with ", level.width, " slots, expected 2");
+    const auto& all = state == 0 ? children_h_ : children_c_;
+    return all.narrow(0, contexts_[level.index].offset, level.end - level.begin).view({-1, d_});
+  }
+
+  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
+               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
+    const int64_t n = level.end - level.begin, d = d_;
+    Context& context = contexts_[level.index];
+    auto h_out = buffers[0].narrow(0, level.begin, n), c_out = buffers[1].narrow(0, level.begin, n);
+    if (level.width == 0) {
+      auto x = inputs[0].contiguous();
+      graphtree::check(x, "x");
+      if (!leaf_weight_.defined()) {  // h = x, c = 0 (the buffers start at zero)
+        h_out.copy_(x);
+        return;
+      }
+      auto gates = at::addmm(leaf_bias_, x, leaf_weight_.t());
+      auto c = gates.narrow(1, 0, d), o = gates.narrow(1, d, d).sigmoid();
+      auto tanh_c = c.tanh();
+      at::mul_out(h_out, o, tanh_c);
+      c_out.copy_(c);
+      if (save) context.leaf = {x, o, tanh_c};
+      return;
+    }
+    auto h_cat = children[0].view({n, 2 * d}), c_cat = children[1].view({n, 2 * d});
+    auto c_LR = children[1].view({n, 2, d});
+    auto h_terms = at::addmm(b_, h_cat, W_h_t_);  // all W_h h + b of eqs 1-4, 6
+    auto c_terms = at::mm(c_cat, W_c_t_);        // peepholes on the children's cells, eqs 1-3
+    auto cell = peephole_level_cell(h_terms, c_terms, c_LR);
+    auto c_t = cells_.narrow(0, context.offset, n);
+    c_t.copy_(cell[1]);
+    auto output = peephole_level_output(h_terms, at::mm(c_t, W_co_t_), c_t);  // eq 6 peeks at the new cell
+    h_out.copy_(output[2]);
+    c_out.copy_(c_t);
+    if (save) context.node = {cell[0], output[0], output[1], c_LR};
+  }
+
+  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
+                                      std::vector<torch::Tensor>& grad_inputs) override {
+    TORCH_CHECK(save_, "SLSTMLevels: backward after a forward that saved nothing");
+    const int64_t n = level.end - level.begin, d = d_;
+    const Context& context = contexts_[level.index];
+    const bool input_grad = !grad_inputs.empty() && grad_inputs[0].defined();
+    if (level.width == 0) {
+      if (!leaf_weight_.defined()) {
+        if (input_grad) grad_inputs[0].add_(grad_states[0]);
+        return {torch::Tensor(), torch::Tensor()};
+      }
+      const auto& x = context.leaf[0];
+      const auto& o = context.leaf[1];
+      const auto& tanh_c = context.leaf[2];
+      auto grad_c = grad_states[1] + grad_states[0] * o * (1 - tanh_c * tanh_c);
+      auto grad_gates = torch::cat({grad_c, grad_states[0] * tanh_c * o * (1 - o)}, 1);
+      leaf_grads_.push_back(grad_gates);
+      leaf_inputs_.push_back(x);
+      if (input_grad) grad_inputs[0].addmm_(grad_gates, leaf_weight_);
+      return {torch::Tensor(), torch::Tensor()};
+    }
+    const auto& activated = context.node[0];
+    const auto& o_t = context.node[1];
+    const auto& tanh_c = context.node[2];
+    const auto& c_LR = context.node[3];
+    auto grad_o = peephole_level_output_backward(grad_states[0], o_t, tanh_c);
+    auto grad_c_from_o = at::mm(grad_o, W_co_);
+    auto cell = peephole_level_cell_backward(grad_states[1], grad_states[0], o_t, tanh_c, grad_c_from_o, grad_o,
+                                             activated, c_LR);
+    const auto& grad_h_terms = cell[0];
+    auto grad_ifr = grad_h_terms.narrow(1, 0, 3 * d);  // the gates that also read W_c [c^L, c^R]
+    grad_o_.push_back(grad_o);
+    grad_h_terms_.push_back(grad_h_terms);
+    auto grad_h_LR = at::mm(grad_h_terms, W_h_);
+    auto grad_c_LR = at::mm(grad_ifr, W_c_).view({n, 2, d}).add_(cell[1]);
+    return {grad_h_LR.view({-1, d}), grad_c_LR.view({-1, d})};
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+    auto grad_W_h = torch::zeros_like(W_h_), grad_W_c = torch::zeros_like(W_c_);
+    auto grad_W_co = torch::zeros_like(W_co_), grad_b = torch::zeros_like(b_);
+    if (!grad_h_terms_.empty()) {
+      // The backward loop ran the levels top first: put the rows back in level order, as the saved inputs are.
+      std::vector<torch::Tensor> h_terms(grad_h_terms_.rbegin(), grad_h_terms_.rend());
+      std::vector<torch::Tensor> o(grad_o_.rbegin(), grad_o_.rend());
+      const int64_t rows = children_h_.size(0);
+      auto grad_h_terms = cat_rows(h_terms), grad_o = cat_rows(o);
+      TORCH_CHECK(grad_h_terms.size(0) == rows, "SLSTMLevels: the backward loop skipped a level");
+      grad_W_h.addmm_(grad_h_terms.t(), children_h_);
+      grad_W_c.addmm_(grad_h_terms.narrow(1, 0, 3 * d_).t(), children_c_);
+      grad_W_co.addmm_(grad_o.t(), cells_);
+      grad_b += grad_h_terms.sum(0);
+    }
+    std::vector<std::pair<std::string, torch::Tensor>> grads = {
+        {"W_h", grad_W_h}, {"W_c", grad_W_c}, {"W_co", grad_W_co}, {"b", grad_b}};
+    if (leaf_weight_.defined()) {
+      auto grad_weight = torch::zeros_like(leaf_weight_), grad_bias = torch::zeros_like(leaf_bias_);
+      if (!leaf_grads_.empty()) {
+        auto g = cat_rows(leaf_grads_);
+        grad_weight.addmm_(g.t(), cat_rows(leaf_inputs_));
+        grad_bias += g.sum(0);
+      }
+      grads.push_back({"W_leaf.weight", grad_weight});
+      grads.push_back({"W_leaf.bias", grad_bias});
+    }
+    return grads;
+  }
+
+ private:
+  struct Context {
+    int64_t offset = 0;  // the level's first row in children_h_, children_c_ and cells_
+    std::vector<torch::Tensor> node, leaf;  // node: activated, o, tanh(c), c_LR; leaf: x, o, tanh(c)
+  };
+
+  torch::Tensor W_h_, W_c_, W_co_, b_, W_h_t_, W_c_t_, W_co_t_, leaf_weight_, leaf_bias_;
+  int64_t d_ = 0;
+  bool save_ = false;
+  std::vector<Context> contexts_;
+  torch::Tensor children_h_, children_c_, cells_;
+  std::vector<torch::Tensor> grad_h_terms_, grad_o_, leaf_grads_, leaf_inputs_;
+};
+
+}  // namespace
+
+void bind_slstm_levels(pybind11::module& m) {
+  pybind11::class_<SLSTMLevels, graphtree::LevelKernel, std::shared_ptr<SLSTMLevels>>(
+      m, "SLSTMLevels", "The S-LSTM's level math for the engine's compiled level loop")
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, std::optional<torch::Tensor>,
+                          std::optional<torch::Tensor>>(),
+           pybind11::arg("W_h"), pybind11::arg("W_c"), pybind11::arg("W_co"), pybind11::arg("b"),
+           pybind11::arg("leaf_weight") = pybind11::none(), pybind11::arg("leaf_bias") = pybind11::none());
 }

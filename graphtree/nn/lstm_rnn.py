@@ -172,6 +172,16 @@ class LSTMRNN(TreeCell):
 
     fused_backward = True  # the engine uses backward_level, the hand-written derivatives below
 
+    def native_level_kernel(self, inputs: tuple[Tensor, ...]) -> tuple[Any, Any] | None:
+        """This cell's level math for the engine's compiled level loop (``LSTMRNNLevels`` in
+        ``graphtree/csrc/lstm_rnn_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with
+        the kernels module; ``None`` where the kernels do not apply."""
+        kernels = native_kernels(*inputs, self.W_inner)
+        if kernels is None:
+            return None
+        return kernels, kernels.LSTMRNNLevels(self.W_leaf.detach(), self.W_inner.detach(), self.W_cell.detach(),
+                                              self.b.detach(), ACTIVATION_CODES[self.activation])
+
     def forward_level(self, inputs: tuple[Tensor, ...],
                       children: Children) -> tuple[tuple[Tensor, Tensor, Tensor], tuple]:
         """States ``(p, c_p, m)`` of one level, and what :meth:`backward_level` needs."""

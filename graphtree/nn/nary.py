@@ -111,6 +111,22 @@ class NaryTreeLSTM(TreeCell):
         """The engine uses :meth:`backward_level` (hand-written derivatives) for the full parameterization."""
         return self.forget == "full"
 
+    def native_level_kernel(self, inputs: tuple[Tensor, ...]) -> tuple[Any, Any] | None:
+        """The constituency setting's level math for the engine's compiled level loop (``NaryLevels`` in
+        ``graphtree/csrc/nary_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with the
+        kernels module; ``None`` where it does not apply (the engine then runs its Python loop)."""
+        if self.setting != "constituency" or self.forget != "full":
+            return None
+        kernels = native_kernels(*inputs, self.U, self.W_leaf.weight)
+        if kernels is None:
+            return None
+        weights = self.weights
+        U, b = weights.memo("gates", self._gate_weights)
+        # Transposed once per pass: the level products then read the weights row by row.
+        U_t = weights.memo("gates_t", lambda: U.t().contiguous())
+        return kernels, kernels.NaryLevels(U_t, b, self.U.detach(), self.W_leaf.weight.detach(),
+                                           self.W_leaf.bias.detach())
+
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""
         (x_or_Wx,) = inputs

@@ -1,0 +1,51 @@
+// The propagation engine's level loop in C++ (engine_ops.cpp), for cells that supply their level math as a
+// LevelKernel. It is the same loop as _run_levels and _fused_backward in graphtree/engine.py, level by level
+// over the same level-sorted buffers and slot indices; running it in C++ spares each level the Python
+// interpreter between its operators, which on a tree level's few rows costs as much as the arithmetic.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace graphtree {
+
+// One level of a pass: its rows [begin, end) of the level-sorted buffers, and the flat slot index of its
+// nodes' predecessors ([n * width], the padding row where a slot is empty).
+struct Level {
+  int64_t index, begin, end, width;
+  torch::Tensor slots;
+};
+
+// A cell's forward_level / backward_level in C++. The kernel keeps, between the two loops, what its
+// backward needs, and collects its parameter gradients (param_grads) the way ParamGrads does in Python.
+class LevelKernel {
+ public:
+  virtual ~LevelKernel() = default;
+
+  // Called before the forward loop with every level of the pass; `save`: a backward loop will follow.
+  virtual void begin(const std::vector<Level>& levels, bool save) {}
+
+  // Where to gather state component `state` of the level's predecessors ([n * width, d] rows), or an undefined
+  // tensor to let the engine allocate it: a kernel that keeps the gathered states can have them written in place.
+  virtual torch::Tensor gather_destination(const Level& level, int64_t state) { return {}; }
+
+  // The level's states, written into rows [begin, end) of `buffers`, from its rows of `inputs` and the
+  // gathered predecessor states `children` (one [n * width, d] tensor per state component).
+  virtual void forward(const Level& level, const std::vector<torch::Tensor>& inputs,
+                       const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers,
+                       bool save) = 0;
+
+  // Given the gradients of the level's states, adds into `grad_inputs` (the level's rows; undefined where no
+  // gradient is needed) and returns the gradients of the gathered predecessor states (undefined: none).
+  virtual std::vector<torch::Tensor> backward(const Level& level, const std::vector<torch::Tensor>& grad_states,
+                                              std::vector<torch::Tensor>& grad_inputs) = 0;
+
+  // Called once after the backward loop: the parameter gradients, by parameter name.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> param_grads() = 0;
+};
+
+}  // namespace graphtree
