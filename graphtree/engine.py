@@ -21,6 +21,15 @@ and a 10,000-deep chain backpropagates with no recursion. Per level it either
   differentiates it (any cell works; ``update`` must then be deterministic).
 
 The exactness tests check both paths against per-node recursive references.
+
+A fused cell may also offer its level math compiled (``native_level_kernel``,
+a ``LevelKernel`` of ``graphtree/csrc/level_loop.h``). The engine then runs the
+same two loops in C++ (``run_levels_forward`` and ``run_levels_backward`` in
+``graphtree/csrc/engine_ops.cpp``): the same levels, buffers, slot gathers and
+child-gradient accumulation, without the interpreter between a level's
+operators, which on a tree level's few rows costs as much as its arithmetic.
+The N-ary, Child-Sum, S-LSTM and LSTM-RNN cells do, on CPU in float32; all
+else takes the Python loop.
 """
 
 from __future__ import annotations
@@ -180,8 +189,11 @@ def _gather(buffers: list[Tensor], slots: _Slots) -> Children:
 
 def _compiled_level_kernel(cell: torch.nn.Module, inputs: list[Tensor]) -> tuple[ModuleType, Any] | None:
     """The cell's compiled level math for this pass and the kernels module, or ``None`` (the Python loop)."""
+    from .nn.functional import onednn_preferred  # graphtree.nn imports this module
     make = getattr(cell, "native_level_kernel", None)
-    if make is None or not _has_fused_backward(cell):
+    # Where oneDNN's prepacked products are preferred (a per-machine verdict), they run from the Python loop:
+    # the compiled loop multiplies with ATen's own matmul.
+    if make is None or not _has_fused_backward(cell) or onednn_preferred():
         return None
     return make(tuple(inputs))
 
@@ -191,17 +203,21 @@ def _has_fused_backward(cell: torch.nn.Module) -> bool:
 
 
 def _run_levels(cell, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor],
-                save: bool) -> tuple[list[Tensor], list[Any]]:
-    """Forward through all levels; with ``save`` and a fused cell, keep what its backward needs."""
+                save: bool) -> tuple[list[Tensor], list[Any] | tuple[ModuleType, Any]]:
+    """Forward through all levels; with ``save`` and a fused cell, keep what its backward needs.
+
+    Returns the buffers and the per-level contexts, or, where the cell's level math is compiled, the
+    ``(kernels, kernel)`` pair whose kernel object keeps them.
+    """
     reference = next((x for x in inputs if x.is_floating_point()), None)
     dtype = reference.dtype if reference is not None else next(cell.parameters()).dtype
     buffers = [torch.zeros(plan.num_nodes + 1, d, dtype=dtype, device=inputs[0].device)
                for d in cell.state_channels]
-    native = _compiled_level_kernel(cell, inputs)
-    if native is not None:
-        kernels, kernel = native
+    compiled = _compiled_level_kernel(cell, inputs)
+    if compiled is not None:
+        kernels, kernel = compiled
         kernels.run_levels_forward(kernel, buffers, inputs, plan.ptr, [s.flat_index for s in levels], save)
-        return buffers, kernel
+        return buffers, compiled
     fused = save and _has_fused_backward(cell)
     saved: list[Any] = []
     for level in range(plan.num_levels):
@@ -227,8 +243,8 @@ class _LevelPass(torch.autograd.Function):
         # Parameters are kept as they are (not via save_for_backward) so that the
         # recomputation in backward differentiates with respect to these very objects.
         ctx.params = tensors[num_inputs:]
-        # A compiled level loop leaves one kernel object that holds every level's context.
-        ctx.compiled = saved if not isinstance(saved, list) else None
+        # A compiled level loop leaves (kernels module, kernel object): the object holds every level's context.
+        ctx.compiled = saved if isinstance(saved, tuple) else None
         ctx.level_context = saved
         # Internal states are never returned, so no gradient arrives for them: they are kept as plain
         # attributes, and skipping them spares a permutation of their buffers both ways and a zero
@@ -339,9 +355,8 @@ def _fused_backward(ctx, inputs, grad_states, grad_inputs) -> list[Tensor]:
 
 def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
     """Backward through the compiled level loop, over the kernel object its forward loop filled."""
-    from .nn.native import native_kernels  # graphtree.nn imports this module
-    kernels = native_kernels()
-    grads = dict(kernels.run_levels_backward(ctx.compiled, grad_states, grad_inputs, ctx.plan.ptr,
+    kernels, kernel = ctx.compiled  # the module the forward loop ran on, whatever the settings are by now
+    grads = dict(kernels.run_levels_backward(kernel, grad_states, grad_inputs, ctx.plan.ptr,
                                              [s.flat_index for s in ctx.levels]))
     names = {id(p): name for name, p in ctx.cell.named_parameters()}
     # A parameter used outside the pass (an input projection hoisted before it) gets no gradient here.

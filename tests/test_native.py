@@ -26,7 +26,15 @@ from trees import random_ptb
 
 import graphtree.nn.native as native
 from graphtree.data import from_ptb
-from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, LexicalizedTreeLSTM, NaryTreeLSTM, TopDownTreeLSTM
+from graphtree.nn import (
+    LSTMRNN,
+    SLSTM,
+    ChildSumTreeLSTM,
+    LexicalizedTreeLSTM,
+    NaryTreeLSTM,
+    TopDownTreeLSTM,
+    functional,
+)
 
 
 def _kernels_or_skip():
@@ -40,6 +48,13 @@ def _kernels_or_skip():
 @pytest.fixture(scope="module")
 def kernels():
     return _kernels_or_skip()
+
+
+@pytest.fixture(autouse=True)
+def plain_matmuls(monkeypatch):
+    # The compiled level loop runs where oneDNN is not preferred (this machine's verdict, and the common one);
+    # where it is, the Python loop keeps oneDNN's products, as the *_with_and_without_onednn tests check.
+    monkeypatch.setattr(functional, "_ONEDNN_PAYS", False)
 
 
 def _run(cell, x, batch, weights):
@@ -89,7 +104,7 @@ def test_compiled_level_loop_on_a_dag(kernels, monkeypatch):
 
 @pytest.mark.parametrize("frozen", ["inputs", "leaf unit", "gates", "child-sum inputs", "child-sum forget",
                                     "s-lstm inputs", "s-lstm peepholes", "lstm-rnn inputs", "lstm-rnn leaves"])
-def test_compiled_level_loop_with_frozen_parts(kernels, frozen):
+def test_compiled_level_loop_with_frozen_parts(kernels, frozen, monkeypatch):
     # Only what needs a gradient gets one; the rest agrees with the PyTorch path.
     torch.manual_seed(1)
     cell = (ChildSumTreeLSTM(9, 12) if frozen.startswith("child-sum")
@@ -115,8 +130,10 @@ def test_compiled_level_loop_with_frozen_parts(kernels, frozen):
         h, c = cell(x, batch)
         return (h, c, *torch.autograd.grad((h.sin().sum() + c.cos().sum()), wanted))
 
+    calls = _count_calls(kernels, [f"{type(cell).__name__.replace('TreeLSTM', '')}Levels"], monkeypatch)
     with native.use_native(True):
         fast = grads()
+    assert all(calls.values()), f"the compiled level loop was not used: {calls}"
     with native.use_native(False):
         plain = grads()
     for a, b in zip(fast, plain, strict=True):

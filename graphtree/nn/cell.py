@@ -39,6 +39,12 @@ class TreeCell(MessagePassing):
     by parameter name, present only for parameters that need one) and may
     return ``None`` for an input whose ``needs_input_grad`` flag is false.
     Matrix products with the cell's weights go through :attr:`weights`.
+
+    A fused cell may further implement ``native_level_kernel(inputs)``,
+    returning ``(kernels, kernel)``: the compiled kernels module and a
+    ``LevelKernel`` (``graphtree/csrc/level_loop.h``) holding the same level
+    math in C++, or ``None`` where it does not apply. The engine then runs its
+    level loop in C++ over that kernel (see :mod:`graphtree.engine`).
     """
 
     direction: str = "bottom_up"

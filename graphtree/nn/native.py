@@ -4,7 +4,9 @@ A tree level has few rows, so between its matrix products the cost is not
 arithmetic but the dozen small elementwise operators, each a separate call. The
 kernels in ``graphtree/csrc`` do that work in one pass over the level's rows
 (every cell: Child-Sum and N-ary, the LSTM-RNN, and the peephole cells, the S-LSTM and
-Teng & Zhang's lexicalized and top-down cells). They are compiled with
+Teng & Zhang's lexicalized and top-down cells), and the propagation engine's
+level loop itself, for the cells whose whole level math is compiled (the
+N-ary, Child-Sum, S-LSTM and LSTM-RNN cells; see :mod:`graphtree.engine`). They are compiled with
 :func:`torch.utils.cpp_extension.load` the first time they are needed (about a
 minute, once per machine and PyTorch build; the result is kept in PyTorch's
 extension cache) and used for float32 CPU tensors outside autograd. Everything
