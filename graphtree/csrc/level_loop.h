@@ -48,4 +48,21 @@ class LevelKernel {
   virtual std::vector<std::pair<std::string, torch::Tensor>> param_grads() = 0;
 };
 
+// The first row of each level among the rows of the internal levels (those with predecessors), and their
+// total: for a kernel that keeps a per-node tensor of every internal level in one, in level order.
+inline int64_t internal_row_offsets(const std::vector<Level>& levels, std::vector<int64_t>& offsets) {
+  offsets.assign(levels.size(), 0);
+  int64_t rows = 0;
+  for (const auto& level : levels) {
+    offsets[level.index] = rows;
+    if (level.width > 0) rows += level.end - level.begin;
+  }
+  return rows;
+}
+
+// Rows of several tensors, one after the other (no copy for one).
+inline torch::Tensor cat_rows(const std::vector<torch::Tensor>& parts) {
+  return parts.size() == 1 ? parts[0] : torch::cat(parts);
+}
+
 }  // namespace graphtree

@@ -182,9 +182,7 @@ std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, to
 
 namespace {
 
-torch::Tensor cat_rows(const std::vector<torch::Tensor>& parts) {
-  return parts.size() == 1 ? parts[0] : torch::cat(parts);
-}
+using graphtree::cat_rows;
 
 // The LSTM-RNN (graphtree/nn/lstm_rnn.py, Le & Zuidema 2015) as a LevelKernel for the engine's compiled level
 // loop: forward_level and backward_level there, in C++, on the kernels above. States: p, c_p and the internal

@@ -146,11 +146,7 @@ class NaryLevels : public graphtree::LevelKernel {
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
     save_ = save;
     contexts_.assign(levels.size(), {});
-    int64_t internal = 0;
-    for (const auto& level : levels) {
-      contexts_[level.index].offset = internal;
-      if (level.width > 0) internal += level.end - level.begin;
-    }
+    const int64_t internal = graphtree::internal_row_offsets(levels, offsets_);
     // Every internal node's gathered children h, level after level: the rows of U's weight gradient.
     children_h_ = torch::empty({internal, N_ * d_}, U_.options());
   }
@@ -158,7 +154,7 @@ class NaryLevels : public graphtree::LevelKernel {
   torch::Tensor gather_destination(const graphtree::Level& level, int64_t state) override {
     if (state != 0 || level.width == 0) return {};
     TORCH_CHECK(level.width == N_, "NaryLevels: a level with ", level.width, " slots, expected ", N_);
-    return children_h_.narrow(0, contexts_[level.index].offset, level.end - level.begin).view({-1, d_});
+    return children_h_.narrow(0, offsets_[level.index], level.end - level.begin).view({-1, d_});
   }
 
   void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
@@ -187,7 +183,7 @@ class NaryLevels : public graphtree::LevelKernel {
           }
         }
       });
-      if (save) context = Context{context.offset, x, gates, tanh_c, {}};
+      if (save) context = Context{x, gates, tanh_c, {}};
       return;
     }
     auto h_children = children[0].view({n, N_ * d_});
@@ -195,7 +191,7 @@ class NaryLevels : public graphtree::LevelKernel {
     auto gates = at::addmm(gate_bias_, h_children, gate_weights_t_);
     forward_rows(gates.data_ptr<float>(), c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(),
                  tanh_c.data_ptr<float>(), n, N_, d_);
-    if (save) context = Context{context.offset, {}, gates, tanh_c, c_children};
+    if (save) context = Context{{}, gates, tanh_c, c_children};
   }
 
   std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
@@ -226,7 +222,7 @@ class NaryLevels : public graphtree::LevelKernel {
       return {torch::Tensor(), torch::Tensor()};
     }
     if (!grad_gates_.defined()) grad_gates_ = torch::empty({children_h_.size(0), rows_}, U_.options());
-    auto grad_gates = grad_gates_.narrow(0, context.offset, n);
+    auto grad_gates = grad_gates_.narrow(0, offsets_[level.index], n);
     auto grad_c_children = torch::empty({n, N_, d}, U_.options());
     backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), context.activated.data_ptr<float>(),
                   context.c_children.data_ptr<float>(), context.tanh_c.data_ptr<float>(),
@@ -257,7 +253,6 @@ class NaryLevels : public graphtree::LevelKernel {
 
  private:
   struct Context {
-    int64_t offset = 0;  // the level's first row in children_h_ and grad_gates_
     torch::Tensor x, activated, tanh_c, c_children;
   };
 
@@ -265,6 +260,7 @@ class NaryLevels : public graphtree::LevelKernel {
   int64_t rows_ = 0, d_ = 0, N_ = 0;
   bool save_ = false;
   std::vector<Context> contexts_;
+  std::vector<int64_t> offsets_;  // each level's first row in children_h_ and grad_gates_
   torch::Tensor children_h_, grad_gates_;
   std::vector<torch::Tensor> leaf_grads_, leaf_inputs_;
 };

@@ -156,9 +156,7 @@ std::vector<torch::Tensor> peephole_level_cell_backward(torch::Tensor grad_c, to
 
 namespace {
 
-torch::Tensor cat_rows(const std::vector<torch::Tensor>& parts) {
-  return parts.size() == 1 ? parts[0] : torch::cat(parts);
-}
+using graphtree::cat_rows;
 
 // The S-LSTM (graphtree/nn/slstm.py, Zhu et al. 2015, eqs 1-7) as a LevelKernel for the engine's compiled level
 // loop: forward_level and backward_level there, in C++, on the kernels above. Leaves: h = x, c = 0
@@ -188,11 +186,7 @@ class SLSTMLevels : public graphtree::LevelKernel {
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
     save_ = save;
     contexts_.assign(levels.size(), {});
-    int64_t internal = 0;
-    for (const auto& level : levels) {
-      contexts_[level.index].offset = internal;
-      if (level.width > 0) internal += level.end - level.begin;
-    }
+    const int64_t internal = graphtree::internal_row_offsets(levels, offsets_);
     // The children's [h^L, h^R] and [c^L, c^R] of every internal node: the rows of W_h's and W_c's gradients.
     children_h_ = torch::empty({internal, 2 * d_}, W_h_.options());
     children_c_ = torch::empty({internal, 2 * d_}, W_h_.options());
@@ -203,7 +197,7 @@ class SLSTMLevels : public graphtree::LevelKernel {
     if (level.width == 0) return {};
     TORCH_CHECK(level.width == 2, "SLSTMLevels: a level with ", level.width, " slots, expected 2");
     const auto& all = state == 0 ? children_h_ : children_c_;
-    return all.narrow(0, contexts_[level.index].offset, level.end - level.begin).view({-1, d_});
+    return all.narrow(0, offsets_[level.index], level.end - level.begin).view({-1, d_});
   }
 
   void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
@@ -231,7 +225,7 @@ class SLSTMLevels : public graphtree::LevelKernel {
     auto h_terms = at::addmm(b_, h_cat, W_h_t_);  // all W_h h + b of eqs 1-4, 6
     auto c_terms = at::mm(c_cat, W_c_t_);        // peepholes on the children's cells, eqs 1-3
     auto cell = peephole_level_cell(h_terms, c_terms, c_LR);
-    auto c_t = cells_.narrow(0, context.offset, n);
+    auto c_t = cells_.narrow(0, offsets_[level.index], n);
     c_t.copy_(cell[1]);
     auto output = peephole_level_output(h_terms, at::mm(c_t, W_co_t_), c_t);  // eq 6 peeks at the new cell
     h_out.copy_(output[2]);
@@ -309,7 +303,6 @@ class SLSTMLevels : public graphtree::LevelKernel {
 
  private:
   struct Context {
-    int64_t offset = 0;  // the level's first row in children_h_, children_c_ and cells_
     std::vector<torch::Tensor> node, leaf;  // node: activated, o, tanh(c), c_LR; leaf: x, o, tanh(c)
   };
 
@@ -317,6 +310,7 @@ class SLSTMLevels : public graphtree::LevelKernel {
   int64_t d_ = 0;
   bool save_ = false;
   std::vector<Context> contexts_;
+  std::vector<int64_t> offsets_;  // each level's first row in children_h_, children_c_ and cells_
   torch::Tensor children_h_, children_c_, cells_;
   std::vector<torch::Tensor> grad_h_terms_, grad_o_, leaf_grads_, leaf_inputs_;
 };
