@@ -12,6 +12,7 @@ from torch_geometric.nn import MessagePassing
 from ..engine import Children, propagate
 from ..schedule import Schedule
 from .functional import PackedWeights
+from .native import native_kernels
 
 __all__ = ["TreeCell"]
 
@@ -79,6 +80,12 @@ class TreeCell(MessagePassing):
         finally:
             # Levels that need the packs in backward keep them in their context.
             self._pass_weights = None
+
+    def _compiled_levels(self, inputs: tuple[Tensor, ...], kernel: str, *args: Any) -> tuple[Any, Any] | None:
+        """``(kernels, kernels.<kernel>(*args))`` for :meth:`native_level_kernel`, or ``None`` where the
+        compiled kernels do not apply to ``inputs`` and the tensors among ``args`` (the cell's weights, detached)."""
+        kernels = native_kernels(*inputs, *(a for a in args if isinstance(a, Tensor)))
+        return None if kernels is None else (kernels, getattr(kernels, kernel)(*args))
 
     @property
     def weights(self) -> PackedWeights:

@@ -77,11 +77,8 @@ class ChildSumTreeLSTM(TreeCell):
         """This cell's level math for the engine's compiled level loop (``ChildSumLevels`` in
         ``graphtree/csrc/child_sum_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with
         the kernels module; ``None`` where the kernels do not apply."""
-        kernels = native_kernels(*inputs, self.U_iou.weight)
-        if kernels is None:
-            return None
-        return kernels, kernels.ChildSumLevels(self.U_iou.weight.detach(), self.U_iou.bias.detach(),
-                                               self.U_f.weight.detach(), self.U_f.bias.detach())
+        return self._compiled_levels(inputs, "ChildSumLevels", self.U_iou.weight.detach(), self.U_iou.bias.detach(),
+                                     self.U_f.weight.detach(), self.U_f.bias.detach())
 
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""

@@ -117,15 +117,14 @@ class NaryTreeLSTM(TreeCell):
         kernels module; ``None`` where it does not apply (the engine then runs its Python loop)."""
         if self.setting != "constituency" or self.forget != "full":
             return None
-        kernels = native_kernels(*inputs, self.U, self.W_leaf.weight)
-        if kernels is None:
+        if native_kernels(*inputs, self.U) is None:  # before building the transposed weights
             return None
         weights = self.weights
         U, b = weights.memo("gates", self._gate_weights)
         # Transposed once per pass: the level products then read the weights row by row.
         U_t = weights.memo("gates_t", lambda: U.t().contiguous())
-        return kernels, kernels.NaryLevels(U_t, b, self.U.detach(), self.W_leaf.weight.detach(),
-                                           self.W_leaf.bias.detach())
+        return self._compiled_levels(inputs, "NaryLevels", U_t, b, self.U.detach(), self.W_leaf.weight.detach(),
+                                     self.W_leaf.bias.detach())
 
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""

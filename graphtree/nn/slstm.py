@@ -124,12 +124,9 @@ class SLSTM(TreeCell):
         """This cell's level math for the engine's compiled level loop (``SLSTMLevels`` in
         ``graphtree/csrc/peephole_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with
         the kernels module; ``None`` where the kernels do not apply."""
-        kernels = native_kernels(*inputs, self.W_h)
-        if kernels is None:
-            return None
         leaf = (self.W_leaf.weight.detach(), self.W_leaf.bias.detach()) if self.W_leaf is not None else (None, None)
-        return kernels, kernels.SLSTMLevels(self.W_h.detach(), self.W_c.detach(), self.W_co.detach(),
-                                            self.b.detach(), *leaf)
+        return self._compiled_levels(inputs, "SLSTMLevels", self.W_h.detach(), self.W_c.detach(), self.W_co.detach(),
+                                     self.b.detach(), *leaf)
 
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""
