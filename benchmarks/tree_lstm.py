@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
-from graphtree.data import from_ptb
+from graphtree.data import NO_WORD, from_ptb
 from graphtree.data.tree import tree_data
 from graphtree.engine import schedule_of
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
@@ -191,6 +191,7 @@ class ProjectedEmbedding(nn.Module):
 
     LSTM-RNN's leaves output their input vector, so its input width must be the
     hidden size; projecting keeps the benchmark's embedding sizes meaningful.
+    Only words are projected: the cell reads no input at inner nodes.
     """
 
     def __init__(self, embedding: NodeEmbedding, channels: int) -> None:
@@ -200,7 +201,10 @@ class ProjectedEmbedding(nn.Module):
         self.embedding_dim = channels
 
     def forward(self, word: Tensor) -> Tensor:
-        return self.project(self.embedding(word))
+        is_word = word != NO_WORD
+        out = self.project.weight.new_zeros(word.numel(), self.embedding_dim)
+        out[is_word] = self.project(self.embedding(word[is_word]))
+        return out
 
 
 class BiTreeClassifier(nn.Module):
@@ -401,7 +405,10 @@ class Trainer:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.optimizer = torch.optim.Adagrad([p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE)
+        # fused, as graphtree.train.PaperOptimizer makes it where PyTorch has it (benchmarks/optimizer_step.py)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adagrad(params, lr=LEARNING_RATE,
+                                             fused=all(p.device.type == "cpu" for p in params) or None)
         self._model_state = copy.deepcopy(model.state_dict())
         self._optimizer_state = copy.deepcopy(self.optimizer.state_dict())
 
