@@ -82,10 +82,12 @@ CELL_NAMES = {"nary": "N-ary", "child_sum": "Child-Sum", "slstm": "S-LSTM", "lst
               "lstm": "nn.LSTM", "recursive": "recursive"}
 
 FULL = dict(embeddings=(300, 50), batch_sizes=(25, 100, 256), workload=256, reference_trees=50, reps=5,
-            warmup=1, scale_nodes=(1_000, 10_000, 100_000), scale_reps=7, chain_depths=(1_000, 5_000, 10_000),
+            warmup=1, scale_nodes=(1_000, 10_000, 100_000), scale_reps=7, scale_processes=3,
+            chain_depths=(1_000, 5_000, 10_000),
             chain_reps=3, cells=CELLS)
 QUICK = dict(embeddings=(300,), batch_sizes=(25,), workload=50, reference_trees=25, reps=3, warmup=1,
-             scale_nodes=(1_000, 10_000, 100_000), scale_reps=1, chain_depths=(1_000, 10_000), chain_reps=1,
+             scale_nodes=(1_000, 10_000, 100_000), scale_reps=1, scale_processes=1, chain_depths=(1_000, 10_000),
+             chain_reps=1,
              cells=CELLS)
 
 # Targets of the issue, for the N-ary cell at hidden 150, embeddings 300, batch 25, 2 threads.
@@ -686,22 +688,34 @@ def scaling_probe(args: argparse.Namespace, config: dict) -> None:
     print(json.dumps(node_scaling(config, trees, vocab_size, torch.device(args.device))))
 
 
-def node_scaling_in_child(args: argparse.Namespace, config: dict) -> list[dict]:
-    """:func:`node_scaling` in a child process whose heap holds nothing but its own batches.
+def node_scaling_in_children(args: argparse.Namespace, config: dict) -> list[dict]:
+    """:func:`node_scaling` in ``config["scale_processes"]`` fresh child processes; the median of each size.
 
-    Run after the grid in the same process, the 1k-node step read markedly
-    slower than in a fresh process while the 100k-node step did not move: what
-    the allocator keeps from the grid's larger models weighs on the small batch,
-    not the engine. So the sizes are timed, interleaved as before, where only
-    their own batches ran.
+    Within one process a 1k-node step times the same to a few percent from
+    repetition to repetition, but from one process to the next it moved by
+    tens of percent (the 10k- and 100k-node steps far less), and after the
+    grid, in the grid's process, it read slower still: where a process's
+    tensors land in memory weighs on a step this short. So each process times
+    the sizes interleaved, as :func:`node_scaling` does, and the result is the
+    median over processes; every process's times are kept (``per_process``).
     """
     command = [sys.executable, str(Path(__file__).resolve()), "--scaling-probe", "--threads", str(args.threads),
                "--device", args.device, "--sst", str(args.sst), *(["--quick"] if args.quick else [])]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        print(f"node-scaling probe failed:\n{done.stderr[-2000:]}", file=sys.stderr)
+    runs = []
+    for _ in range(config["scale_processes"]):
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            print(f"node-scaling probe failed:\n{done.stderr[-2000:]}", file=sys.stderr)
+            continue
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    if not runs:
         return []
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    rows = []
+    for k, first in enumerate(runs[0]):
+        seconds = [run[k]["train_s"] for run in runs]
+        rows.append(dict(first, train_s=median(seconds), us_per_node=1e6 * median(seconds) / first["nodes"],
+                         per_process_s=seconds))
+    return rows
 
 
 def workload_batches(config: dict, trees: list[Data], B: int) -> tuple[list[list[Data]], list[Batch]]:
@@ -1154,11 +1168,13 @@ def main(argv: list[str] | None = None) -> None:
 
     nodes, memory, chain, backends, kernels = [], [], [], [], []
     if not args.skip_scaling:
-        nodes = node_scaling_in_child(args, config)
-        print("N-ary (E=300) training step by batch size in nodes:")
+        nodes = node_scaling_in_children(args, config)
+        print(f"N-ary (E=300) training step by batch size in nodes (median of {config['scale_processes']} "
+              "processes):")
         for r in nodes:
+            each = ", ".join(f"{t * 1e3:.1f}" for t in r["per_process_s"])
             print(f"  {r['nodes']:>7} nodes, {r['levels']:>3} levels: {r['train_s'] * 1e3:8.1f} ms, "
-                  f"{r['us_per_node']:6.2f} µs/node")
+                  f"{r['us_per_node']:6.2f} µs/node (processes: {each} ms)")
         print(f"[{time.perf_counter() - started:.0f} s]")
         memory = memory_scaling(args, config)
         print("N-ary (E=300) peak memory of a training step:")
