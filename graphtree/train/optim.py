@@ -99,12 +99,15 @@ def _make(name: str, params: list[Tensor], lr: float, dense: bool = True) -> tor
     # The fused update is the same arithmetic in one pass over all parameters instead of several operators per
     # parameter; at minibatch 25 the per-parameter loop is a visible share of a step
     # (python benchmarks/optimizer_step.py). Sparse gradients have no fused path.
-    fused = True if dense and _fusable(name, params) else None
-    if name == "adagrad":
-        return torch.optim.Adagrad(params, lr=lr, fused=fused)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, fused=fused)
-    return torch.optim.SGD(params, lr=lr, fused=fused)
+    make, settings = {"adagrad": (torch.optim.Adagrad, {}),
+                      "adam": (torch.optim.Adam, dict(betas=(0.9, 0.999), eps=1e-8)),
+                      "sgd": (torch.optim.SGD, {})}[name]
+    if dense and _fusable(name, params):
+        try:
+            return make(params, lr=lr, fused=True, **settings)
+        except (TypeError, RuntimeError):  # a PyTorch older than 2.4: no fused update for this optimizer or device
+            pass
+    return make(params, lr=lr, **settings)
 
 
 class PaperOptimizer:
