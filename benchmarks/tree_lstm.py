@@ -694,10 +694,11 @@ def node_scaling_in_children(args: argparse.Namespace, config: dict) -> list[dic
     Within one process a 1k-node step times the same to a few percent from
     repetition to repetition, but from one process to the next it moved by
     tens of percent (the 10k- and 100k-node steps far less), and after the
-    grid, in the grid's process, it read slower still: where a process's
-    tensors land in memory weighs on a step this short. So each process times
+    grid, in the grid's process, it read slower still. The arithmetic is the
+    same in every process; where its tensors land in memory is the likely
+    difference, and it weighs most on the shortest step. So each process times
     the sizes interleaved, as :func:`node_scaling` does, and the result is the
-    median over processes; every process's times are kept (``per_process``).
+    median over processes; every process's times are kept (``per_process_s``).
     """
     command = [sys.executable, str(Path(__file__).resolve()), "--scaling-probe", "--threads", str(args.threads),
                "--device", args.device, "--sst", str(args.sst), *(["--quick"] if args.quick else [])]

@@ -119,7 +119,8 @@ def test_tai_update_by_hand() -> None:
     w = torch.nn.Parameter(torch.tensor([0.5, -2.0]))
     e = torch.nn.Parameter(torch.tensor([1.0, 3.0]))
     opt = PaperOptimizer([w], [e], PRESETS["tai"])
-    assert opt.model_optimizer.defaults["fused"]  # the by-hand values below check PyTorch's fused AdaGrad
+    if torch.torch_version.TorchVersion(torch.__version__) >= "2.4":  # older PyTorch has no fused AdaGrad
+        assert opt.model_optimizer.defaults["fused"]  # the by-hand values below check the fused update
     lr, lam, acc = 0.05, 1e-4, [0.0, 0.0]
     w_ref, e_ref = [0.5, -2.0], [1.0, 3.0]
     for step, (gw, ge) in enumerate([([1.0, 0.25], [0.5, -1.0]), ([-0.5, 2.0], [2.0, 0.0])]):
