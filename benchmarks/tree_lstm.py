@@ -59,6 +59,7 @@ from graphtree.engine import schedule_of
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM, functional, native
 from graphtree.schedule import Schedule
+from graphtree.train import make_optimizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recursive_reference import RecursiveTreeLSTM, tree_from_data
@@ -407,10 +408,8 @@ class Trainer:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        # fused, as graphtree.train.PaperOptimizer makes it where PyTorch has it (benchmarks/optimizer_step.py)
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.Adagrad(params, lr=LEARNING_RATE,
-                                             fused=all(p.device.type == "cpu" for p in params) or None)
+        # The library's AdaGrad, fused where PyTorch has it, as the experiments train.
+        self.optimizer = make_optimizer("adagrad", [p for p in model.parameters() if p.requires_grad], LEARNING_RATE)
         self._model_state = copy.deepcopy(model.state_dict())
         self._optimizer_state = copy.deepcopy(self.optimizer.state_dict())
 
@@ -692,9 +691,9 @@ def node_scaling_in_children(args: argparse.Namespace, config: dict) -> list[dic
     """:func:`node_scaling` in ``config["scale_processes"]`` fresh child processes; the median of each size.
 
     Within one process a 1k-node step times the same to a few percent from
-    repetition to repetition, but from one process to the next it moved by
-    tens of percent (the 10k- and 100k-node steps far less), and after the
-    grid, in the grid's process, it read slower still. The arithmetic is the
+    repetition to repetition, but not always from one process to the next
+    (the 10k- and 100k-node steps far less so), and after the grid, in the
+    grid's process, it read slower still. The arithmetic is the
     same in every process; where its tensors land in memory is the likely
     difference, and it weighs most on the shortest step. So each process times
     the sizes interleaved, as :func:`node_scaling` does, and the result is the

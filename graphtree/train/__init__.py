@@ -15,7 +15,7 @@
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
 from .metrics import Tally, evaluate
 from .models import WordInputModel
-from .optim import PRESETS, OptimizerSpec, PaperOptimizer
+from .optim import PRESETS, OptimizerSpec, PaperOptimizer, make_optimizer
 from .trainer import FitResult, Trainer
 from .transforms import SUPERVISION, recursive_tree, restrict_supervision
 
@@ -32,6 +32,7 @@ __all__ = [
     "atomic_write_text",
     "evaluate",
     "get_rng_state",
+    "make_optimizer",
     "recursive_tree",
     "restrict_supervision",
     "seed_everything",

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["PRESETS", "OptimizerSpec", "PaperOptimizer"]
+__all__ = ["PRESETS", "OptimizerSpec", "PaperOptimizer", "make_optimizer"]
 
 _OPTIMIZERS = ("adagrad", "adam", "sgd")
 SPARSE_EXACT = ("adagrad", "sgd")  # updates that leave a row without gradient where it is
@@ -86,26 +86,29 @@ PRESETS: dict[str, OptimizerSpec] = {
 """The papers' optimizer settings (see the module docstring for sources)."""
 
 
-# Devices with PyTorch's fused (single-kernel, all-parameter) implementation of each update.
+# Devices with a fused update of each optimizer. PyTorch checks the device only at the first step, so the
+# choice is made here, where the unfused update is still an option.
 _FUSED_DEVICES = {"adagrad": ("cpu",), "adam": ("cpu", "cuda"), "sgd": ("cpu", "cuda")}
 
 
-def _fusable(name: str, params: list[Tensor]) -> bool:
-    return all(p.is_floating_point() and p.layout == torch.strided and p.device.type in _FUSED_DEVICES[name]
-               for p in params)
+def make_optimizer(name: str, params: list[Tensor], lr: float, dense: bool = True) -> torch.optim.Optimizer:
+    """``"adagrad"``, ``"adam"`` (DyNet's defaults) or ``"sgd"`` over ``params``, fused where PyTorch can.
 
-
-def _make(name: str, params: list[Tensor], lr: float, dense: bool = True) -> torch.optim.Optimizer:
-    # The fused update is the same arithmetic in one pass over all parameters instead of several operators per
-    # parameter; at minibatch 25 the per-parameter loop is a visible share of a step
-    # (python benchmarks/optimizer_step.py). Sparse gradients have no fused path.
+    The fused update is the same arithmetic in one pass over all parameters
+    instead of several operators per parameter; at minibatch 25 the
+    per-parameter loop is a visible share of a step
+    (``python benchmarks/optimizer_step.py``). ``dense=False`` (gradients that
+    may be sparse, which have no fused path), floating-point parameters on a
+    device without a fused kernel, and PyTorch older than 2.4 get the unfused
+    one.
+    """
     make, settings = {"adagrad": (torch.optim.Adagrad, {}),
                       "adam": (torch.optim.Adam, dict(betas=(0.9, 0.999), eps=1e-8)),
                       "sgd": (torch.optim.SGD, {})}[name]
-    if dense and _fusable(name, params):
+    if dense and all(p.is_floating_point() and p.device.type in _FUSED_DEVICES[name] for p in params):
         try:
             return make(params, lr=lr, fused=True, **settings)
-        except (TypeError, RuntimeError):  # a PyTorch older than 2.4: no fused update for this optimizer or device
+        except (TypeError, RuntimeError):  # PyTorch < 2.4: no fused update for this optimizer
             pass
     return make(params, lr=lr, **settings)
 
@@ -128,10 +131,10 @@ class PaperOptimizer:
         shared = {id(p) for p in self.params} & {id(p) for p in self.embedding_params}
         if shared:
             raise ValueError("a parameter is both a model and an embedding parameter; pass each once")
-        self.model_optimizer = _make(spec.name, self.params, spec.lr)
+        self.model_optimizer = make_optimizer(spec.name, self.params, spec.lr)
         # AdaGrad and SGD embeddings may get sparse gradients (for_model); Adam's are always dense.
-        self.embedding_optimizer = (_make(spec.embedding, self.embedding_params, spec.embedding_lr,
-                                          dense=spec.embedding not in SPARSE_EXACT)
+        self.embedding_optimizer = (make_optimizer(spec.embedding, self.embedding_params, spec.embedding_lr,
+                                                   dense=spec.embedding not in SPARSE_EXACT)
                                     if self.embedding_params and spec.embedding_lr > 0 else None)
 
     @classmethod
