@@ -217,7 +217,8 @@ def _run_levels(cell, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor
     compiled = _compiled_level_kernel(cell, inputs)
     if compiled is not None:
         kernels, kernel = compiled
-        kernels.run_levels_forward(kernel, buffers, inputs, plan.ptr, [s.flat_index for s in levels], save)
+        kernels.run_levels_forward(kernel, buffers, inputs, plan.ptr, [s.flat_index for s in levels],
+                                   plan.position_groups, save)
         return buffers, compiled
     fused = save and _has_fused_backward(cell)
     saved: list[Any] = []
@@ -233,6 +234,9 @@ def _run_levels(cell, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor
         for buf, value in zip(buffers, states):
             buf[a:b] = value
     return buffers, saved
+
+
+_RELEASED = "released"  # ctx.compiled after the compiled backward has run and let its kernel go
 
 
 class _LevelPass(torch.autograd.Function):
@@ -264,6 +268,11 @@ class _LevelPass(torch.autograd.Function):
         grad_states = [g.clone() if g is not None else torch.zeros_like(buf)
                        for g, buf in zip(list(grad_buffers) + [None] * len(ctx.internal), buffers)]
         grad_inputs = [torch.zeros_like(x) if x.requires_grad else None for x in inputs]
+        if ctx.compiled is _RELEASED:
+            raise RuntimeError(
+                "a second backward through the same graphtree pass (retain_graph=True): its compiled level loop "
+                "freed what its backward needs after the first one. Run the forward again, or set "
+                "GRAPHTREE_NATIVE=0 for the Python level loop, which keeps it.")
         if ctx.compiled is not None:
             grad_params = _compiled_backward(ctx, grad_states, grad_inputs)
         elif _has_fused_backward(ctx.cell):
@@ -358,7 +367,11 @@ def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
     """Backward through the compiled level loop, over the kernel object its forward loop filled."""
     kernels, kernel = ctx.compiled  # the module the forward loop ran on, whatever the settings are by now
     grads = dict(kernels.run_levels_backward(kernel, grad_states, grad_inputs, ctx.plan.ptr,
-                                             [s.flat_index for s in ctx.levels]))
+                                             [s.flat_index for s in ctx.levels], ctx.plan.position_groups))
+    # The kernel holds every level's saved tensors. The autograd graph, and with it this ctx, outlives the
+    # backward pass until the caller drops the outputs, usually during the next batch's forward pass: freed
+    # here, that memory is reused by the next pass instead of fresh pages.
+    ctx.compiled = ctx.level_context = _RELEASED
     names = {id(p): name for name, p in ctx.cell.named_parameters()}
     # A parameter used outside the pass (an input projection hoisted before it) gets no gradient here.
     return [grads[names[id(p)]] if names[id(p)] in grads else torch.zeros_like(p) for p in ctx.params]

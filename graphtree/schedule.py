@@ -11,7 +11,14 @@ runs on it. For each direction it holds a :class:`LevelPlan`:
   bottom-up, its parents top-down). The value ``num_nodes`` pads missing slots
   and points at an all-zero state row;
 * ``slot_pos[l]``: for each slot the ``edge_pos`` of the edge it came through
-  (the node's position under that parent, used by top-down cells).
+  (the node's position under that parent, used by top-down cells);
+* ``position_groups[l]`` (bottom-up): within a level, nodes come grouped by
+  their own position under their parents: first the nodes that are child 0 of
+  every parent they have, then child 1, and so on up to the widest position,
+  then the nodes at several positions (a DAG), then those with no parent. The
+  list holds each group's size, so a cell can run a block of rows that all
+  feed the same parent slot as one contiguous slice (the LSTM-RNN computes
+  only the maps its parent will read). Top-down plans are not grouped (``[]``).
 
 Bottom-up, a child sits in the slot equal to its ``edge_pos`` (its position among
 the parent's children), which is what ordered N-ary cells need. Top-down, a
@@ -46,6 +53,7 @@ class LevelPlan:
     ptr: list[int]
     slots: list[Tensor]
     slot_pos: list[Tensor]
+    position_groups: list[list[int]] = field(default_factory=list)
     _by_device: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -67,7 +75,7 @@ class LevelPlan:
         if device not in self._by_device:
             self._by_device[device] = LevelPlan(
                 self.direction, self.order.to(device), self.rank.to(device), self.ptr,
-                [s.to(device) for s in self.slots], [s.to(device) for s in self.slot_pos])
+                [s.to(device) for s in self.slots], [s.to(device) for s in self.slot_pos], self.position_groups)
         return self._by_device[device]
 
 
@@ -123,7 +131,9 @@ class Schedule:
                 # Receivers are parents; children fill the slot of their position.
                 plan = _build_plan(direction, self.height, receiver=self.edge_index[1],
                                    sender=self.edge_index[0], slot=self.edge_pos, edge_pos=self.edge_pos,
-                                   describe=self.describe_node)
+                                   describe=self.describe_node,
+                                   groups=_parent_position_groups(self.edge_index[0], self.edge_pos,
+                                                                  self.num_nodes))
             else:
                 # Receivers are children; parents fill slots in edge order.
                 plan = _build_plan(direction, self.depth, receiver=self.edge_index[0],
@@ -167,8 +177,21 @@ def _rank_within_groups(group: Tensor) -> Tensor:
     return rank
 
 
+def _parent_position_groups(child: Tensor, edge_pos: Tensor, num_nodes: int) -> tuple[Tensor, int]:
+    """Each node's group for ``position_groups``, and the number of groups: ``p`` for a node that is child
+    ``p`` of every parent it has, ``K`` (the widest position + 1) for one at several positions, ``K + 1`` for
+    one with no parent."""
+    widest = int(edge_pos.max()) + 1 if edge_pos.numel() else 0
+    start = torch.full((num_nodes,), widest, dtype=torch.long)
+    low = start.scatter_reduce(0, child, edge_pos, "amin", include_self=False)
+    high = start.scatter_reduce(0, child, edge_pos, "amax", include_self=False)
+    group = torch.where(low == high, low, widest)
+    group[torch.bincount(child, minlength=num_nodes) == 0] = widest + 1
+    return group, widest + 2
+
+
 def _build_plan(direction: str, level: Tensor, receiver: Tensor, sender: Tensor, slot: Tensor,
-                edge_pos: Tensor, describe) -> LevelPlan:
+                edge_pos: Tensor, describe, groups: tuple[Tensor, int] | None = None) -> LevelPlan:
     num_nodes = level.numel()
     if receiver.numel():
         bad = (level[receiver] <= level[sender]).nonzero()
@@ -188,10 +211,17 @@ def _build_plan(direction: str, level: Tensor, receiver: Tensor, sender: Tensor,
             dup = int(idx[1:][sorted_key[1:] == sorted_key[:-1]][0])
             raise ScheduleError(f"two edges into {describe(int(receiver[dup]))} share position {int(slot[dup])}")
 
-    order = torch.argsort(level, stable=True)
+    num_levels = int(level.max()) + 1 if num_nodes else 0
+    position_groups: list[list[int]] = []
+    if groups is None:
+        order = torch.argsort(level, stable=True)
+    else:
+        group, num_groups = groups
+        key = level * num_groups + group
+        order = torch.argsort(key, stable=True)
+        position_groups = torch.bincount(key, minlength=num_levels * num_groups).view(num_levels, num_groups).tolist()
     rank = torch.empty_like(order)
     rank[order] = torch.arange(num_nodes)
-    num_levels = int(level.max()) + 1 if num_nodes else 0
     ptr = [0] + torch.bincount(level, minlength=num_levels).cumsum(0).tolist()
 
     edge_order = torch.argsort(rank[receiver], stable=True)
@@ -215,4 +245,4 @@ def _build_plan(direction: str, level: Tensor, receiver: Tensor, sender: Tensor,
         slots.append(index)
         slot_pos.append(position)
         start = stop
-    return LevelPlan(direction, order, rank, ptr, slots, slot_pos)
+    return LevelPlan(direction, order, rank, ptr, slots, slot_pos, position_groups)

@@ -211,6 +211,41 @@ def test_lstm_rnn_kernels_match_the_recursive_reference(kernels, activation, mon
                                     monkeypatch)
 
 
+def test_lstm_rnn_compiled_level_loop_on_a_dag(kernels, monkeypatch):
+    # The kernel computes, for each node, only the maps its parents read, by the node's position under them:
+    # node 3 is child 0 of node 1 and child 1 of node 2, leaf 4 child 1 of node 1 and child 0 of node 2 (both
+    # need every map), and the batch's trees have roots on several levels (nodes that need none).
+    torch.manual_seed(8)
+    dag = Data(edge_index=torch.tensor([[1, 2, 3, 4, 5, 4, 3], [0, 0, 1, 1, 3, 2, 2]]),
+               edge_pos=torch.tensor([0, 1, 0, 1, 0, 0, 1]), num_nodes=6)
+    rng = random.Random(9)
+    trees = [from_ptb(random_ptb(rng.randint(1, 9), 2, rng)) for _ in range(6)]
+    batch = Batch.from_data_list([dag, *trees, from_ptb("(1 (2 lone))"), dag])
+    cell = LSTMRNN(16, 16)
+    _assert_kernels_match_reference(kernels, cell, batch, 16, ["LSTMRNNLevels"], test_lstm_rnn.reference,
+                                    monkeypatch)
+
+
+@pytest.mark.parametrize("make", [lambda: NaryTreeLSTM(8, 8), lambda: LSTMRNN(8, 8)])
+def test_a_second_backward_through_a_compiled_pass_is_a_clear_error(kernels, make):
+    # The compiled loop frees its saved tensors after the first backward; the Python loop keeps them.
+    torch.manual_seed(3)
+    cell = make()
+    batch = Batch.from_data_list([from_ptb("(1 (2 a) (3 (4 b) (0 c)))"), from_ptb("(3 (2 d) (1 e))")])
+    x = torch.randn(batch.num_nodes, 8)
+    with native.use_native(True):
+        h, _ = cell(x, batch)
+        h.sum().backward(retain_graph=True)
+        with pytest.raises(RuntimeError, match="second backward through the same graphtree pass"):
+            h.sum().backward()
+    with native.use_native(False):
+        h, _ = cell(x, batch)
+        first = torch.autograd.grad(h.sum(), list(cell.parameters()), retain_graph=True)
+        second = torch.autograd.grad(h.sum(), list(cell.parameters()))
+    for a, b in zip(first, second, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 PEEPHOLE_KERNELS = ["peephole_level_cell", "peephole_level_output", "peephole_level_output_backward",
                     "peephole_level_cell_backward"]
 

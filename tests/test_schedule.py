@@ -77,6 +77,41 @@ def test_schedule_matches_recursion_on_random_dags():
         check_plan_against_recursion(from_networkx(dag))
 
 
+def check_position_groups(data):
+    """Bottom-up, each level's rows come grouped by the node's own position under its parents, checked edge by edge."""
+    n = data.num_nodes
+    schedule = Schedule.from_data(data)
+    plan = schedule.bottom_up
+    positions: dict[int, set[int]] = {v: set() for v in range(n)}
+    for (child, _), pos in zip(schedule.edge_index.t().tolist(), schedule.edge_pos.tolist(), strict=True):
+        positions[child].add(pos)
+    widest = max((max(p) for p in positions.values() if p), default=-1) + 1
+    for level in range(plan.num_levels):
+        groups = plan.position_groups[level]
+        assert len(groups) == widest + 2 and sum(groups) == plan.ptr[level + 1] - plan.ptr[level]
+        nodes = iter(plan.order[plan.ptr[level]:plan.ptr[level + 1]].tolist())
+        for group, size in enumerate(groups):
+            for node in [next(nodes) for _ in range(size)]:
+                if group < widest:
+                    assert positions[node] == {group}, (node, group)
+                elif group == widest:
+                    assert len(positions[node]) > 1, node
+                else:
+                    assert not positions[node], node
+    assert schedule.top_down.position_groups == []
+
+
+def test_levels_are_grouped_by_position_under_the_parent():
+    rng = random.Random(3)
+    check_position_groups(Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 12), 3, rng))
+                                                for _ in range(20)]))
+    for _ in range(5):
+        g = nx.gnp_random_graph(25, 0.2, seed=rng.randrange(10**6), directed=True)
+        dag = nx.DiGraph([(u, v) for u, v in g.edges if u < v])
+        dag.add_nodes_from(range(25))
+        check_position_groups(from_networkx(dag))
+
+
 def test_slots_follow_child_positions():
     data = from_ptb("(0 (1 a) (2 b) (3 c))")
     plan = Schedule.from_data(data).bottom_up

@@ -36,11 +36,11 @@ std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, to
 void scatter_add_rows_(torch::Tensor dst, torch::Tensor index, torch::Tensor src);
 void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tensor> buffers,
                         std::vector<torch::Tensor> inputs, std::vector<int64_t> ptr, std::vector<torch::Tensor> slots,
-                        bool save);
+                        std::vector<std::vector<int64_t>> position_groups, bool save);
 std::vector<std::pair<std::string, torch::Tensor>> run_levels_backward(
     graphtree::LevelKernel& kernel, std::vector<torch::Tensor> grad_states,
     std::vector<std::optional<torch::Tensor>> grad_inputs, std::vector<int64_t> ptr,
-    std::vector<torch::Tensor> slots);
+    std::vector<torch::Tensor> slots, std::vector<std::vector<int64_t>> position_groups);
 void bind_nary_levels(pybind11::module& m);
 void bind_child_sum_levels(pybind11::module& m);
 void bind_slstm_levels(pybind11::module& m);
@@ -70,9 +70,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   bind_slstm_levels(m);
   bind_lstm_rnn_levels(m);
   m.def("run_levels_forward", &run_levels_forward, "the engine's forward level loop over a LevelKernel",
-        py::arg("kernel"), py::arg("buffers"), py::arg("inputs"), py::arg("ptr"), py::arg("slots"), py::arg("save"));
+        py::arg("kernel"), py::arg("buffers"), py::arg("inputs"), py::arg("ptr"), py::arg("slots"),
+        py::arg("position_groups"), py::arg("save"));
   m.def("run_levels_backward", &run_levels_backward,
         "the engine's backward level loop over a LevelKernel; returns its parameter gradients by name",
-        py::arg("kernel"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptr"), py::arg("slots"));
+        py::arg("kernel"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptr"), py::arg("slots"),
+        py::arg("position_groups"));
   m.def("scatter_add_rows_", &scatter_add_rows_, "dst[index[r]] += src[r], in place (the engine's child gradients)");
 }

@@ -39,15 +39,23 @@ void scatter_add_rows_(torch::Tensor dst, torch::Tensor index, torch::Tensor src
 
 namespace {
 
-std::vector<graphtree::Level> levels_of(const std::vector<int64_t>& ptr, const std::vector<torch::Tensor>& slots) {
+std::vector<graphtree::Level> levels_of(const std::vector<int64_t>& ptr, const std::vector<torch::Tensor>& slots,
+                                        const std::vector<std::vector<int64_t>>& position_groups) {
   TORCH_CHECK(ptr.size() == slots.size() + 1, "run_levels: ptr must have one entry more than slots");
+  TORCH_CHECK(position_groups.empty() || position_groups.size() == slots.size(),
+              "run_levels: position_groups must be empty or have one entry per level");
   std::vector<graphtree::Level> levels;
   levels.reserve(slots.size());
   for (size_t l = 0; l < slots.size(); ++l) {
     const int64_t n = ptr[l + 1] - ptr[l];
     TORCH_CHECK(n > 0 && slots[l].numel() % n == 0, "run_levels: level ", l, " has ", n, " rows and ",
                 slots[l].numel(), " slots");
-    levels.push_back({static_cast<int64_t>(l), ptr[l], ptr[l + 1], slots[l].numel() / n, slots[l]});
+    std::vector<int64_t> groups = position_groups.empty() ? std::vector<int64_t>{} : position_groups[l];
+    int64_t grouped = 0;
+    for (auto size : groups) grouped += size;
+    TORCH_CHECK(groups.empty() || grouped == n, "run_levels: level ", l, " has ", n, " rows but its position groups ",
+                grouped);
+    levels.push_back({static_cast<int64_t>(l), ptr[l], ptr[l + 1], slots[l].numel() / n, slots[l], std::move(groups)});
   }
   return levels;
 }
@@ -56,11 +64,12 @@ std::vector<graphtree::Level> levels_of(const std::vector<int64_t>& ptr, const s
 
 // The forward loop of graphtree/engine.py (_run_levels) over a LevelKernel. buffers: the level-sorted state
 // buffers, [num_nodes + 1, d] each (the last row zero: empty slots point there), written level by level;
-// inputs: level-sorted per-node inputs; ptr: level boundaries; slots: each level's flat predecessor index.
+// inputs: level-sorted per-node inputs; ptr: level boundaries; slots: each level's flat predecessor index;
+// position_groups: each level's row groups (see Level), or empty.
 void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tensor> buffers,
                         std::vector<torch::Tensor> inputs, std::vector<int64_t> ptr, std::vector<torch::Tensor> slots,
-                        bool save) {
-  const auto levels = levels_of(ptr, slots);
+                        std::vector<std::vector<int64_t>> position_groups, bool save) {
+  const auto levels = levels_of(ptr, slots, position_groups);
   kernel.begin(levels, save);
   std::vector<torch::Tensor> level_inputs(inputs.size()), children(buffers.size());
   for (const auto& level : levels) {
@@ -84,8 +93,8 @@ void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tenso
 std::vector<std::pair<std::string, torch::Tensor>> run_levels_backward(
     graphtree::LevelKernel& kernel, std::vector<torch::Tensor> grad_states,
     std::vector<std::optional<torch::Tensor>> grad_inputs, std::vector<int64_t> ptr,
-    std::vector<torch::Tensor> slots) {
-  const auto levels = levels_of(ptr, slots);
+    std::vector<torch::Tensor> slots, std::vector<std::vector<int64_t>> position_groups) {
+  const auto levels = levels_of(ptr, slots, position_groups);
   std::vector<torch::Tensor> level_grads(grad_states.size()), level_grad_inputs(grad_inputs.size());
   for (auto level = levels.rbegin(); level != levels.rend(); ++level) {
     const int64_t n = level->end - level->begin;

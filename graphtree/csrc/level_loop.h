@@ -13,11 +13,14 @@
 
 namespace graphtree {
 
-// One level of a pass: its rows [begin, end) of the level-sorted buffers, and the flat slot index of its
-// nodes' predecessors ([n * width], the padding row where a slot is empty).
+// One level of a pass: its rows [begin, end) of the level-sorted buffers, the flat slot index of its
+// nodes' predecessors ([n * width], the padding row where a slot is empty), and, bottom-up, the sizes of its
+// consecutive row groups by the nodes' own position under their parents (LevelPlan.position_groups in
+// graphtree/schedule.py: position 0, 1, ..., several positions, no parent; empty where not grouped).
 struct Level {
   int64_t index, begin, end, width;
   torch::Tensor slots;
+  std::vector<int64_t> position_groups;
 };
 
 // A cell's forward_level / backward_level in C++. The kernel keeps, between the two loops, what its

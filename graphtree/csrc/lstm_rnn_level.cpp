@@ -35,15 +35,11 @@ inline float slope(float y, int64_t kind) {  // g'(v) as a function of y = g(v)
 
 // Gates (i_k, f_k) of both children, g(a) with a = W_c1 x i_1 + W_c2 y i_2 + b_c, and c_p = f_1 c_x + f_2 c_y + g(a).
 // m_children [n, 2, 8d], c_children [n, 2, d], b [4d] (b_i, b_f, b_c, b_o). Returns gates [n, 2, 2d], g(a), c_p.
-std::vector<torch::Tensor> lstm_rnn_level_cell(torch::Tensor m_children, torch::Tensor c_children, torch::Tensor b,
-                                               int64_t kind) {
-  check_all({&m_children, &c_children, &b});
+// The *_into forms write into given contiguous tensors (the compiled level loop's buffers); the others allocate.
+static void lstm_rnn_level_cell_into(const torch::Tensor& m_children, const torch::Tensor& c_children,
+                                     const torch::Tensor& b, int64_t kind, const torch::Tensor& gates, const torch::Tensor& g_a,
+                                     const torch::Tensor& c) {
   const int64_t n = c_children.size(0), d = c_children.size(2);
-  TORCH_CHECK(c_children.size(1) == 2 && m_children.size(0) == n && m_children.size(1) == 2 &&
-                  m_children.size(2) == 8 * d && b.numel() == 4 * d,
-              "expected m_children [n, 2, 8d], c_children [n, 2, d], b [4d]");
-  auto gates = torch::empty({n, 2, 2 * d}, m_children.options());
-  auto g_a = torch::empty({n, d}, m_children.options()), c = torch::empty({n, d}, m_children.options());
   const float *M = m_children.data_ptr<float>(), *Cj = c_children.data_ptr<float>(), *B = b.data_ptr<float>();
   float *G = gates.data_ptr<float>(), *Ga = g_a.data_ptr<float>(), *C = c.data_ptr<float>();
   at::parallel_for(0, n, grain_rows(16 * d), [&](int64_t begin, int64_t end) {
@@ -64,19 +60,27 @@ std::vector<torch::Tensor> lstm_rnn_level_cell(torch::Tensor m_children, torch::
       }
     }
   });
+}
+
+std::vector<torch::Tensor> lstm_rnn_level_cell(torch::Tensor m_children, torch::Tensor c_children, torch::Tensor b,
+                                               int64_t kind) {
+  check_all({&m_children, &c_children, &b});
+  const int64_t n = c_children.size(0), d = c_children.size(2);
+  TORCH_CHECK(c_children.size(1) == 2 && m_children.size(0) == n && m_children.size(1) == 2 &&
+                  m_children.size(2) == 8 * d && b.numel() == 4 * d,
+              "expected m_children [n, 2, 8d], c_children [n, 2, d], b [4d]");
+  auto gates = torch::empty({n, 2, 2 * d}, m_children.options());
+  auto g_a = torch::empty({n, d}, m_children.options()), c = torch::empty({n, d}, m_children.options());
+  lstm_rnn_level_cell_into(m_children, c_children, b, kind, gates, g_a, c);
   return {gates, g_a, c};
 }
 
 // o = sigmoid(W_o1 x + W_o2 y + W_co c_p + b_o) and p = o g(c_p), given cell_terms = W_cell c_p [n, 5d] (W_co last).
 // Returns o, g(c_p) and p, each [n, d].
-std::vector<torch::Tensor> lstm_rnn_level_output(torch::Tensor m_children, torch::Tensor cell_terms, torch::Tensor c,
-                                                 torch::Tensor b, int64_t kind) {
-  check_all({&m_children, &cell_terms, &c, &b});
+static void lstm_rnn_level_output_into(const torch::Tensor& m_children, const torch::Tensor& cell_terms,
+                                       const torch::Tensor& c, const torch::Tensor& b, int64_t kind, const torch::Tensor& o,
+                                       const torch::Tensor& g_c, const torch::Tensor& p) {
   const int64_t n = c.size(0), d = c.size(1);
-  TORCH_CHECK(m_children.size(0) == n && m_children.size(2) == 8 * d && cell_terms.size(1) == 5 * d,
-              "expected m_children [n, 2, 8d], cell_terms [n, 5d], c [n, d]");
-  auto o = torch::empty({n, d}, c.options()), g_c = torch::empty({n, d}, c.options());
-  auto p = torch::empty({n, d}, c.options());
   const float *M = m_children.data_ptr<float>(), *Ct = cell_terms.data_ptr<float>(), *C = c.data_ptr<float>();
   const float* B = b.data_ptr<float>();
   float *O = o.data_ptr<float>(), *Gc = g_c.data_ptr<float>(), *P = p.data_ptr<float>();
@@ -93,18 +97,26 @@ std::vector<torch::Tensor> lstm_rnn_level_output(torch::Tensor m_children, torch
       }
     }
   });
+}
+
+std::vector<torch::Tensor> lstm_rnn_level_output(torch::Tensor m_children, torch::Tensor cell_terms, torch::Tensor c,
+                                                 torch::Tensor b, int64_t kind) {
+  check_all({&m_children, &cell_terms, &c, &b});
+  const int64_t n = c.size(0), d = c.size(1);
+  TORCH_CHECK(m_children.size(0) == n && m_children.size(2) == 8 * d && cell_terms.size(1) == 5 * d,
+              "expected m_children [n, 2, 8d], cell_terms [n, 5d], c [n, d]");
+  auto o = torch::empty({n, d}, c.options()), g_c = torch::empty({n, d}, c.options());
+  auto p = torch::empty({n, d}, c.options());
+  lstm_rnn_level_output_into(m_children, cell_terms, c, b, kind, o, g_c, p);
   return {o, g_c, p};
 }
 
 // The gradient reaching W_cell c_p: the peephole blocks of grad_m (first 4d columns) and the output gate's
 // pre-activation gradient grad_p g(c_p) o (1 - o). grad_p already includes W_inner^T grad_m. Returns [n, 5d].
-torch::Tensor lstm_rnn_level_output_backward(torch::Tensor grad_m, torch::Tensor grad_p, torch::Tensor o,
-                                             torch::Tensor g_c) {
-  check_all({&grad_m, &grad_p, &o, &g_c});
+static void lstm_rnn_level_output_backward_into(const torch::Tensor& grad_m, const torch::Tensor& grad_p,
+                                                const torch::Tensor& o, const torch::Tensor& g_c,
+                                                const torch::Tensor& grad_cell) {
   const int64_t n = o.size(0), d = o.size(1);
-  TORCH_CHECK(grad_m.size(0) == n && grad_m.size(1) == 8 * d && grad_p.sizes() == o.sizes(),
-              "expected grad_m [n, 8d], grad_p, o and g_c [n, d]");
-  auto grad_cell = torch::empty({n, 5 * d}, o.options());
   const float *gM = grad_m.data_ptr<float>(), *gP = grad_p.data_ptr<float>(), *O = o.data_ptr<float>();
   const float* Gc = g_c.data_ptr<float>();
   float* gCell = grad_cell.data_ptr<float>();
@@ -117,24 +129,29 @@ torch::Tensor lstm_rnn_level_output_backward(torch::Tensor grad_m, torch::Tensor
       for (int64_t k = 0; k < d; ++k) out[4 * d + k] = gp[k] * gc[k] * orow[k] * (1.f - orow[k]);
     }
   });
+}
+
+torch::Tensor lstm_rnn_level_output_backward(torch::Tensor grad_m, torch::Tensor grad_p, torch::Tensor o,
+                                             torch::Tensor g_c) {
+  check_all({&grad_m, &grad_p, &o, &g_c});
+  const int64_t n = o.size(0), d = o.size(1);
+  TORCH_CHECK(grad_m.size(0) == n && grad_m.size(1) == 8 * d && grad_p.sizes() == o.sizes(),
+              "expected grad_m [n, 8d], grad_p, o and g_c [n, d]");
+  auto grad_cell = torch::empty({n, 5 * d}, o.options());
+  lstm_rnn_level_output_backward_into(grad_m, grad_p, o, g_c, grad_cell);
   return grad_cell;
 }
 
 // The rest of the level's derivatives. grad_c_from_cell: W_cell^T grad_cell. Returns the bias rows
 // [n, 4d] (their column sums are b's gradient), the children's m gradients [n, 2, 8d] and their memories'
 // gradients [n, 2, d]. The children's outputs reach the parent only through their m.
-std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, torch::Tensor grad_c_from_cell,
-                                                        torch::Tensor grad_p, torch::Tensor grad_cell,
-                                                        torch::Tensor o, torch::Tensor g_c, torch::Tensor g_a,
-                                                        torch::Tensor gates, torch::Tensor m_children,
-                                                        torch::Tensor c_children, int64_t kind) {
-  check_all({&grad_c, &grad_c_from_cell, &grad_p, &grad_cell, &o, &g_c, &g_a, &gates, &m_children, &c_children});
+static void lstm_rnn_level_cell_backward_into(const torch::Tensor& grad_c, const torch::Tensor& grad_c_from_cell,
+                                              const torch::Tensor& grad_p, const torch::Tensor& grad_cell,
+                                              const torch::Tensor& o, const torch::Tensor& g_c, const torch::Tensor& g_a,
+                                              const torch::Tensor& gates, const torch::Tensor& m_children,
+                                              const torch::Tensor& c_children, int64_t kind, const torch::Tensor& grad_b,
+                                              const torch::Tensor& grad_m, const torch::Tensor& grad_cj) {
   const int64_t n = c_children.size(0), d = c_children.size(2);
-  TORCH_CHECK(gates.size(0) == n && gates.size(2) == 2 * d && grad_cell.size(1) == 5 * d,
-              "expected gates [n, 2, 2d] and grad_cell [n, 5d]");
-  auto grad_b = torch::empty({n, 4 * d}, o.options());
-  auto grad_m = torch::zeros({n, 2, 8 * d}, o.options());
-  auto grad_cj = torch::empty({n, 2, d}, o.options());
   const float *gCin = grad_c.data_ptr<float>(), *gCc = grad_c_from_cell.data_ptr<float>();
   const float *gP = grad_p.data_ptr<float>(), *gCell = grad_cell.data_ptr<float>(), *O = o.data_ptr<float>();
   const float *Gc = g_c.data_ptr<float>(), *Ga = g_a.data_ptr<float>(), *G = gates.data_ptr<float>();
@@ -172,11 +189,29 @@ std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, to
         gmx[5 * d + k] = go[k];        // W_o1 x
         gmy[6 * d + k] = grad_a * iy;  // W_c2 y
         gmy[7 * d + k] = go[k];        // W_o2 y
+        gmx[6 * d + k] = gmx[7 * d + k] = 0.f;  // a first child's W_c2, W_o2 blocks are not read
+        gmy[4 * d + k] = gmy[5 * d + k] = 0.f;  // nor a second child's W_c1, W_o1
         gcx[k] = gc * fx;
         gcy[k] = gc * fy;
       }
     }
   });
+}
+
+std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, torch::Tensor grad_c_from_cell,
+                                                        torch::Tensor grad_p, torch::Tensor grad_cell,
+                                                        torch::Tensor o, torch::Tensor g_c, torch::Tensor g_a,
+                                                        torch::Tensor gates, torch::Tensor m_children,
+                                                        torch::Tensor c_children, int64_t kind) {
+  check_all({&grad_c, &grad_c_from_cell, &grad_p, &grad_cell, &o, &g_c, &g_a, &gates, &m_children, &c_children});
+  const int64_t n = c_children.size(0), d = c_children.size(2);
+  TORCH_CHECK(gates.size(0) == n && gates.size(2) == 2 * d && grad_cell.size(1) == 5 * d,
+              "expected gates [n, 2, 2d] and grad_cell [n, 5d]");
+  auto grad_b = torch::empty({n, 4 * d}, o.options());
+  auto grad_m = torch::empty({n, 2, 8 * d}, o.options());
+  auto grad_cj = torch::empty({n, 2, d}, o.options());
+  lstm_rnn_level_cell_backward_into(grad_c, grad_c_from_cell, grad_p, grad_cell, o, g_c, g_a, gates, m_children,
+                                    c_children, kind, grad_b, grad_m, grad_cj);
   return {grad_b, grad_m, grad_cj};
 }
 
@@ -184,9 +219,57 @@ namespace {
 
 using graphtree::cat_rows;
 
+// A level's rows by the blocks of m their parents read (the level is grouped by position, Level::position_groups):
+// [0, first) are child 0 of their parents, which read W_i1 .. W_o1 (the first 6d columns); [first, second)
+// child 1, which read W_i1 .. W_f2 and W_c2, W_o2 (the first 4d and the last 2d); [second, all) every block (a
+// DAG node at both positions, or a level that is not grouped); [all, n) have no parent and need no m.
+struct MRows {
+  int64_t first, second, all;
+};
+
+MRows m_rows(const graphtree::Level& level) {
+  const int64_t n = level.end - level.begin;
+  const auto& groups = level.position_groups;
+  if (groups.size() < 2) return {0, 0, n};
+  const size_t widest = groups.size() - 2;  // the groups: each position, then several, then no parent
+  TORCH_CHECK(widest <= 2, "LSTMRNNLevels: a child at position ", widest - 1, " of a binary cell");
+  const int64_t first = widest >= 1 ? groups[0] : 0, second = first + (widest >= 2 ? groups[1] : 0);
+  return {first, second, second + groups[widest]};
+}
+
+torch::Tensor rows(const torch::Tensor& t, int64_t begin, int64_t end) { return t.narrow(0, begin, end - begin); }
+
+// m = u W^T (W_t = W^T, [d, 8d]) on the blocks each row's parent reads; the other blocks are left as they are.
+// mm_out writes into the strided column blocks directly (BLAS's leading dimension).
+void project_read_blocks(const torch::Tensor& m, const torch::Tensor& u, const torch::Tensor& W_t, const MRows& r,
+                         int64_t d) {
+  auto product = [](torch::Tensor out, const torch::Tensor& a, const torch::Tensor& b) { at::mm_out(out, a, b); };
+  if (r.first > 0) product(rows(m, 0, r.first).narrow(1, 0, 6 * d), rows(u, 0, r.first), W_t.narrow(1, 0, 6 * d));
+  if (r.second > r.first) {
+    auto m_1 = rows(m, r.first, r.second), u_1 = rows(u, r.first, r.second);
+    product(m_1.narrow(1, 0, 4 * d), u_1, W_t.narrow(1, 0, 4 * d));
+    product(m_1.narrow(1, 6 * d, 2 * d), u_1, W_t.narrow(1, 6 * d, 2 * d));
+  }
+  if (r.all > r.second) product(rows(m, r.second, r.all), rows(u, r.second, r.all), W_t);
+}
+
+// grad_u += grad_m W on the blocks each row's parent read (grad_m is zero on the others).
+void add_read_blocks_back(const torch::Tensor& grad_u, const torch::Tensor& grad_m, const torch::Tensor& W,
+                          const MRows& r, int64_t d) {
+  if (r.first > 0) rows(grad_u, 0, r.first).addmm_(rows(grad_m, 0, r.first).narrow(1, 0, 6 * d), W.narrow(0, 0, 6 * d));
+  if (r.second > r.first) {
+    auto grad_u_1 = rows(grad_u, r.first, r.second), grad_m_1 = rows(grad_m, r.first, r.second);
+    grad_u_1.addmm_(grad_m_1.narrow(1, 0, 4 * d), W.narrow(0, 0, 4 * d));
+    grad_u_1.addmm_(grad_m_1.narrow(1, 6 * d, 2 * d), W.narrow(0, 6 * d, 2 * d));
+  }
+  if (r.all > r.second) rows(grad_u, r.second, r.all).addmm_(rows(grad_m, r.second, r.all), W);
+}
+
 // The LSTM-RNN (graphtree/nn/lstm_rnn.py, Le & Zuidema 2015) as a LevelKernel for the engine's compiled level
 // loop: forward_level and backward_level there, in C++, on the kernels above. States: p, c_p and the internal
-// m (every map of the node's output and cell that its parent will read).
+// m, of which each node computes only the blocks its parents read (MRows). The level's p and c_p are written
+// straight into the state buffers; the weight gradients are products over all inner rows at once, read from
+// those buffers and from per-kernel tensors that each level fills in place (no concatenation).
 class LSTMRNNLevels : public graphtree::LevelKernel {
  public:
   LSTMRNNLevels(torch::Tensor W_leaf, torch::Tensor W_inner, torch::Tensor W_cell, torch::Tensor b, int64_t kind)
@@ -205,6 +288,15 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
     save_ = save;
     contexts_.assign(levels.size(), {});
+    inner_rows_ = graphtree::internal_row_offsets(levels, offsets_);
+    // Bottom-up, only the first level has no children, so the inner levels are one block of buffer rows.
+    inner_begin_ = levels.size() > 1 ? levels[1].begin : 0;
+    for (size_t l = 1; l < levels.size(); ++l) {
+      TORCH_CHECK(levels[l].width > 0 && offsets_[l] == levels[l].begin - inner_begin_,
+                  "LSTMRNNLevels: expected a bottom-up pass (leaves first, then inner levels)");
+    }
+    grad_cell_ = grad_b_ = inner_grad_m_ = leaf_grad_m_ = leaf_inputs_ = torch::Tensor();
+    outputs_.clear();
   }
 
   void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
@@ -217,74 +309,88 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
       auto x = inputs[0].contiguous();
       graphtree::check(x, "x");
       p_out.copy_(x);
-      at::mm_out(m_out, x, W_leaf_t_);
+      project_read_blocks(m_out, x, W_leaf_t_, m_rows(level), d);
       if (save) context.saved = {x};
       return;
     }
     TORCH_CHECK(level.width == 2, "LSTMRNNLevels: a level with ", level.width, " slots, expected 2");
+    if (save && level.index == 1) outputs_ = {buffers[0], buffers[1]};
     auto c_xy = children[1].view({n, 2, d}), m_xy = children[2].view({n, 2, 8 * d});
-    auto cell = lstm_rnn_level_cell(m_xy, c_xy, b_, kind_);  // gates, g_a, c_p
-    const auto& c_p = cell[2];
-    auto cell_terms = at::mm(c_p, W_cell_t_);
-    auto output = lstm_rnn_level_output(m_xy, cell_terms, c_p, b_, kind_);  // o, g_c, p
-    const auto& p = output[2];
-    at::mm_out(m_out, p, W_inner_t_);
-    m_out.narrow(1, 0, 4 * d).add_(cell_terms.narrow(1, 0, 4 * d));
-    p_out.copy_(p);
-    c_out.copy_(c_p);
-    if (save) context.saved = {c_xy, cell[0], m_xy, cell[1], c_p, output[0], output[1], p};
+    auto gates = torch::empty({n, 2, 2 * d}, b_.options()), g_a = torch::empty({n, d}, b_.options());
+    lstm_rnn_level_cell_into(m_xy, c_xy, b_, kind_, gates, g_a, c_out);  // c_p
+    auto cell_terms = at::mm(c_out, W_cell_t_);
+    auto o = torch::empty({n, d}, b_.options()), g_c = torch::empty({n, d}, b_.options());
+    lstm_rnn_level_output_into(m_xy, cell_terms, c_out, b_, kind_, o, g_c, p_out);  // p
+    const auto read = m_rows(level);
+    project_read_blocks(m_out, p_out, W_inner_t_, read, d);
+    rows(m_out, 0, read.all).narrow(1, 0, 4 * d).add_(rows(cell_terms, 0, read.all).narrow(1, 0, 4 * d));
+    if (save) context.saved = {c_xy, gates, m_xy, g_a, c_out, o, g_c};
   }
 
   std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
                                       std::vector<torch::Tensor>& grad_inputs) override {
     TORCH_CHECK(save_, "LSTMRNNLevels: backward after a forward that saved nothing");
+    const int64_t n = level.end - level.begin, d = d_;
     const auto& saved = contexts_[level.index].saved;
     const auto &grad_p = grad_states[0], &grad_c = grad_states[1], &grad_m = grad_states[2];
     if (level.width == 0) {
-      leaf_grads_.push_back(grad_m);
-      leaf_inputs_.push_back(saved[0]);
+      leaf_grad_m_ = grad_m;
+      leaf_inputs_ = saved[0];
       // A leaf's memory is the constant 0, so grad_c does not reach x.
-      if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].add_(grad_p).addmm_(grad_m, W_leaf_);
+      if (!grad_inputs.empty() && grad_inputs[0].defined()) {
+        add_read_blocks_back(grad_inputs[0].add_(grad_p), grad_m, W_leaf_, m_rows(level), d);
+      }
       return {};
     }
     const auto &c_xy = saved[0], &gates = saved[1], &m_xy = saved[2], &g_a = saved[3], &c_p = saved[4];
-    const auto &o = saved[5], &g_c = saved[6], &p = saved[7];
-    inner_grads_.push_back(grad_m);
-    inner_outputs_.push_back(p);
-    auto grad_p_total = at::mm(grad_m, W_inner_).add_(grad_p);
-    auto grad_cell = lstm_rnn_level_output_backward(grad_m, grad_p_total, o, g_c);  // peephole blocks, then o's
-    cell_grads_.push_back(grad_cell);
-    cells_.push_back(c_p);
+    const auto &o = saved[5], &g_c = saved[6];
+    if (!grad_cell_.defined()) {
+      grad_cell_ = torch::empty({inner_rows_, 5 * d}, b_.options());
+      grad_b_ = torch::empty({inner_rows_, 4 * d}, b_.options());
+    }
+    if (level.index == 1) inner_grad_m_ = grad_m;  // the last inner level: its rows start the inner block
+    auto grad_p_total = grad_p.clone(at::MemoryFormat::Contiguous);
+    add_read_blocks_back(grad_p_total, grad_m, W_inner_, m_rows(level), d);
+    auto grad_cell = grad_cell_.narrow(0, offsets_[level.index], n);
+    lstm_rnn_level_output_backward_into(grad_m, grad_p_total, o, g_c, grad_cell);  // peephole blocks, then o's
     auto grad_c_from_cell = at::mm(grad_cell, W_cell_);
-    auto rest = lstm_rnn_level_cell_backward(grad_c, grad_c_from_cell, grad_p_total, grad_cell, o, g_c, g_a, gates,
-                                             m_xy, c_xy, kind_);  // grad_b, grad_m_xy, grad_c_xy
-    bias_grads_.push_back(rest[0]);
+    auto grad_m_xy = torch::empty({n, 2, 8 * d}, b_.options()), grad_c_xy = torch::empty({n, 2, d}, b_.options());
+    lstm_rnn_level_cell_backward_into(grad_c, grad_c_from_cell, grad_p_total, grad_cell, o, g_c, g_a, gates, m_xy,
+                                      c_xy, kind_, grad_b_.narrow(0, offsets_[level.index], n), grad_m_xy, grad_c_xy);
     // The children's outputs p reach this node only through their m: no gradient for them here.
-    return {torch::Tensor(), rest[2].reshape({-1, d_}), rest[1].reshape({-1, 8 * d_})};
+    return {torch::Tensor(), grad_c_xy.view({-1, d}), grad_m_xy.view({-1, 8 * d})};
   }
 
   std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
     auto grad_W_leaf = torch::zeros_like(W_leaf_), grad_W_inner = torch::zeros_like(W_inner_);
     auto grad_W_cell = torch::zeros_like(W_cell_), grad_b = torch::zeros_like(b_);
-    if (!leaf_grads_.empty()) grad_W_leaf.addmm_(cat_rows(leaf_grads_).t(), cat_rows(leaf_inputs_));
-    if (!inner_grads_.empty()) {
-      grad_W_inner.addmm_(cat_rows(inner_grads_).t(), cat_rows(inner_outputs_));
-      grad_W_cell.addmm_(cat_rows(cell_grads_).t(), cat_rows(cells_));
-      grad_b += cat_rows(bias_grads_).sum(0);
+    if (leaf_grad_m_.defined()) grad_W_leaf.addmm_(leaf_grad_m_.t(), leaf_inputs_);
+    if (inner_rows_ > 0 && inner_grad_m_.defined()) {
+      // The level narrows of grad_m, p and c_p all come from buffers whose inner rows are one block.
+      auto block = [&](const torch::Tensor& level_rows, int64_t width) {
+        return level_rows.as_strided({inner_rows_, width}, {width, 1}, level_rows.storage_offset());
+      };
+      auto p_inner = outputs_[0].narrow(0, inner_begin_, inner_rows_);
+      auto c_inner = outputs_[1].narrow(0, inner_begin_, inner_rows_);
+      grad_W_inner.addmm_(block(inner_grad_m_, 8 * d_).t(), p_inner);
+      grad_W_cell.addmm_(grad_cell_.t(), c_inner);
+      grad_b += grad_b_.sum(0);
     }
     return {{"W_leaf", grad_W_leaf}, {"W_inner", grad_W_inner}, {"W_cell", grad_W_cell}, {"b", grad_b}};
   }
 
  private:
   struct Context {
-    std::vector<torch::Tensor> saved;  // leaves: x; inner: c_xy, gates, m_xy, g_a, c_p, o, g_c, p
+    std::vector<torch::Tensor> saved;  // leaves: x; inner: c_xy, gates, m_xy, g_a, c_p, o, g_c
   };
 
   torch::Tensor W_leaf_, W_inner_, W_cell_, b_, W_leaf_t_, W_inner_t_, W_cell_t_;
-  int64_t kind_ = 0, d_ = 0;
+  int64_t kind_ = 0, d_ = 0, inner_rows_ = 0, inner_begin_ = 0;
   bool save_ = false;
   std::vector<Context> contexts_;
-  std::vector<torch::Tensor> leaf_grads_, leaf_inputs_, inner_grads_, inner_outputs_, cell_grads_, cells_, bias_grads_;
+  std::vector<int64_t> offsets_;  // each inner level's first row among the inner rows (grad_cell_, grad_b_)
+  std::vector<torch::Tensor> outputs_;  // the p and c_p buffers of the forward pass
+  torch::Tensor grad_cell_, grad_b_, inner_grad_m_, leaf_grad_m_, leaf_inputs_;
 };
 
 }  // namespace

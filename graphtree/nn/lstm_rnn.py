@@ -109,10 +109,18 @@ class LSTMRNN(TreeCell):
     :math:`\mathbf{i}_2 = \sigma(\mathbf{m}^{i1}_y + \mathbf{m}^{i2}_x + \mathbf{b}_i)`,
     naming each block by its map), so the leaf/inner choice costs no gather and
     the weight sharing of :math:`\mathbf{i}_2, \mathbf{f}_2` is exact by
-    construction. The price is two unused blocks per node (a child needs only
-    the :math:`\mathbf{W}_{c\cdot}, \mathbf{W}_{o\cdot}` of its own position):
-    about :math:`21 N d^2` multiply-adds for a binary tree of :math:`N` leaves
-    where section 4.1 counts :math:`17 N d^2`. :math:`\mathbf{m}` is internal and is not returned.
+    construction. A child's parent reads only six of the blocks (the
+    :math:`\mathbf{W}_{c\cdot}, \mathbf{W}_{o\cdot}` of the child's own position),
+    and the compiled level loop computes only those: the schedule groups each
+    level's rows by their position under their parents
+    (:attr:`~graphtree.schedule.LevelPlan.position_groups`), so the first
+    children of a level get :math:`\mathbf{W}_{i1} .. \mathbf{W}_{o1}` and the
+    second children :math:`\mathbf{W}_{i1} .. \mathbf{W}_{f2}, \mathbf{W}_{c2},
+    \mathbf{W}_{o2}` in one product each, roots get none, and a DAG node that is
+    a first and a second child gets all eight. That is section 4.1's
+    :math:`17 N d^2` multiply-adds for a binary tree of :math:`N` leaves; the
+    Python level loop computes all eight blocks everywhere (:math:`21 N d^2`).
+    :math:`\mathbf{m}` is internal and is not returned.
 
     Parameters:
 
