@@ -61,9 +61,10 @@ def backends(results: dict) -> list[str]:
         return []
     machine = results["machine"]
     picked = "oneDNN" if machine.get("onednn_preferred") else "`torch.addmm`"
-    lines = [f"Matrix products on this {machine.get('cpu_capability', '')} processor: the library picked {picked} "
-             f"(its probe found oneDNN {machine['onednn_probe_speedup']:.2f}× as fast; "
-             "`GRAPHTREE_ONEDNN` = `0`, `1` or `auto` overrides). Training time of each backend, same run:", "",
+    lines = [f"Matrix products on this {machine.get('cpu_capability', '')} processor: the run used {picked} "
+             f"(`torch.addmm` unless `GRAPHTREE_ONEDNN` is `1` or `auto`; the `auto` probe, one level-sized "
+             f"product, found oneDNN {machine['onednn_probe_speedup']:.2f}× as fast). Training time of each "
+             "backend, same run:", "",
              "| model | oneDNN ms | addmm ms | oneDNN / addmm |", "|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['onednn_train_s'] * 1e3:.1f} | {r['addmm_train_s'] * 1e3:.1f} | "
               f"{r['onednn_time_vs_addmm']:.2f} |" for r in rows]
@@ -109,7 +110,8 @@ def operator_calls(results: dict, calls: dict, path: str) -> list[str]:
 
 
 def command(results: dict) -> str:
-    return f"python {results['command'].replace('tree_lstm.py', 'benchmarks/tree_lstm.py')}"
+    environment = "".join(f"{name}={value} " for name, value in results.get("environment", {}).items())
+    return f"{environment}python {results['command'].replace('tree_lstm.py', 'benchmarks/tree_lstm.py')}"
 
 
 def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = (),

@@ -1209,7 +1209,10 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out) if args.out else RESULTS / f"{device.type}{'-quick' if args.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     config_out = {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
-    result = dict(command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), data=source, machine=info,
+    # A pinned GRAPHTREE_ONEDNN changes which kernels run: it is part of the command.
+    pinned = {k: os.environ[k] for k in ("GRAPHTREE_ONEDNN", "GRAPHTREE_NATIVE") if k in os.environ}
+    result = dict(command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), environment=pinned, data=source,
+                  machine=info,
                   hidden=HIDDEN, num_classes=NUM_CLASSES, config=config_out, matmul_gflops=rate / 1e9,
                   reference_max_logit_difference=difference, rows=rows, node_scaling=nodes, memory=memory,
                   chain=chain, matmul_backends=backends, native_kernels=kernels, targets=checks,

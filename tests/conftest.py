@@ -3,9 +3,9 @@
 Tests marked ``slow`` (full passes over the real corpora) are skipped unless
 ``--runslow`` is given or the marker is selected explicitly (``-m slow``).
 
-The cells use oneDNN products only where a timing probe finds them faster
+The cells use oneDNN products only where asked to
 (:func:`graphtree.nn.functional.onednn_preferred`). The tests do not depend on
-that probe: they take the oneDNN path wherever the build has one, and the
+that setting: they take the oneDNN path wherever the build has one, and the
 tests named ``*with_and_without_onednn`` compare it to the plain one.
 """
 

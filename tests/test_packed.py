@@ -107,7 +107,7 @@ def fresh_verdict(monkeypatch, tmp_path):
     monkeypatch.setattr(functional, "_ONEDNN", True)
     monkeypatch.setattr(functional, "_ONEDNN_PAYS", None)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv("GRAPHTREE_ONEDNN", raising=False)
+    monkeypatch.setenv("GRAPHTREE_ONEDNN", "auto")
     probes = []
 
     def probe(speedup):
@@ -117,13 +117,16 @@ def fresh_verdict(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize(("setting", "speedup", "expected"), [
-    ("0", 5.0, False), ("1", 0.5, True), ("auto", 5.0, True), ("auto", 1.0, False), (None, 5.0, True),
-    (None, 1.1, False)])
+    ("0", 5.0, False), ("1", 0.5, True), ("auto", 5.0, True), ("auto", 1.0, False), ("auto", 1.1, False),
+    (None, 5.0, False)])
 def test_onednn_preferred_follows_the_variable_and_the_probe(setting, speedup, expected, fresh_verdict, monkeypatch):
-    fresh_verdict(speedup)
-    if setting is not None:
+    probes = fresh_verdict(speedup)
+    if setting is None:  # the default: plain products, and no probe
+        monkeypatch.delenv("GRAPHTREE_ONEDNN")
+    else:
         monkeypatch.setenv("GRAPHTREE_ONEDNN", setting)
     assert functional.onednn_preferred() is expected
+    assert probes == ([speedup] if setting == "auto" else [])
 
 
 @pytest.mark.parametrize("first_speedup", [5.0, 0.9])

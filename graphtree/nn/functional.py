@@ -33,8 +33,8 @@ def fast_tanh(z: Tensor) -> Tensor:
 _ONEDNN: bool | None = None
 _ONEDNN_PAYS: bool | None = None
 
-# How much faster the oneDNN product must be, on the probe below, before it is used by default: where the
-# two are about equal, the plain PyTorch path is kept.
+# With GRAPHTREE_ONEDNN=auto: how much faster the oneDNN product must be, on the probe below, before it is
+# used; where the two are about equal, the plain PyTorch path is kept.
 ONEDNN_MARGIN = 1.2
 
 
@@ -63,20 +63,25 @@ def onednn_available() -> bool:
 def onednn_preferred() -> bool:
     """Whether the cells' matrix products go through oneDNN (see :class:`PackedWeights`).
 
-    ``GRAPHTREE_ONEDNN=1`` uses it wherever :func:`onednn_available`, ``0``
-    never. By default (``auto``) the choice is made once per machine: oneDNN
-    and ``torch.addmm`` are timed on a product of a tree level's shape, oneDNN
-    is used only if it is clearly faster, and the verdict is kept in
-    :func:`onednn_cache_file` so that every later process on the machine (a
-    resumed run, a second seed) computes with the same kernels and rounds the
-    same way. On one of the x86 machines this was developed on oneDNN was
-    clearly faster than MKL's ``addmm`` for these shapes, on another (AVX2
-    only) it was not (``benchmarks/tree_lstm.py`` times both). The two paths agree up to float32 rounding;
-    delete the file to measure again, or pin the variable.
+    ``GRAPHTREE_ONEDNN=0`` (the default) never, ``1`` wherever
+    :func:`onednn_available`. With ``auto`` the choice is made once per
+    machine: oneDNN and ``torch.addmm`` are timed on a product of a tree
+    level's shape, oneDNN is used only if it is clearly faster, and the verdict
+    is kept in :func:`onednn_cache_file` so that every later process on the
+    machine (a resumed run, a second seed) computes with the same kernels and
+    rounds the same way (delete the file to measure again).
+
+    ``0`` is the default because the probe did not predict the training step:
+    on an AVX-512 host it found oneDNN faster on the product, while every
+    cell's whole training step was slower with it, as on an AVX2-only host
+    (``machine.onednn_probe_speedup`` and ``matmul_backends`` in
+    ``benchmarks/results/cpu-threads2.json``: ``benchmarks/tree_lstm.py`` times both). Choosing oneDNN also gives up the
+    compiled level loops, which multiply with ``addmm``. The two paths agree
+    up to float32 rounding.
     """
     global _ONEDNN_PAYS
     if _ONEDNN_PAYS is None:
-        mode = os.environ.get("GRAPHTREE_ONEDNN", "auto").strip().lower()
+        mode = os.environ.get("GRAPHTREE_ONEDNN", "0").strip().lower()
         if mode not in ("0", "1", "auto"):
             raise ValueError(f"GRAPHTREE_ONEDNN must be 0, 1 or auto, got {mode!r}")
         if mode == "0" or not onednn_available():
