@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sst import MODELS, PRESETS  # the paper's epochs and optimizer per model
+from sst import MODELS, PRESETS, SETTINGS_MODEL  # the paper's epochs and optimizer per model
 
 from graphtree.train.report import hardware, load_runs, mean_std, minutes, write_readme_section
 
@@ -31,6 +31,7 @@ TAI = "Tai et al. 2015"
 ZHU = "Zhu et al. 2015"
 LZ = "Le & Zuidema 2015"
 TENG = "Teng & Zhang 2017"
+PAPER_NAMES = {"tai": TAI, "zhu": ZHU, "le_zuidema": LZ, "teng": TENG}
 GLOVE_300 = "GloVe 840B 300d, tuned"
 GLOVE_50 = "GloVe 6B 50d, tuned"
 
@@ -117,8 +118,15 @@ def departures(config: dict) -> list[str]:
     paper = MODELS.get(config["model"])
     if paper is None:  # the n-gram baselines have no paper settings of this kind
         return []
-    changes = [f"{key} {config[key]} (paper {paper[key]})" for key in ("dropout", "epochs")
-               if config.get(key, paper[key]) != paper[key]]
+    changes = []
+    if config.get("settings_of"):  # another paper's whole setup; departures from it are listed after it
+        paper = MODELS[SETTINGS_MODEL[config["settings_of"]]]
+        spec = PRESETS[config["settings_of"]]
+        changes.append(f"the settings of {PAPER_NAMES[config['settings_of']]} ({config['dim']}d vectors, memory "
+                       f"{config['hidden']}, dropout {paper['dropout']:g}, {paper['epochs']} epochs, "
+                       f"{spec.name} {spec.lr:g}, minibatch {spec.batch_size})")
+    changes += [f"{key} {config[key]} (paper {paper[key]})" for key in ("dropout", "epochs")
+                if config.get(key, paper[key]) != paper[key]]
     if config.get("random_init", "uniform") == "normal":
         changes.append("random vectors N(0, 1) (ours U(±0.05); the paper gives none)")
     preset = PRESETS[config["paper"]].as_dict()
@@ -437,6 +445,32 @@ def fitting_notes(runs: list[dict]) -> list[str]:
             *[f"- {line}" for line in lines], ""]
 
 
+def swapped_settings_lines(runs: list[dict]) -> list[str]:
+    """Tai's cell and Zhu's S-LSTM, each under its own paper's settings and under the other's (random vectors,
+    fine-grained, all labels): whether, in our hands, the cell or the setup carries the papers' difference."""
+    cells = {"nary": ("Constituency Tree-LSTM", "tai"), "slstm": ("S-LSTM", "zhu")}
+    results: dict[tuple[str, str], list[float]] = {}
+    for r in runs:
+        config = r["config"]
+        if (config["model"] not in cells or config["embeddings"] != "random" or not config["fine_grained"]
+                or any(config.get(key) != value for key, value in DEFAULTS.items())):
+            continue
+        changes = departures(config)
+        setting = config.get("settings_of") or cells[config["model"]][1]
+        if changes == ([] if setting == cells[config["model"]][1] else changes[:1]):
+            results.setdefault((config["model"], setting), []).append(r["test"]["root"])
+    if not any(setting != cells[model][1] for model, setting in results):
+        return []
+    lines = ["The same two setups, each cell (random vectors, fine-grained root accuracy on test; Tai et al. "
+             "report 43.9 for their cell with their settings, Zhu et al. 48.9 for theirs with theirs):", "",
+             "| Cell | Tai et al.'s settings | Zhu et al.'s settings |", "|---|---|---|"]
+    for model, (name, _) in cells.items():
+        values = [mean_std(results[(model, setting)]) + f" ({len(results[(model, setting)])})"
+                  if (model, setting) in results else "not run" for setting in ("tai", "zhu")]
+        lines.append(f"| {name} | {values[0]} | {values[1]} |")
+    return lines + ["", "(in parentheses: seeds)", ""]
+
+
 def variant_groups(runs: list[dict]) -> dict[tuple[str, str, str], list[float]]:
     """Test root accuracies of the runs outside their paper's settings, keyed by (row they vary, task, change)."""
     groups: dict[tuple[str, str, str], list[float]] = {}
@@ -509,6 +543,7 @@ def report(runs: list[dict]) -> str:
               "50d 6B vectors, a smaller and weaker input. Zhu's Table 4 rows train and test on left- or "
               "right-recursive trees over the same words; only the words and the root keep labels.", "",
               *target_lines(runs), *vectors_gain_lines(runs), *best_dev_lines(runs), *fitting_notes(runs),
+              *swapped_settings_lines(runs),
               "![accuracy by sentence length](sst_by_length.png)", "",
               "![accuracy by depth and phrase length](sst_by_depth.png)", "", *other_settings(runs), "## Runs", ""]
     lines += runs_table(runs) if runs else ["No runs yet."]

@@ -10,6 +10,7 @@ command again resumes a killed run, and skips a finished one.
     python experiments/sst.py --model nary --embeddings glove50 --fine-grained --seeds 1 2 3
     python experiments/sst.py --model slstm --supervision root --structure left --seeds 1 2 3
     python experiments/sst.py --model bicontree --embeddings glove50 --binary --head average
+    python experiments/sst.py --model nary --settings-of zhu      # Tai's cell with Zhu et al.'s settings
     python experiments/sst.py --model nary --quick            # a few minutes, results under experiments/runs/
     python experiments/sst.py --model bicontree --embeddings glove50 --device cuda   # on a GPU
     python experiments/sst.py predict experiments/checkpoints/sst/<run>.pt "A gorgeous, witty film."
@@ -71,6 +72,9 @@ MODELS = {
     "bicontree":   dict(paper="teng", dim=300, hidden=150, dropout=0.5, epochs=30),
     "bilstm":      dict(paper="tai", dim=300, hidden=168, dropout=0.5, epochs=10),   # sequential, on every span
 }
+# --settings-of PAPER trains a model with another paper's settings (those of that paper's own model below: vector
+# and memory sizes, dropout, epochs, optimizer): the same cell under two papers' setups, not a reproduction.
+SETTINGS_MODEL = {"tai": "nary", "zhu": "slstm", "le_zuidema": "lstmrnn", "teng": "contree"}
 TENG_VARIANTS = {"contree": "contree", "contree_lex": "contree_lex", "topdown": "top_down", "bicontree": "bicontree"}
 BASELINES = ("nb", "svm")    # bag-of-words naive Bayes and linear SVM over every labelled training phrase
 BASELINE_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)   # NB smoothing alpha / SVM C, chosen on dev root accuracy
@@ -106,11 +110,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--l2", type=float, default=None,
                    help="per-minibatch L2 strength on the non-embedding parameters, default: the paper's "
                         "(graphtree.train.PRESETS); another value is listed apart in sst.md")
+    p.add_argument("--settings-of", choices=sorted(SETTINGS_MODEL), default=None,
+                   help="train with another paper's settings (its own model's vector and memory sizes, dropout, "
+                        "epochs and optimizer; SETTINGS_MODEL); not a reproduction, listed apart in sst.md")
     p.add_argument("--random-init", choices=["uniform", "normal"], default="uniform",
                    help="random vectors: uniform U(-0.05, 0.05) (default, as Tai et al.'s code initializes unknown "
                         "words) or normal N(0, 1) (Torch7's nn.LookupTable default); not a reproduction setting, "
                         "listed apart in sst.md")
     args = p.parse_args(argv)
+    if args.settings_of is not None and args.model in BASELINES + ("bilstm",):
+        p.error(f"--settings-of applies to the tree models, not {args.model}")
+    if args.settings_of is not None and (MODELS[args.model]["paper"] == "teng") != (args.settings_of == "teng"):
+        p.error("--settings-of: Teng & Zhang's models and the others train differently (Adam, an output MLP); "
+                "only settings within one of the two groups can be swapped")
     if args.random_init != "uniform" and args.embeddings != "random":
         p.error("--random-init applies to --embeddings random only")
     if args.l2 is not None and args.l2 < 0:
@@ -133,17 +145,24 @@ def run_name(cfg: dict, seed: int) -> str:
         parts.append(f"sup-{cfg['supervision'].replace('+', '-')}")
     if cfg["structure"] != "gold":
         parts.append(f"struct-{cfg['structure']}")
-    if cfg["epochs"] != MODELS[cfg["model"]]["epochs"] and not cfg["quick"]:
+    if cfg["epochs"] != paper_settings(cfg)["epochs"] and not cfg["quick"]:
         parts.append(f"ep{cfg['epochs']}")
     if cfg["optimizer"]["batch_size"] != PRESETS[cfg["paper"]].batch_size:
         parts.append(f"bs{cfg['optimizer']['batch_size']}")
-    if cfg["dropout"] != MODELS[cfg["model"]]["dropout"]:
+    if cfg.get("settings_of"):
+        parts.append(f"settings-{cfg['settings_of']}")
+    if cfg["dropout"] != paper_settings(cfg)["dropout"]:
         parts.append(f"do{cfg['dropout']:g}")
     if cfg["optimizer"]["l2"] != PRESETS[cfg["paper"]].l2:
         parts.append(f"l2-{cfg['optimizer']['l2']:g}")
     if cfg.get("random_init", "uniform") != "uniform":
         parts.append(f"init-{cfg['random_init']}")
     return "_".join(parts) + f"_s{seed}"
+
+
+def paper_settings(cfg: dict) -> dict:
+    """The settings a run starts from: its model's paper's, or those of ``--settings-of``."""
+    return MODELS[SETTINGS_MODEL[cfg["settings_of"]] if cfg.get("settings_of") else cfg["model"]]
 
 
 def load_vectors(embeddings: str):
@@ -202,7 +221,7 @@ def train(args: argparse.Namespace) -> None:
     """Train, select on dev and test one model per seed; write the JSON and CSV of each run."""
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    paper = MODELS[args.model]
+    paper = MODELS[SETTINGS_MODEL[args.settings_of] if args.settings_of else args.model]
     vectors = load_vectors(args.embeddings) if args.embeddings != "random" else None
     cfg = dict(model=args.model, embeddings=args.embeddings, fine_grained=args.fine_grained,
                supervision=args.supervision, structure=args.structure,
@@ -218,6 +237,8 @@ def train(args: argparse.Namespace) -> None:
                quick=args.quick)
     if args.random_init != "uniform":  # only then: the runs made before this option keep their settings' record
         cfg["random_init"] = args.random_init
+    if args.settings_of is not None and paper["paper"] != MODELS[args.model]["paper"]:
+        cfg["settings_of"] = args.settings_of
     results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
 
     mirror = default_mirror(REPO)

@@ -104,6 +104,31 @@ def test_another_l2_strength_is_listed_apart_with_the_default_it_replaces():
     assert line == "| S-LSTM | fine | L2 0.001 (default 0.0001) | 1 | 47.0 | 45.5 ± 0.7 |"
 
 
+def test_another_papers_settings_are_listed_apart_beside_the_models_row():
+    own = [run("nary", True, v, embeddings="random", dim=300, hidden=150, dropout=0.5) for v in (46.0, 47.0)]
+    zhu = report_sst.MODELS["slstm"]
+    swapped = [run("nary", True, v, embeddings="random", dim=100, hidden=100, dropout=0.0, settings_of="zhu",
+                   epochs=zhu["epochs"], paper="zhu", optimizer=report_sst.PRESETS["zhu"].as_dict())
+               for v in (44.0, 45.0)]
+    assert "| 46.5 ± 0.7 |" in line_of(report_sst.target_lines(own + swapped),
+                                       "| Constituency Tree-LSTM, random vectors | fine |")
+    (line,) = [line for line in report_sst.other_settings(own + swapped)
+               if line.startswith("| Constituency Tree-LSTM, random vectors |")]
+    assert line == ("| Constituency Tree-LSTM, random vectors | fine | the settings of Zhu et al. 2015 (100d vectors, "
+                    "memory 100, dropout 0, 20 epochs, adagrad 0.1, minibatch 10) | 2 | 44.5 ± 0.7 | 46.5 ± 0.7 |")
+    # The cell-by-setup table: each cell under both papers' settings, the S-LSTM under Tai's not run yet.
+    slstm = [run("slstm", True, v, embeddings="random", dim=100, hidden=100, dropout=0.0) for v in (43.0, 45.0)]
+    table = report_sst.swapped_settings_lines(own + swapped + slstm)
+    assert "| Constituency Tree-LSTM | 46.5 ± 0.7 (2) | 44.5 ± 0.7 (2) |" in table
+    assert "| S-LSTM | not run | 44.0 ± 1.4 (2) |" in table
+    assert report_sst.swapped_settings_lines(own + slstm) == []
+    # A departure from those settings is named after them, and keeps the run out of that table.
+    swapped[0]["config"]["dropout"] = 0.5
+    assert report_sst.departures(swapped[0]["config"])[1] == "dropout 0.5 (paper 0.0)"
+    assert "| Constituency Tree-LSTM | 46.5 ± 0.7 (2) | 45.0 (1) |" in report_sst.swapped_settings_lines(
+        own + swapped + slstm)
+
+
 def test_best_dev_selection_picks_the_run_with_the_best_dev_root():
     # Three BiConTree seeds: seed 2 has the best dev root (50.0), so its test root (48.0) is the one reported,
     # although seed 3 tests higher. Le & Zuidema's tanh row, binary: one run, which is its own best.
