@@ -122,6 +122,12 @@ def test_another_papers_settings_are_listed_apart_beside_the_models_row():
     assert "| Constituency Tree-LSTM | 46.5 ± 0.7 (2) | 44.5 ± 0.7 (2) |" in table
     assert "| S-LSTM | not run | 44.0 ± 1.4 (2) |" in table
     assert report_sst.swapped_settings_lines(own + slstm) == []
+    tai_slstm = [run("slstm", True, 46.0, embeddings="random", dim=300, hidden=150, dropout=0.5, settings_of="tai",
+                     epochs=10, paper="tai", optimizer=report_sst.PRESETS["tai"].as_dict())]
+    (summary,) = [line for line in report_sst.swapped_settings_lines(own + swapped + slstm + tai_slstm)
+                  if line.startswith("Here")]
+    # Setups: 46.5 vs 44.5 for Tai's cell, 46.0 vs 44.0 for the S-LSTM; cells: 0.5 apart under either.
+    assert "at most 2.0 points and the two cells differ by at most 0.5" in summary
     # A departure from those settings is named after them, and keeps the run out of that table.
     swapped[0]["config"]["dropout"] = 0.5
     assert report_sst.departures(swapped[0]["config"])[1] == "dropout 0.5 (paper 0.0)"

@@ -75,7 +75,8 @@ def onednn_preferred() -> bool:
     on an AVX-512 host it found oneDNN faster on the product, while every
     cell's whole training step was slower with it, as on an AVX2-only host
     (``machine.onednn_probe_speedup`` and ``matmul_backends`` in
-    ``benchmarks/results/cpu-threads2.json``: ``benchmarks/tree_lstm.py`` times both). Choosing oneDNN also gives up the
+    ``benchmarks/results/cpu-threads2.json``, and in the AVX2 host's version of
+    that file in the git history: ``benchmarks/tree_lstm.py`` times both). Choosing oneDNN also gives up the
     compiled level loops, which multiply with ``addmm``. The two paths agree
     up to float32 rounding.
     """
