@@ -35,10 +35,11 @@ inline float slope(float y, int64_t kind) {  // g'(v) as a function of y = g(v)
 
 // Gates (i_k, f_k) of both children, g(a) with a = W_c1 x i_1 + W_c2 y i_2 + b_c, and c_p = f_1 c_x + f_2 c_y + g(a).
 // m_children [n, 2, 8d], c_children [n, 2, d], b [4d] (b_i, b_f, b_c, b_o). Returns gates [n, 2, 2d], g(a), c_p.
-// The *_into forms write into given contiguous tensors (the compiled level loop's buffers); the others allocate.
+// Each kernel comes twice: its *_into form writes into given contiguous tensors (the compiled level loop passes
+// rows of its state buffers), the other allocates them (the Python level loop's bindings).
 static void lstm_rnn_level_cell_into(const torch::Tensor& m_children, const torch::Tensor& c_children,
-                                     const torch::Tensor& b, int64_t kind, const torch::Tensor& gates, const torch::Tensor& g_a,
-                                     const torch::Tensor& c) {
+                                     const torch::Tensor& b, int64_t kind, const torch::Tensor& gates,
+                                     const torch::Tensor& g_a, const torch::Tensor& c) {
   const int64_t n = c_children.size(0), d = c_children.size(2);
   const float *M = m_children.data_ptr<float>(), *Cj = c_children.data_ptr<float>(), *B = b.data_ptr<float>();
   float *G = gates.data_ptr<float>(), *Ga = g_a.data_ptr<float>(), *C = c.data_ptr<float>();
@@ -78,8 +79,8 @@ std::vector<torch::Tensor> lstm_rnn_level_cell(torch::Tensor m_children, torch::
 // o = sigmoid(W_o1 x + W_o2 y + W_co c_p + b_o) and p = o g(c_p), given cell_terms = W_cell c_p [n, 5d] (W_co last).
 // Returns o, g(c_p) and p, each [n, d].
 static void lstm_rnn_level_output_into(const torch::Tensor& m_children, const torch::Tensor& cell_terms,
-                                       const torch::Tensor& c, const torch::Tensor& b, int64_t kind, const torch::Tensor& o,
-                                       const torch::Tensor& g_c, const torch::Tensor& p) {
+                                       const torch::Tensor& c, const torch::Tensor& b, int64_t kind,
+                                       const torch::Tensor& o, const torch::Tensor& g_c, const torch::Tensor& p) {
   const int64_t n = c.size(0), d = c.size(1);
   const float *M = m_children.data_ptr<float>(), *Ct = cell_terms.data_ptr<float>(), *C = c.data_ptr<float>();
   const float* B = b.data_ptr<float>();
@@ -147,10 +148,11 @@ torch::Tensor lstm_rnn_level_output_backward(torch::Tensor grad_m, torch::Tensor
 // gradients [n, 2, d]. The children's outputs reach the parent only through their m.
 static void lstm_rnn_level_cell_backward_into(const torch::Tensor& grad_c, const torch::Tensor& grad_c_from_cell,
                                               const torch::Tensor& grad_p, const torch::Tensor& grad_cell,
-                                              const torch::Tensor& o, const torch::Tensor& g_c, const torch::Tensor& g_a,
-                                              const torch::Tensor& gates, const torch::Tensor& m_children,
-                                              const torch::Tensor& c_children, int64_t kind, const torch::Tensor& grad_b,
-                                              const torch::Tensor& grad_m, const torch::Tensor& grad_cj) {
+                                              const torch::Tensor& o, const torch::Tensor& g_c,
+                                              const torch::Tensor& g_a, const torch::Tensor& gates,
+                                              const torch::Tensor& m_children, const torch::Tensor& c_children,
+                                              int64_t kind, const torch::Tensor& grad_b, const torch::Tensor& grad_m,
+                                              const torch::Tensor& grad_cj) {
   const int64_t n = c_children.size(0), d = c_children.size(2);
   const float *gCin = grad_c.data_ptr<float>(), *gCc = grad_c_from_cell.data_ptr<float>();
   const float *gP = grad_p.data_ptr<float>(), *gCell = grad_cell.data_ptr<float>(), *O = o.data_ptr<float>();
