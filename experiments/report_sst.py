@@ -448,35 +448,39 @@ def fitting_notes(runs: list[dict]) -> list[str]:
 def swapped_settings_lines(runs: list[dict]) -> list[str]:
     """Tai's cell and Zhu's S-LSTM, each under its own paper's settings and under the other's (random vectors,
     fine-grained, all labels): whether, in our hands, the cell or the setup carries the papers' difference."""
-    cells = {"nary": ("Constituency Tree-LSTM", "tai"), "slstm": ("S-LSTM", "zhu")}
+    rows = {row["name"]: row for row in ROWS}
+    cells = {"nary": rows["Constituency Tree-LSTM, random vectors"], "slstm": rows["S-LSTM"]}
+    setups = [MODELS[model]["paper"] for model in cells]  # tai, zhu
     results: dict[tuple[str, str], list[float]] = {}
     for r in runs:
         config = r["config"]
-        if (config["model"] not in cells or config["embeddings"] != "random" or not config["fine_grained"]
-                or any(config.get(key) != value for key, value in DEFAULTS.items())):
+        row = cells.get(config["model"])
+        if row is None or not config["fine_grained"] or not matches(config, row["match"], paper_settings=False):
             continue
-        changes = departures(config)
-        setting = config.get("settings_of") or cells[config["model"]][1]
-        if changes == ([] if setting == cells[config["model"]][1] else changes[:1]):
+        # Either the paper's own settings, or the other paper's and nothing else changed.
+        if len(departures(config)) == (1 if config.get("settings_of") else 0):
+            setting = config.get("settings_of") or MODELS[config["model"]]["paper"]
             results.setdefault((config["model"], setting), []).append(r["test"]["root"])
-    if not any(setting != cells[model][1] for model, setting in results):
+    if not any(setting != MODELS[model]["paper"] for model, setting in results):
         return []
-    lines = ["The same two setups, each cell (random vectors, fine-grained root accuracy on test; Tai et al. "
-             "report 43.9 for their cell with their settings, Zhu et al. 48.9 for theirs with theirs):", "",
-             "| Cell | Tai et al.'s settings | Zhu et al.'s settings |", "|---|---|---|"]
-    for model, (name, _) in cells.items():
-        values = [mean_std(results[(model, setting)]) + f" ({len(results[(model, setting)])})"
-                  if (model, setting) in results else "not run" for setting in ("tai", "zhu")]
-        lines.append(f"| {name} | {values[0]} | {values[1]} |")
+    (tai_cell, tai_paper), (zhu_cell, zhu_paper) = ((model, paper_root(row, "fine")) for model, row in cells.items())
+    lines = [f"The same two setups, each cell (random vectors, fine-grained root accuracy on test; {TAI} report "
+             f"{tai_paper:.1f} for their cell with their settings, {ZHU} {zhu_paper:.1f} for theirs with "
+             "theirs):", "",
+             f"| Cell | {TAI}'s settings | {ZHU}'s settings |", "|---|---|---|"]
+    for model, row in cells.items():
+        values = [f"{mean_std(results[(model, setup)])} ({len(results[(model, setup)])})"
+                  if (model, setup) in results else "not run" for setup in setups]
+        lines.append(f"| {row['name'].removesuffix(', random vectors')} | {values[0]} | {values[1]} |")
     lines += ["", "(in parentheses: seeds)"]
     if len(results) == 4:
         means = {key: statistics.mean(values) for key, values in results.items()}
-        by_setup = max(abs(means[(m, "tai")] - means[(m, "zhu")]) for m in cells)
-        by_cell = max(abs(means[("nary", s)] - means[("slstm", s)]) for s in ("tai", "zhu"))
+        by_setup = max(abs(means[(model, setups[0])] - means[(model, setups[1])]) for model in cells)
+        by_cell = max(abs(means[(tai_cell, setup)] - means[(zhu_cell, setup)]) for setup in setups)
         lines += ["", f"Here the setup moves each cell's mean by at most {by_setup:.1f} points and the two cells "
                   f"differ by at most {by_cell:.1f} under either setup, where the papers' numbers for them differ "
-                  f"by {48.9 - 43.9:.1f}: neither Zhu et al.'s reported settings nor the S-LSTM cell bring a "
-                  "Tree-LSTM on random vectors to 48.9 here."]
+                  f"by {zhu_paper - tai_paper:.1f}: neither {ZHU}'s reported settings nor the S-LSTM cell bring a "
+                  f"Tree-LSTM on random vectors to {zhu_paper:.1f} here."]
     return lines + [""]
 
 

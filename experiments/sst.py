@@ -162,7 +162,7 @@ def run_name(cfg: dict, seed: int) -> str:
 
 def paper_settings(cfg: dict) -> dict:
     """The settings a run starts from: its model's paper's, or those of ``--settings-of``."""
-    return MODELS[SETTINGS_MODEL[cfg["settings_of"]] if cfg.get("settings_of") else cfg["model"]]
+    return MODELS[SETTINGS_MODEL.get(cfg.get("settings_of"), cfg["model"])]
 
 
 def load_vectors(embeddings: str):
@@ -221,7 +221,7 @@ def train(args: argparse.Namespace) -> None:
     """Train, select on dev and test one model per seed; write the JSON and CSV of each run."""
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    paper = MODELS[SETTINGS_MODEL[args.settings_of] if args.settings_of else args.model]
+    paper = paper_settings(dict(model=args.model, settings_of=args.settings_of))
     vectors = load_vectors(args.embeddings) if args.embeddings != "random" else None
     cfg = dict(model=args.model, embeddings=args.embeddings, fine_grained=args.fine_grained,
                supervision=args.supervision, structure=args.structure,

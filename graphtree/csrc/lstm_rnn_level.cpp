@@ -219,8 +219,6 @@ std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, to
 
 namespace {
 
-using graphtree::cat_rows;
-
 // A level's rows by the blocks of m their parents read (the level is grouped by position, Level::position_groups):
 // [0, first) are child 0 of their parents, which read W_i1 .. W_o1 (the first 6d columns); [first, second)
 // child 1, which read W_i1 .. W_f2 and W_c2, W_o2 (the first 4d and the last 2d); [second, all) every block (a
@@ -290,12 +288,13 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
     save_ = save;
     contexts_.assign(levels.size(), {});
-    inner_rows_ = graphtree::internal_row_offsets(levels, offsets_);
-    // Bottom-up, only the first level has no children, so the inner levels are one block of buffer rows.
+    // Bottom-up, only the first level has no children, so the inner levels are one block of buffer rows:
+    // an inner level's rows in grad_cell_ and grad_b_ start at its begin - inner_begin_.
     inner_begin_ = levels.size() > 1 ? levels[1].begin : 0;
-    for (size_t l = 1; l < levels.size(); ++l) {
-      TORCH_CHECK(levels[l].width > 0 && offsets_[l] == levels[l].begin - inner_begin_,
-                  "LSTMRNNLevels: expected a bottom-up pass (leaves first, then inner levels)");
+    inner_rows_ = levels.size() > 1 ? levels.back().end - inner_begin_ : 0;
+    for (size_t l = 0; l < levels.size(); ++l) {
+      TORCH_CHECK((levels[l].width > 0) == (l > 0), "LSTMRNNLevels: expected a bottom-up pass (leaves first, "
+                  "then inner levels)");
     }
     grad_cell_ = grad_b_ = inner_grad_m_ = leaf_grad_m_ = leaf_inputs_ = torch::Tensor();
     outputs_.clear();
@@ -353,12 +352,13 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
     if (level.index == 1) inner_grad_m_ = grad_m;  // the last inner level: its rows start the inner block
     auto grad_p_total = grad_p.clone(at::MemoryFormat::Contiguous);
     add_read_blocks_back(grad_p_total, grad_m, W_inner_, m_rows(level), d);
-    auto grad_cell = grad_cell_.narrow(0, offsets_[level.index], n);
+    const int64_t inner_row = level.begin - inner_begin_;
+    auto grad_cell = grad_cell_.narrow(0, inner_row, n);
     lstm_rnn_level_output_backward_into(grad_m, grad_p_total, o, g_c, grad_cell);  // peephole blocks, then o's
     auto grad_c_from_cell = at::mm(grad_cell, W_cell_);
     auto grad_m_xy = torch::empty({n, 2, 8 * d}, b_.options()), grad_c_xy = torch::empty({n, 2, d}, b_.options());
     lstm_rnn_level_cell_backward_into(grad_c, grad_c_from_cell, grad_p_total, grad_cell, o, g_c, g_a, gates, m_xy,
-                                      c_xy, kind_, grad_b_.narrow(0, offsets_[level.index], n), grad_m_xy, grad_c_xy);
+                                      c_xy, kind_, grad_b_.narrow(0, inner_row, n), grad_m_xy, grad_c_xy);
     // The children's outputs p reach this node only through their m: no gradient for them here.
     return {torch::Tensor(), grad_c_xy.view({-1, d}), grad_m_xy.view({-1, 8 * d})};
   }
@@ -390,7 +390,6 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
   int64_t kind_ = 0, d_ = 0, inner_rows_ = 0, inner_begin_ = 0;
   bool save_ = false;
   std::vector<Context> contexts_;
-  std::vector<int64_t> offsets_;  // each inner level's first row among the inner rows (grad_cell_, grad_b_)
   std::vector<torch::Tensor> outputs_;  // the p and c_p buffers of the forward pass
   torch::Tensor grad_cell_, grad_b_, inner_grad_m_, leaf_grad_m_, leaf_inputs_;
 };
