@@ -129,11 +129,16 @@ def departures(config: dict) -> list[str]:
                 if config.get(key, paper[key]) != paper[key]]
     if config.get("random_init", "uniform") == "normal":
         changes.append("random vectors N(0, 1) (ours U(±0.05); the paper gives none)")
-    preset = PRESETS[config["paper"]].as_dict()
+    if config.get("optimizer_preset") == "teng_code":
+        changes.append("the update of Teng & Zhang's released code (Adam after every sentence, lazy Adam on the "
+                       "embeddings, decay 1e-6 per update)")
+    preset = PRESETS[config.get("optimizer_preset", config["paper"])].as_dict()
     # The L2 default is the paper's where it reports one, Tai's where it does not (graphtree.train.optim).
-    labels = {"batch_size": ("batch size", "paper"), "l2": ("L2", "default")}
-    changed = [key for key in preset if config["optimizer"].get(key) != preset[key]]
-    changes += [f"{labels[key][0]} {config['optimizer'][key]:g} ({labels[key][1]} {preset[key]:g})"
+    labels = {"batch_size": ("batch size", "code" if config.get("optimizer_preset") else "paper"),
+              "l2": ("L2", "default")}
+    used = {"decay": 0.0, **config["optimizer"]}  # runs from before OptimizerSpec had a decay
+    changed = [key for key in preset if used.get(key) != preset[key]]
+    changes += [f"{labels[key][0]} {used[key]:g} ({labels[key][1]} {preset[key]:g})"
                 for key in changed if key in labels]
     if any(key not in labels for key in changed):
         changes.append("optimizer")

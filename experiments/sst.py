@@ -103,7 +103,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--activation", choices=["tanh", "softsign", "sigmoid"], default="tanh", help="lstmrnn only")
     add_run_arguments(p, REPO, epochs_help="default: the paper's (see MODELS)",
                       quick_help="small subset, 3 epochs; results under experiments/runs/")
-    p.add_argument("--batch-size", type=int, default=None, help="default: the paper's (graphtree.train.PRESETS)")
+    p.add_argument("--optimizer", choices=["paper", "teng_code"], default="paper",
+                   help="paper: the paper's update (graphtree.train.PRESETS); teng_code: that of Teng & Zhang's "
+                        "released code (Adam after every sentence, lazy Adam on the embeddings, decay 1e-6), "
+                        "Teng & Zhang's models only; listed apart in sst.md")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="default: the optimizer's (graphtree.train.PRESETS)")
     p.add_argument("--dropout", type=float, default=None,
                    help="dropout probability, default: the paper's (MODELS); another value is not a reproduction "
                         "and is listed apart in sst.md")
@@ -123,6 +128,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.settings_of is not None and (MODELS[args.model]["paper"] == "teng") != (args.settings_of == "teng"):
         p.error("--settings-of: Teng & Zhang's models and the others train differently (Adam, an output MLP); "
                 "only settings within one of the two groups can be swapped")
+    if args.optimizer == "teng_code" and (args.model not in MODELS or MODELS[args.model]["paper"] != "teng"
+                                          or args.settings_of is not None):
+        p.error("--optimizer teng_code applies to Teng & Zhang's models under their own settings")
     if args.random_init != "uniform" and args.embeddings != "random":
         p.error("--random-init applies to --embeddings random only")
     if args.l2 is not None and args.l2 < 0:
@@ -147,13 +155,16 @@ def run_name(cfg: dict, seed: int) -> str:
         parts.append(f"struct-{cfg['structure']}")
     if cfg["epochs"] != paper_settings(cfg)["epochs"] and not cfg["quick"]:
         parts.append(f"ep{cfg['epochs']}")
-    if cfg["optimizer"]["batch_size"] != PRESETS[cfg["paper"]].batch_size:
+    preset = PRESETS[cfg.get("optimizer_preset", cfg["paper"])]
+    if cfg.get("optimizer_preset"):
+        parts.append(f"opt-{cfg['optimizer_preset'].replace('_', '-')}")
+    if cfg["optimizer"]["batch_size"] != preset.batch_size:
         parts.append(f"bs{cfg['optimizer']['batch_size']}")
     if cfg.get("settings_of"):
         parts.append(f"settings-{cfg['settings_of']}")
     if cfg["dropout"] != paper_settings(cfg)["dropout"]:
         parts.append(f"do{cfg['dropout']:g}")
-    if cfg["optimizer"]["l2"] != PRESETS[cfg["paper"]].l2:
+    if cfg["optimizer"]["l2"] != preset.l2:
         parts.append(f"l2-{cfg['optimizer']['l2']:g}")
     if cfg.get("random_init", "uniform") != "uniform":
         parts.append(f"init-{cfg['random_init']}")
@@ -223,6 +234,7 @@ def train(args: argparse.Namespace) -> None:
     device = resolve_device(args.device)
     paper = paper_settings(dict(model=args.model, settings_of=args.settings_of))
     vectors = load_vectors(args.embeddings) if args.embeddings != "random" else None
+    preset = PRESETS[paper["paper"] if args.optimizer == "paper" else args.optimizer]
     cfg = dict(model=args.model, embeddings=args.embeddings, fine_grained=args.fine_grained,
                supervision=args.supervision, structure=args.structure,
                head=args.head if paper["paper"] == "teng" and args.model != "contree" else None,
@@ -231,10 +243,11 @@ def train(args: argparse.Namespace) -> None:
                hidden=paper["hidden"] if args.model != "lstmrnn" or vectors is None else vectors.dim,
                dropout=paper["dropout"] if args.dropout is None else args.dropout,
                epochs=args.epochs or (QUICK["epochs"] if args.quick else paper["epochs"]),
-               optimizer=replace(PRESETS[paper["paper"]],
-                                 batch_size=args.batch_size or PRESETS[paper["paper"]].batch_size,
-                                 l2=PRESETS[paper["paper"]].l2 if args.l2 is None else args.l2).as_dict(),
+               optimizer=replace(preset, batch_size=args.batch_size or preset.batch_size,
+                                 l2=preset.l2 if args.l2 is None else args.l2).as_dict(),
                quick=args.quick)
+    if args.optimizer != "paper":  # only then: the runs made before this option keep their settings' record
+        cfg["optimizer_preset"] = args.optimizer
     if args.random_init != "uniform":  # only then: the runs made before this option keep their settings' record
         cfg["random_init"] = args.random_init
     if args.settings_of is not None and paper["paper"] != MODELS[args.model]["paper"]:

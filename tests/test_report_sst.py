@@ -182,3 +182,16 @@ def test_commands_list_the_seeds_run_beyond_the_first_three():
     runs = [{**run("bicontree", True, 50.0, embeddings="glove50", head="gated"), "seed": s} for s in (1, 2, 3, 5)]
     assert report_sst.command_for(row, "fine", runs).endswith("--fine-grained --seeds 1 2 3 5")
     assert report_sst.command_for(row, "binary", runs).endswith("--binary --seeds 1 2 3")
+
+
+def test_the_released_codes_update_is_listed_apart_from_the_papers():
+    paper = [run("bicontree", True, v, embeddings="glove50", head="gated") for v in (49.0, 50.0, 51.0)]
+    code = [run("bicontree", True, v, embeddings="glove50", head="gated", optimizer_preset="teng_code",
+                optimizer=report_sst.PRESETS["teng_code"].as_dict()) for v in (52.0, 54.0)]
+    assert "BiConTree (gated heads), fine root ≥ 50.0: 50.0, met" in "\n".join(report_sst.target_lines(paper + code))
+    (line,) = [line for line in report_sst.other_settings(paper + code) if line.startswith("| BiConTree")]
+    assert line == ("| BiConTree (gated heads) | fine | the update of Teng & Zhang's released code (Adam after every "
+                    "sentence, lazy Adam on the embeddings, decay 1e-6 per update) | 2 | 53.0 ± 1.4 | 50.0 ± 1.0 |")
+    # the same update with another minibatch says so too
+    code[0]["config"]["optimizer"] = {**code[0]["config"]["optimizer"], "batch_size": 5}
+    assert report_sst.departures(code[0]["config"])[1] == "batch size 5 (code 1)"

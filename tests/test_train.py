@@ -151,6 +151,67 @@ def test_teng_update_is_adam_with_dynet_defaults() -> None:
         assert math.isclose(float(w.detach()), ref, abs_tol=1e-7)
 
 
+def test_teng_code_update_by_hand() -> None:
+    """Teng & Zhang's released code: w decays by 1e-6 and takes an Adam step; the embedding rows take lazy Adam
+    steps (a row's moments move only when it has a gradient; the step count is global)."""
+    from graphtree.models import NodeEmbedding
+
+    embedding = NodeEmbedding(4, 2)
+    weight = embedding.embedding.weight
+    start = weight.detach().clone()
+    w = torch.nn.Parameter(torch.tensor([300.0, -1000.0]))  # large enough for a 1e-6 decay to show in float32
+    model = torch.nn.ModuleDict(dict(embedding=embedding))
+    model.register_parameter("w", w)
+    opt = PaperOptimizer.for_model(model, embedding, PRESETS["teng_code"])
+    assert isinstance(opt.embedding_optimizer, torch.optim.SparseAdam)
+
+    def adam(m: float, v: float, g: float, t: int) -> tuple[float, float, float]:
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        return m, v, 1e-3 * (m / (1 - 0.9 ** t)) / (math.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+
+    w_ref, w_mv = [300.0, -1000.0], [(0.0, 0.0), (0.0, 0.0)]
+    rows_ref = {r: start[r].tolist() for r in range(4)}
+    row_mv = {(r, k): (0.0, 0.0) for r in range(4) for k in range(2)}
+    # words per step; the loss is sum(w) * sum of the looked-up vectors, so each word's row gradient is sum(w)
+    for t, words in enumerate([[1, 2], [2], [1, 1, 3]], start=1):
+        opt.zero_grad()
+        (w.sum() * embedding(torch.tensor(words)).sum()).backward()
+        assert weight.grad.is_sparse
+        with torch.no_grad():
+            grad_w = [float(embedding(torch.tensor(words)).sum())] * 2
+        row_grads = {r: words.count(r) * sum(w_ref) for r in set(words)}
+        opt.step()
+        for k in range(2):
+            m, v, delta = adam(*w_mv[k], grad_w[k], t)
+            w_mv[k] = (m, v)
+            w_ref[k] = w_ref[k] * (1 - 1e-6) - delta
+        for r, g in row_grads.items():
+            for k in range(2):
+                m, v, delta = adam(*row_mv[r, k], g, t)
+                row_mv[r, k] = (m, v)
+                rows_ref[r][k] -= delta
+        torch.testing.assert_close(w.detach(), torch.tensor(w_ref), rtol=0, atol=1e-4)
+        torch.testing.assert_close(weight.detach(), torch.tensor([rows_ref[r] for r in range(4)]), rtol=0,
+                                   atol=1e-6)
+    torch.testing.assert_close(weight.detach()[0], start[0], rtol=0, atol=0)  # never looked up: never moved
+
+
+def test_optimizer_state_saved_before_the_decay_field_loads() -> None:
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = PaperOptimizer([w], [], PRESETS["teng"])
+    w.grad = torch.ones(3)
+    opt.step()
+    state = opt.state_dict()
+    del state["spec"]["decay"]
+    PaperOptimizer([w], [], PRESETS["teng"]).load_state_dict(state)
+    with pytest.raises(ValueError, match="saved with"):
+        PaperOptimizer([w], [], PRESETS["teng_code"]).load_state_dict(state)
+    with pytest.raises(ValueError):
+        OptimizerSpec("adam", 1e-3, "adam", 1e-3, 0.0, 1, decay=1.0)
+    with pytest.raises(ValueError, match=r"OptimizerSpec\.name"):
+        OptimizerSpec("sparse_adam", 1e-3, "adam", 1e-3, 0.0, 1)
+
+
 SPARSE_STEP = """
 import warnings
 import torch

@@ -25,6 +25,15 @@ Presets (:data:`PRESETS`), with where each number comes from:
     ε = 1e-8), no gradient clipping. The paper writes λ in eq 17 but gives no
     value and no minibatch size; we use λ = 0 (DyNet's default has no weight
     decay) and minibatch 25.
+``"teng_code"`` (the update of Teng & Zhang's released DyNet code)
+    Adam with the same defaults after **every sentence** (minibatch 1); the
+    embeddings by lazy Adam (DyNet updates, and keeps moments for, only the
+    lookup rows a sentence used: ``torch.optim.SparseAdam``); DyNet's Trainer
+    λ = 1e-6 as a decoupled decay of the non-embedding parameters at every
+    update (θ ← θ − λθ + Δ). Two details are not reproduced: DyNet also decays
+    the lookup rows it updates (by 1e-6 per use), and its step counter grows
+    once per parameter rather than once per update, which switches Adam's bias
+    correction off after the first update.
 
 AdaGrad is PyTorch's, which with its defaults (no learning-rate decay, zero
 initial accumulator, ε = 1e-10 added to the square root) is the update of
@@ -43,7 +52,8 @@ from torch import Tensor
 __all__ = ["PRESETS", "OptimizerSpec", "PaperOptimizer", "make_optimizer"]
 
 _OPTIMIZERS = ("adagrad", "adam", "sgd")
-SPARSE_EXACT = ("adagrad", "sgd")  # updates that leave a row without gradient where it is
+_EMBEDDING_OPTIMIZERS = _OPTIMIZERS + ("sparse_adam",)
+SPARSE_EXACT = ("adagrad", "sgd", "sparse_adam")  # updates that leave a row without gradient where it is
 
 
 @dataclass(frozen=True)
@@ -53,10 +63,13 @@ class OptimizerSpec:
     Attributes:
         name: Optimizer of the non-embedding parameters: ``"adagrad"``, ``"adam"`` or ``"sgd"``.
         lr: Its learning rate.
-        embedding: Optimizer of the word embeddings (same choices).
+        embedding: Optimizer of the word embeddings (the same choices, or ``"sparse_adam"``: lazy Adam,
+            which moves only the rows a minibatch used).
         embedding_lr: Its learning rate.
-        l2: Per-minibatch L2 strength λ on the non-embedding parameters.
+        l2: Per-minibatch L2 strength λ on the non-embedding parameters (added to their gradients).
         batch_size: Sentences per minibatch (the paper's).
+        decay: Decoupled weight decay of the non-embedding parameters, applied at every update
+            (θ ← (1 − decay)·θ, then the optimizer's step), as DyNet's trainers apply their λ.
     """
 
     name: str
@@ -65,12 +78,16 @@ class OptimizerSpec:
     embedding_lr: float
     l2: float
     batch_size: int
+    decay: float = 0.0
 
     def __post_init__(self) -> None:
-        for field, value in (("name", self.name), ("embedding", self.embedding)):
-            if value not in _OPTIMIZERS:
-                raise ValueError(f"OptimizerSpec.{field} must be one of {_OPTIMIZERS}, got {value!r}")
-        if self.lr <= 0 or self.embedding_lr < 0 or self.l2 < 0 or self.batch_size < 1:
+        if self.name not in _OPTIMIZERS:
+            raise ValueError(f"OptimizerSpec.name must be one of {_OPTIMIZERS}, got {self.name!r}")
+        if self.embedding not in _EMBEDDING_OPTIMIZERS:
+            raise ValueError(f"OptimizerSpec.embedding must be one of {_EMBEDDING_OPTIMIZERS}, "
+                             f"got {self.embedding!r}")
+        if (self.lr <= 0 or self.embedding_lr < 0 or self.l2 < 0 or self.batch_size < 1
+                or not 0 <= self.decay < 1):
             raise ValueError(f"invalid optimizer settings: {self}")
 
     def as_dict(self) -> dict[str, Any]:
@@ -82,6 +99,7 @@ PRESETS: dict[str, OptimizerSpec] = {
     "zhu": OptimizerSpec("adagrad", 0.1, "adagrad", 0.1, 1e-4, 10),
     "le_zuidema": OptimizerSpec("adagrad", 0.05, "adagrad", 0.05, 1e-3, 5),
     "teng": OptimizerSpec("adam", 1e-3, "adam", 1e-3, 0.0, 25),
+    "teng_code": OptimizerSpec("adam", 1e-3, "sparse_adam", 1e-3, 0.0, 1, decay=1e-6),
 }
 """The papers' optimizer settings (see the module docstring for sources)."""
 
@@ -92,7 +110,8 @@ _FUSED_DEVICES = {"adagrad": ("cpu",), "adam": ("cpu", "cuda"), "sgd": ("cpu", "
 
 
 def make_optimizer(name: str, params: list[Tensor], lr: float, dense: bool = True) -> torch.optim.Optimizer:
-    """``"adagrad"``, ``"adam"`` (DyNet's defaults) or ``"sgd"`` over ``params``, fused where PyTorch can.
+    """``"adagrad"``, ``"adam"`` (DyNet's defaults), ``"sparse_adam"`` or ``"sgd"`` over ``params``, fused where
+    PyTorch can.
 
     The fused update is the same arithmetic in one pass over all parameters
     instead of several operators per parameter; at minibatch 25 the
@@ -100,8 +119,10 @@ def make_optimizer(name: str, params: list[Tensor], lr: float, dense: bool = Tru
     (``python benchmarks/optimizer_step.py``). ``dense=False`` (gradients that
     may be sparse, which have no fused path), floating-point parameters on a
     device without a fused kernel, and PyTorch older than 2.4 get the unfused
-    one.
+    one. ``"sparse_adam"`` (``torch.optim.SparseAdam``) needs sparse gradients.
     """
+    if name == "sparse_adam":
+        return torch.optim.SparseAdam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8)
     make, settings = {"adagrad": (torch.optim.Adagrad, {}),
                       "adam": (torch.optim.Adam, dict(betas=(0.9, 0.999), eps=1e-8)),
                       "sgd": (torch.optim.SGD, {})}[name]
@@ -132,7 +153,7 @@ class PaperOptimizer:
         if shared:
             raise ValueError("a parameter is both a model and an embedding parameter; pass each once")
         self.model_optimizer = make_optimizer(spec.name, self.params, spec.lr)
-        # AdaGrad and SGD embeddings may get sparse gradients (for_model); Adam's are always dense.
+        # AdaGrad, SGD and lazy-Adam embeddings may get sparse gradients (for_model); Adam's are always dense.
         self.embedding_optimizer = (make_optimizer(spec.embedding, self.embedding_params, spec.embedding_lr,
                                                    dense=spec.embedding not in SPARSE_EXACT)
                                     if self.embedding_params and spec.embedding_lr > 0 else None)
@@ -142,15 +163,18 @@ class PaperOptimizer:
                   sparse_embeddings: bool = True) -> PaperOptimizer:
         """Split ``model``'s parameters into ``embedding``'s and the rest.
 
-        With ``sparse_embeddings`` and an AdaGrad or SGD embedding update, the
+        With ``sparse_embeddings`` and an AdaGrad, SGD or lazy-Adam embedding update, the
         ``torch.nn.Embedding`` modules inside ``embedding`` are switched to
         sparse gradients. The update is the same up to rounding (under either
         rule a row without gradient does not move), but a step then costs the
         rows of the minibatch instead of the whole vocabulary
         (``python benchmarks/embedding_update.py`` times both).
         Adam moves every row at every step (its moments decay), so its
-        embeddings stay dense.
+        embeddings stay dense. Lazy Adam (``"sparse_adam"``) works on sparse
+        gradients only, so its embeddings always get them.
         """
+        if spec.embedding == "sparse_adam":
+            sparse_embeddings = True
         if sparse_embeddings and embedding is not None and spec.embedding in SPARSE_EXACT and spec.embedding_lr > 0:
             for module in embedding.modules():
                 if isinstance(module, torch.nn.Embedding):
@@ -172,7 +196,9 @@ class PaperOptimizer:
 
     @torch.no_grad()
     def step(self) -> None:
-        """Add λθ to the gradients of the non-embedding parameters, then step both optimizers."""
+        """Add λθ to the gradients of the non-embedding parameters, decay them, then step both optimizers."""
+        if self.spec.decay:
+            torch._foreach_mul_(self.params, 1.0 - self.spec.decay)
         if self.spec.l2:
             for p in self.params:
                 if p.grad is None:
@@ -191,7 +217,8 @@ class PaperOptimizer:
                 "embedding": self.embedding_optimizer.state_dict() if self.embedding_optimizer else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["spec"] != self.spec.as_dict():
+        saved = {"decay": 0.0, **state["spec"]}  # saved before OptimizerSpec had a decay
+        if saved != self.spec.as_dict():
             raise ValueError(f"optimizer state was saved with {state['spec']}, not {self.spec.as_dict()}")
         self.model_optimizer.load_state_dict(state["model"])
         if self.embedding_optimizer is not None:
