@@ -304,6 +304,56 @@ def test_kernels_and_pytorch_path_agree_on_a_large_batch(kernels, make):
         torch.testing.assert_close(a, b, atol=2e-5 * max(1.0, float(b.detach().abs().max())), rtol=1e-4)
 
 
+def test_compiled_pass_follows_every_change_of_the_weights(kernels):
+    # The compiled N-ary loop keeps its rescaled, transposed gate weights across passes until U or b_U changes:
+    # after an in-place update, a load_state_dict, a replaced parameter and a cleared cache, each no-grad pass
+    # must agree with the PyTorch path on the weights as they are then.
+    torch.manual_seed(0)
+    cell = NaryTreeLSTM(9, 12)
+    batch = tai.mixed_batch(max_arity=2, seed=5)
+    x = torch.randn(batch.num_nodes, 9)
+    other = NaryTreeLSTM(9, 12).state_dict()
+
+    def agree():
+        with torch.no_grad(), native.use_native(True):
+            fast = cell(x, batch)[0]
+        with torch.no_grad(), native.use_native(False):
+            plain = cell(x, batch)[0]
+        torch.testing.assert_close(fast, plain, atol=2e-5, rtol=1e-4)
+        return fast
+
+    first = agree()
+    with torch.no_grad():
+        cell.U.mul_(1.5)
+    assert not torch.allclose(agree(), first)
+    with torch.no_grad():
+        cell.b_U.add_(0.5)
+    agree()
+    cell.load_state_dict(other)
+    agree()
+    cell.U = torch.nn.Parameter(torch.randn_like(cell.U))
+    agree()
+    cell.U.data.mul_(-1)  # invisible to the version counter: the documented escape hatch
+    cell.derived_weights_clear()
+    agree()
+
+
+def test_gather_in_the_compiled_loop_checks_its_slots(kernels):
+    # A slot index past the buffers is an error, not a read out of bounds.
+    buffers = [torch.zeros(4, 3)]
+    bad = [torch.zeros(0, dtype=torch.long), torch.tensor([9, 0])]  # level 0: the leaves, no slots
+    cell = NaryTreeLSTM(3, 3)
+    kernel = kernels.NaryLevels(*_nary_kernel_weights(cell))
+    with pytest.raises(RuntimeError, match="out of range"):
+        kernels.run_levels_forward(kernel, [buffers[0], torch.zeros(4, 3)], [torch.zeros(3, 3)], [0, 2, 3],
+                                   bad, [], False)
+
+
+def _nary_kernel_weights(cell):
+    U_t, b = cell._gate_weights_t()
+    return U_t, b, cell.U.detach(), cell.W_leaf.weight.detach(), cell.W_leaf.bias.detach()
+
+
 def test_scatter_add_rows_adds_repeated_rows_like_index_put(kernels):
     # The engine's child-gradient accumulation: rows repeat (several parents, the padding row of empty slots).
     torch.manual_seed(0)

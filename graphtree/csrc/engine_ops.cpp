@@ -6,6 +6,7 @@
 #include "common.h"
 #include "level_loop.h"
 
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -39,6 +40,20 @@ void scatter_add_rows_(torch::Tensor dst, torch::Tensor index, torch::Tensor src
 
 namespace {
 
+// dst[r] = src[index[r]] for every row r; dst [n, w] and src [m, w] contiguous float32, index [n] int64 in
+// [0, m) (checked). A level's gather in the forward loop: index_select's dispatch and setup cost more than
+// the copy itself on a tree level's few rows.
+void gather_rows_into(torch::Tensor& dst, const torch::Tensor& src, const torch::Tensor& index) {
+  const int64_t n = index.numel(), w = src.size(1), m = src.size(0);
+  const int64_t* I = index.data_ptr<int64_t>();
+  const float* S = src.data_ptr<float>();
+  float* D = dst.data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) TORCH_CHECK(I[r] >= 0 && I[r] < m, "index ", I[r], " out of range for ", m, " rows");
+  at::parallel_for(0, n, graphtree::grain_rows(w), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) std::memcpy(D + r * w, S + I[r] * w, sizeof(float) * w);
+  });
+}
+
 std::vector<graphtree::Level> levels_of(const std::vector<int64_t>& ptr, const std::vector<torch::Tensor>& slots,
                                         const std::vector<std::vector<int64_t>>& position_groups) {
   TORCH_CHECK(ptr.size() == slots.size() + 1, "run_levels: ptr must have one entry more than slots");
@@ -50,6 +65,8 @@ std::vector<graphtree::Level> levels_of(const std::vector<int64_t>& ptr, const s
     const int64_t n = ptr[l + 1] - ptr[l];
     TORCH_CHECK(n > 0 && slots[l].numel() % n == 0, "run_levels: level ", l, " has ", n, " rows and ",
                 slots[l].numel(), " slots");
+    TORCH_CHECK(slots[l].device().is_cpu() && slots[l].scalar_type() == torch::kInt64 && slots[l].is_contiguous(),
+                "run_levels: slots must be contiguous int64 CPU tensors");
     std::vector<int64_t> groups = position_groups.empty() ? std::vector<int64_t>{} : position_groups[l];
     int64_t grouped = 0;
     for (auto size : groups) grouped += size;
@@ -70,6 +87,10 @@ void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tenso
                         std::vector<torch::Tensor> inputs, std::vector<int64_t> ptr, std::vector<torch::Tensor> slots,
                         std::vector<std::vector<int64_t>> position_groups, bool save) {
   const auto levels = levels_of(ptr, slots, position_groups);
+  for (const auto& buffer : buffers) {
+    check(buffer, "every state buffer");
+    TORCH_CHECK(buffer.dim() == 2 && buffer.is_contiguous(), "run_levels: state buffers must be contiguous [rows, d]");
+  }
   kernel.begin(levels, save);
   std::vector<torch::Tensor> level_inputs(inputs.size()), children(buffers.size());
   for (const auto& level : levels) {
@@ -79,8 +100,14 @@ void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tenso
         continue;
       }
       auto destination = kernel.gather_destination(level, static_cast<int64_t>(s));
-      children[s] = destination.defined() ? at::index_select_out(destination, buffers[s], 0, level.slots)
-                                          : buffers[s].index_select(0, level.slots);
+      if (!destination.defined()) {
+        destination = torch::empty({level.slots.numel(), buffers[s].size(1)}, buffers[s].options());
+      }
+      TORCH_CHECK(destination.is_contiguous() && destination.size(0) == level.slots.numel() &&
+                      destination.size(1) == buffers[s].size(1),
+                  "run_levels: a gather destination must be a contiguous [slots, d] tensor");
+      gather_rows_into(destination, buffers[s], level.slots);
+      children[s] = destination;
     }
     for (size_t k = 0; k < inputs.size(); ++k) level_inputs[k] = inputs[k].narrow(0, level.begin, level.end - level.begin);
     kernel.forward(level, level_inputs, children, buffers, save);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -86,6 +87,28 @@ class TreeCell(MessagePassing):
         compiled kernels do not apply to ``inputs`` and the tensors among ``args`` (the cell's weights, detached)."""
         kernels = native_kernels(*inputs, *(a for a in args if isinstance(a, Tensor)))
         return None if kernels is None else (kernels, getattr(kernels, kernel)(*args))
+
+    def derived_weights(self, key: str, sources: tuple[Tensor, ...], compute: Callable[[], Any]) -> Any:
+        """``compute()`` (run without autograd) for weights derived from ``sources``, kept across passes while no
+        source has changed: the same storage and version counter (an optimizer step, ``load_state_dict`` or any
+        in-place write bumps it). For the compiled level kernels, which take their weights detached; in
+        inference, where nothing changes, the derived copies are made once instead of once per batch.
+
+        A write through ``.data`` is invisible to version counters; after one, call ``derived_weights_clear()``.
+        """
+        # The sources themselves are kept, so that their storage cannot be freed and reused by another tensor.
+        stamp = tuple((t.data_ptr(), t._version) for t in sources)
+        cache = self.__dict__.setdefault("_derived_weights", {})
+        entry = cache.get(key)
+        if (entry is None or entry[1] != stamp or len(entry[0]) != len(sources)
+                or any(kept is not t for kept, t in zip(entry[0], sources))):
+            with torch.no_grad():
+                entry = cache[key] = (sources, stamp, compute())
+        return entry[2]
+
+    def derived_weights_clear(self) -> None:
+        """Forget every :meth:`derived_weights` entry (they are rebuilt on the next pass)."""
+        self.__dict__.pop("_derived_weights", None)
 
     @property
     def weights(self) -> PackedWeights:

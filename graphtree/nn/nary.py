@@ -119,12 +119,20 @@ class NaryTreeLSTM(TreeCell):
             return None
         if native_kernels(*inputs, self.U) is None:  # before building the transposed weights
             return None
-        weights = self.weights
-        U, b = weights.memo("gates", self._gate_weights)
-        # Transposed once per pass: the level products then read the weights row by row.
-        U_t = weights.memo("gates_t", lambda: U.t().contiguous())
+        # Rescaled and transposed (the level products then read the weights row by row) once per change of
+        # U or b_U: once per pass in training, once in all in inference.
+        U_t, b = self.derived_weights("gates_t", (self.U, self.b_U), self._gate_weights_t)
         return self._compiled_levels(inputs, "NaryLevels", U_t, b, self.U.detach(), self.W_leaf.weight.detach(),
                                      self.W_leaf.bias.detach())
+
+    def _gate_weights_t(self) -> tuple[Tensor, Tensor]:
+        """:meth:`_gate_weights` with ``U`` transposed, in one pass over it (detached: for the compiled loop)."""
+        U, d = self.U.detach(), self.hidden_channels
+        scale = torch.ones(U.size(0), dtype=U.dtype, device=U.device)
+        scale[2 * d:3 * d] = 2
+        U_t = torch.empty(U.size(1), U.size(0), dtype=U.dtype, device=U.device)
+        torch.mul(U.t(), scale, out=U_t)
+        return U_t, self.b_U.detach().sum(0)[:U.size(0)] * scale
 
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""
