@@ -103,12 +103,14 @@ def test_compiled_level_loop_on_a_dag(kernels, monkeypatch):
 
 
 @pytest.mark.parametrize("frozen", ["inputs", "leaf unit", "gates", "child-sum inputs", "child-sum forget",
-                                    "s-lstm inputs", "s-lstm peepholes", "lstm-rnn inputs", "lstm-rnn leaves"])
+                                    "s-lstm inputs", "s-lstm peepholes", "lstm-rnn inputs", "lstm-rnn leaves",
+                                    "lexicalized inputs", "lexicalized peepholes"])
 def test_compiled_level_loop_with_frozen_parts(kernels, frozen, monkeypatch):
     # Only what needs a gradient gets one; the rest agrees with the PyTorch path.
     torch.manual_seed(1)
     cell = (ChildSumTreeLSTM(9, 12) if frozen.startswith("child-sum")
             else SLSTM(9, 12, leaf="lstm") if frozen.startswith("s-lstm")
+            else LexicalizedTreeLSTM(9, 12) if frozen.startswith("lexicalized")
             else LSTMRNN(9, 9) if frozen.startswith("lstm-rnn") else NaryTreeLSTM(9, 12))
     if frozen == "leaf unit":
         cell.W_leaf.requires_grad_(False)
@@ -119,7 +121,7 @@ def test_compiled_level_loop_with_frozen_parts(kernels, frozen, monkeypatch):
         cell.U_f.requires_grad_(False)
     if frozen == "lstm-rnn leaves":
         cell.W_leaf.requires_grad_(False)
-    if frozen == "s-lstm peepholes":
+    if frozen in ("s-lstm peepholes", "lexicalized peepholes"):
         cell.W_c.requires_grad_(False)
         cell.W_co.requires_grad_(False)
     batch = tai.mixed_batch(max_arity=2, seed=4)
@@ -260,7 +262,21 @@ def test_lexicalized_kernels_match_the_recursive_reference(kernels, lexicalized,
     torch.manual_seed(n_ary)
     trees = teng.binary_trees(5) if n_ary == 2 else teng.ternary_trees()
     cell = LexicalizedTreeLSTM(7, 16, n_ary=n_ary, lexicalized=lexicalized)
-    _assert_kernels_match_reference(kernels, cell, Batch.from_data_list(trees), 7, PEEPHOLE_KERNELS,
+    # The whole pass runs in the engine's compiled level loop (LexicalizedLevels).
+    _assert_kernels_match_reference(kernels, cell, Batch.from_data_list(trees), 7, ["LexicalizedLevels"],
+                                    _per_tree(trees, teng.ref_lexicalized), monkeypatch)
+
+
+@pytest.mark.parametrize("lexicalized", [True, False])
+def test_lexicalized_compiled_level_loop_on_a_dag(kernels, lexicalized, monkeypatch):
+    # Node 3 and leaf 5 have two parents each, their gradients arriving from two slots: every gradient, the
+    # inputs' included, against the float64 recursive reference.
+    torch.manual_seed(6)
+    dag = Data(edge_index=torch.tensor([[1, 2, 3, 4, 5, 5, 3], [0, 0, 1, 1, 3, 2, 2]]),
+               edge_pos=torch.tensor([0, 1, 0, 1, 0, 1, 0]), num_nodes=6)
+    trees = [dag, *teng.binary_trees(3), dag]
+    cell = LexicalizedTreeLSTM(7, 16, lexicalized=lexicalized)
+    _assert_kernels_match_reference(kernels, cell, Batch.from_data_list(trees), 7, ["LexicalizedLevels"],
                                     _per_tree(trees, teng.ref_lexicalized), monkeypatch)
 
 

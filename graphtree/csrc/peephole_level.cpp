@@ -315,7 +315,227 @@ class SLSTMLevels : public graphtree::LevelKernel {
   std::vector<torch::Tensor> grad_h_terms_, grad_o_, leaf_grads_, leaf_inputs_;
 };
 
+// Teng & Zhang's lexicalized bottom-up cell (graphtree/nn/lexicalized.py, eqs 4, 10-11; ConTree with
+// lexicalized=false) as a LevelKernel: forward_level and backward_level there, in C++, on the kernels above.
+// Gate rows i, f_1 .. f_N, g, o. Internal nodes: W_h [h_1 .. h_N] + b, the peepholes W_c [c_1 .. c_N] on i and
+// the f_k, and (lexicalized) W_x x with its one W_xf block feeding every f_k. Leaves: gates i, g, o from W_x x
+// and the matching rows of b, no children.
+class LexicalizedLevels : public graphtree::LevelKernel {
+ public:
+  LexicalizedLevels(torch::Tensor W_x, torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co, torch::Tensor b,
+                    bool lexicalized)
+      : W_x_(W_x.contiguous()), W_h_(W_h.contiguous()), W_c_(W_c.contiguous()), W_co_(W_co.contiguous()),
+        b_(b.contiguous()), lexicalized_(lexicalized) {
+    for (auto* t : {&W_x_, &W_h_, &W_c_, &W_co_, &b_}) graphtree::check(*t, "every weight");
+    d_ = W_co_.size(0);
+    N_ = W_h_.size(1) / d_;
+    const int64_t d = d_, N = N_;
+    TORCH_CHECK(N >= 1 && W_h_.size(1) == N * d && W_h_.size(0) == (N + 3) * d && W_c_.size(0) == (N + 1) * d &&
+                    W_c_.size(1) == N * d && b_.numel() == (N + 3) * d && W_x_.size(0) == (lexicalized ? 4 : 3) * d,
+                "LexicalizedLevels: weight shapes do not agree");
+    W_h_t_ = W_h_.t().contiguous();
+    W_c_t_ = W_c_.t().contiguous();
+    W_co_t_ = W_co_.t().contiguous();
+    // The leaf unit's rows i, g, o of W_x and b (a leaf has no forget gate).
+    W_igo_ = lexicalized ? torch::cat({W_x_.narrow(0, 0, d), W_x_.narrow(0, 2 * d, 2 * d)}) : W_x_;
+    W_igo_t_ = W_igo_.t().contiguous();
+    b_igo_ = torch::cat({b_.narrow(0, 0, d), b_.narrow(0, (N + 1) * d, 2 * d)});
+    if (lexicalized) W_x_t_ = W_x_.t().contiguous();
+  }
+
+  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
+    save_ = save;
+    contexts_.assign(levels.size(), {});
+    const int64_t internal = graphtree::internal_row_offsets(levels, offsets_);
+    // Every internal node's gathered [h_1 .. h_N], [c_1 .. c_N] and its own c_t: the rows of W_h's, W_c's and
+    // W_co's gradients.
+    children_h_ = torch::empty({internal, N_ * d_}, W_h_.options());
+    children_c_ = torch::empty({internal, N_ * d_}, W_h_.options());
+    cells_ = torch::empty({internal, d_}, W_h_.options());
+  }
+
+  torch::Tensor gather_destination(const graphtree::Level& level, int64_t state) override {
+    if (level.width == 0) return {};
+    TORCH_CHECK(level.width == N_, "LexicalizedLevels: a level with ", level.width, " slots, expected ", N_);
+    const auto& all = state == 0 ? children_h_ : children_c_;
+    return all.narrow(0, offsets_[level.index], level.end - level.begin).view({-1, d_});
+  }
+
+  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
+               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
+    const int64_t n = level.end - level.begin, d = d_, N = N_;
+    Context& context = contexts_[level.index];
+    auto h_out = buffers[0].narrow(0, level.begin, n), c_out = buffers[1].narrow(0, level.begin, n);
+    if (level.width == 0) {
+      auto x = inputs[0].contiguous();
+      graphtree::check(x, "x");
+      auto gates = at::addmm(b_igo_, x, W_igo_t_);  // i, g, o
+      auto cell = peephole_level_cell(gates, std::nullopt, gates.new_empty({n, 0, d}));
+      auto output = peephole_level_output(gates, at::mm(cell[1], W_co_t_), cell[1]);
+      h_out.copy_(output[2]);
+      c_out.copy_(cell[1]);
+      if (save) context = Context{x, cell[0], cell[1], output[0], output[1], {}};
+      return;
+    }
+    auto h_cat = children[0].view({n, N * d}), c_cat = children[1].view({n, N * d});
+    auto gates = at::addmm(b_, h_cat, W_h_t_);
+    torch::Tensor x;
+    if (lexicalized_) {
+      x = inputs[0].contiguous();
+      graphtree::check(x, "x");
+      add_lexical_terms(gates, at::mm(x, W_x_t_));
+    }
+    auto cell = peephole_level_cell(gates, at::mm(c_cat, W_c_t_), children[1].view({n, N, d}));
+    auto c_t = cells_.narrow(0, offsets_[level.index], n);
+    c_t.copy_(cell[1]);
+    auto output = peephole_level_output(gates, at::mm(c_t, W_co_t_), c_t);  // eq 11 peeks at the new cell
+    h_out.copy_(output[2]);
+    c_out.copy_(c_t);
+    if (save) context = Context{x, cell[0], {}, output[0], output[1], children[1].view({n, N, d})};
+  }
+
+  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
+                                      std::vector<torch::Tensor>& grad_inputs) override {
+    TORCH_CHECK(save_, "LexicalizedLevels: backward after a forward that saved nothing");
+    const int64_t n = level.end - level.begin, d = d_, N = N_;
+    const Context& context = contexts_[level.index];
+    const bool input_grad = !grad_inputs.empty() && grad_inputs[0].defined();
+    auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
+    auto grad_o = peephole_level_output_backward(grad_h, context.o, context.tanh_c);
+    auto grad_c_from_o = at::mm(grad_o, W_co_);
+    if (level.width == 0) {
+      auto cell = peephole_level_cell_backward(grad_c, grad_h, context.o, context.tanh_c, grad_c_from_o, grad_o,
+                                               context.activated, grad_h.new_empty({n, 0, d}));
+      leaf_grads_.push_back(cell[0]);  // i, g, o
+      leaf_inputs_.push_back(context.x);
+      leaf_cells_.push_back(context.c);
+      if (input_grad) grad_inputs[0].addmm_(cell[0], W_igo_);
+      return {torch::Tensor(), torch::Tensor()};
+    }
+    auto cell = peephole_level_cell_backward(grad_c, grad_h, context.o, context.tanh_c, grad_c_from_o, grad_o,
+                                             context.activated, context.c_children);
+    const auto& grad_gates = cell[0];
+    auto grad_if = grad_gates.narrow(1, 0, (N + 1) * d);  // the gates that also read W_c [c_1 .. c_N]
+    grad_gates_.push_back(grad_gates);
+    if (lexicalized_) {
+      auto grad_Wx = fold_lexical_terms(grad_gates);
+      grad_Wx_.push_back(grad_Wx);
+      node_inputs_.push_back(context.x);
+      if (input_grad) grad_inputs[0].addmm_(grad_Wx, W_x_);
+    }
+    auto grad_h_children = at::mm(grad_gates, W_h_);
+    auto grad_c_children = at::mm(grad_if, W_c_).view({n, N, d}).add_(cell[1]);
+    return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+    const int64_t d = d_, N = N_;
+    auto grad_W_x = torch::zeros_like(W_x_), grad_W_h = torch::zeros_like(W_h_), grad_W_c = torch::zeros_like(W_c_);
+    auto grad_W_co = torch::zeros_like(W_co_), grad_b = torch::zeros_like(b_);
+    if (!grad_gates_.empty()) {
+      // The backward loop ran the levels top first: put the rows back in level order, as the saved inputs are.
+      auto grad_gates = cat_rows(reversed(grad_gates_));
+      TORCH_CHECK(grad_gates.size(0) == children_h_.size(0), "LexicalizedLevels: the backward loop skipped a level");
+      grad_W_h.addmm_(grad_gates.t(), children_h_);
+      grad_W_c.addmm_(grad_gates.narrow(1, 0, (N + 1) * d).t(), children_c_);
+      grad_W_co.addmm_(grad_gates.narrow(1, (N + 2) * d, d).t(), cells_);
+      grad_b += grad_gates.sum(0);
+      if (lexicalized_) {
+        grad_W_x.addmm_(cat_rows(reversed(grad_Wx_)).t(),
+                        cat_rows(reversed(node_inputs_)));
+      }
+    }
+    if (!leaf_grads_.empty()) {
+      auto grad_igo = cat_rows(leaf_grads_), x = cat_rows(leaf_inputs_);
+      grad_W_co.addmm_(grad_igo.narrow(1, 2 * d, d).t(), cat_rows(leaf_cells_));
+      auto grad_b_igo = grad_igo.sum(0);
+      grad_b.narrow(0, 0, d) += grad_b_igo.narrow(0, 0, d);
+      grad_b.narrow(0, (N + 1) * d, 2 * d) += grad_b_igo.narrow(0, d, 2 * d);
+      if (lexicalized_) {  // rows i and g, o of W_x; W_xf gets nothing from the leaves
+        grad_W_x.narrow(0, 0, d).addmm_(grad_igo.narrow(1, 0, d).t(), x);
+        grad_W_x.narrow(0, 2 * d, 2 * d).addmm_(grad_igo.narrow(1, d, 2 * d).t(), x);
+      } else {
+        grad_W_x.addmm_(grad_igo.t(), x);
+      }
+    }
+    return {{"W_x", grad_W_x}, {"W_h", grad_W_h}, {"W_c", grad_W_c}, {"W_co", grad_W_co}, {"b", grad_b}};
+  }
+
+ private:
+  struct Context {
+    torch::Tensor x, activated, c, o, tanh_c, c_children;  // c: a leaf's cell (internal ones are in cells_)
+  };
+
+  static std::vector<torch::Tensor> reversed(const std::vector<torch::Tensor>& parts) {
+    return {parts.rbegin(), parts.rend()};
+  }
+
+  // gates [n, (N + 3) d] += W_x x laid out as i, f_1 .. f_N, g, o: the W_xf block goes to every f_k.
+  void add_lexical_terms(torch::Tensor& gates, const torch::Tensor& Wx) const {
+    const int64_t n = gates.size(0), d = d_, N = N_, width = (N + 3) * d;
+    float* G = gates.data_ptr<float>();
+    const float* X = Wx.data_ptr<float>();
+    at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        float* g = G + r * width;
+        const float* x = X + r * 4 * d;
+#pragma omp simd
+        for (int64_t k = 0; k < d; ++k) g[k] += x[k];
+        for (int64_t l = 0; l < N; ++l) {
+#pragma omp simd
+          for (int64_t k = 0; k < d; ++k) g[(1 + l) * d + k] += x[d + k];
+        }
+#pragma omp simd
+        for (int64_t k = 0; k < 2 * d; ++k) g[(N + 1) * d + k] += x[2 * d + k];
+      }
+    });
+  }
+
+  // The gradient of W_x x from that of the gates: i, the sum over the f_k, g, o ([n, 4 d]).
+  torch::Tensor fold_lexical_terms(const torch::Tensor& grad_gates) const {
+    const int64_t n = grad_gates.size(0), d = d_, N = N_, width = (N + 3) * d;
+    auto folded = torch::empty({n, 4 * d}, grad_gates.options());
+    const float* G = grad_gates.data_ptr<float>();
+    float* F = folded.data_ptr<float>();
+    at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* g = G + r * width;
+        float* f = F + r * 4 * d;
+#pragma omp simd
+        for (int64_t k = 0; k < d; ++k) {
+          f[k] = g[k];
+          f[d + k] = 0.f;
+        }
+        for (int64_t l = 0; l < N; ++l) {
+#pragma omp simd
+          for (int64_t k = 0; k < d; ++k) f[d + k] += g[(1 + l) * d + k];
+        }
+#pragma omp simd
+        for (int64_t k = 0; k < 2 * d; ++k) f[2 * d + k] = g[(N + 1) * d + k];
+      }
+    });
+    return folded;
+  }
+
+  torch::Tensor W_x_, W_h_, W_c_, W_co_, b_, W_x_t_, W_h_t_, W_c_t_, W_co_t_, W_igo_, W_igo_t_, b_igo_;
+  bool lexicalized_;
+  int64_t d_ = 0, N_ = 0;
+  bool save_ = false;
+  std::vector<Context> contexts_;
+  std::vector<int64_t> offsets_;  // each level's first row in children_h_, children_c_ and cells_
+  torch::Tensor children_h_, children_c_, cells_;
+  std::vector<torch::Tensor> grad_gates_, grad_Wx_, node_inputs_, leaf_grads_, leaf_inputs_, leaf_cells_;
+};
+
 }  // namespace
+
+void bind_lexicalized_levels(pybind11::module& m) {
+  pybind11::class_<LexicalizedLevels, graphtree::LevelKernel, std::shared_ptr<LexicalizedLevels>>(
+      m, "LexicalizedLevels", "Teng & Zhang's lexicalized bottom-up cell's level math for the compiled level loop")
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, bool>(),
+           pybind11::arg("W_x"), pybind11::arg("W_h"), pybind11::arg("W_c"), pybind11::arg("W_co"),
+           pybind11::arg("b"), pybind11::arg("lexicalized"));
+}
 
 void bind_slstm_levels(pybind11::module& m) {
   pybind11::class_<SLSTMLevels, graphtree::LevelKernel, std::shared_ptr<SLSTMLevels>>(

@@ -115,6 +115,13 @@ class LexicalizedTreeLSTM(TreeCell):
 
     fused_backward = True  # the engine uses backward_level, the hand-written derivatives below
 
+    def native_level_kernel(self, inputs: tuple[Tensor, ...]) -> tuple[Any, Any] | None:
+        """This cell's level math for the engine's compiled level loop (``LexicalizedLevels`` in
+        ``graphtree/csrc/peephole_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with
+        the kernels module; ``None`` where the kernels do not apply."""
+        return self._compiled_levels(inputs, "LexicalizedLevels", self.W_x.detach(), self.W_h.detach(),
+                                     self.W_c.detach(), self.W_co.detach(), self.b.detach(), self.lexicalized)
+
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""
         (x,) = inputs
