@@ -437,6 +437,35 @@ def test_model_features_follow_eq_15():
     torch.testing.assert_close(logits, want, **TOL)
 
 
+def test_leaf_sum_and_its_gradient_by_hand():
+    # Each node's sum runs over the leaves below it, so a leaf's gradient is the sum of the upstream gradients of
+    # the nodes above it (itself included), and an inner node's row gets none.
+    from graphtree.models.bicontree import _LeafSum
+
+    trees = binary_trees(13) + ternary_trees()
+    batch = Batch.from_data_list(trees)
+    h = torch.randn(batch.num_nodes, 3, dtype=DTYPE, requires_grad=True)
+    upstream = torch.randn(batch.num_nodes, 3, dtype=DTYPE)
+    total, count = _LeafSum(3)(h, batch)
+    (grad,) = torch.autograd.grad((total * upstream).sum(), h)
+    start = 0
+    for tree in trees:
+        children = children_of(tree)
+
+        def leaves(j: int, children=children) -> list[int]:
+            return [j] if not children[j] else [leaf for _, c in children[j] for leaf in leaves(c)]
+
+        want_grad = torch.zeros(tree.num_nodes, 3, dtype=DTYPE)
+        for j in range(tree.num_nodes):
+            below = leaves(j)
+            torch.testing.assert_close(total[start + j], h[[start + k for k in below]].sum(dim=0).detach())
+            assert int(count[start + j]) == len(below)
+            for k in below:
+                want_grad[k] += upstream[start + j]
+        torch.testing.assert_close(grad[start:start + tree.num_nodes], want_grad)
+        start += tree.num_nodes
+
+
 @pytest.mark.parametrize("variant", ["contree", "contree_lex", "top_down", "bicontree"])
 def test_model_variants_train(variant):
     torch.manual_seed(8)

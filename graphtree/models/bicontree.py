@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Linear
 
-from ..engine import Children, schedule_of
+from ..engine import Children, ParamGrads, schedule_of
 from ..nn.cell import TreeCell
 from ..nn.head_lexicalization import HeadLexicalization
 from ..nn.lexicalized import LexicalizedTreeLSTM
@@ -184,9 +184,20 @@ class _LeafSum(TreeCell):
     def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
         return self.propagate_levels((x,), batch)
 
-    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor]:
+    # Its derivatives are a copy of each node's gradient into its children's slots: written out below, so that
+    # the engine does not re-run every level under autograd to find them.
+    fused_backward = True
+
+    def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], int]:
         (x,) = inputs
         total, count = children.states
         if total.size(1) == 0:
-            return x, x.new_ones(x.size(0), 1)
-        return total.sum(dim=1), count.sum(dim=1)
+            return (x, x.new_ones(x.size(0), 1)), 0
+        return (total.sum(dim=1), count.sum(dim=1)), total.size(1)
+
+    def backward_level(self, context: int, grad_states: tuple[Tensor, Tensor], grad_params: ParamGrads,
+                       needs_input_grad: tuple[bool, ...] = (True,)) -> tuple[tuple[Tensor | None], tuple]:
+        grad_total = grad_states[0]  # the counts are constants
+        if context == 0:  # a leaf: its sum is its own row
+            return (grad_total,), ()
+        return (None,), (grad_total.unsqueeze(1).expand(-1, context, -1), None)
