@@ -12,13 +12,14 @@ runs on it. For each direction it holds a :class:`LevelPlan`:
   and points at an all-zero state row;
 * ``slot_pos[l]``: for each slot the ``edge_pos`` of the edge it came through
   (the node's position under that parent, used by top-down cells);
-* ``position_groups[l]`` (bottom-up): within a level, nodes come grouped by
-  their own position under their parents: first the nodes that are child 0 of
-  every parent they have, then child 1, and so on up to the widest position,
-  then the nodes at several positions (a DAG), then those with no parent. The
-  list holds each group's size, so a cell can run a block of rows that all
-  feed the same parent slot as one contiguous slice (the LSTM-RNN computes
-  only the maps its parent will read). Top-down plans are not grouped (``[]``).
+* ``position_groups[l]``: within a level, nodes come grouped by their own
+  position under their parents: first the nodes that are child 0 of every
+  parent they have, then child 1, and so on up to the widest position, then
+  the nodes at several positions (a DAG), then those with no parent. The list
+  holds each group's size, so a cell can run a block of rows that share a
+  position as one contiguous slice: bottom-up, rows that feed the same parent
+  slot (the LSTM-RNN computes only the maps its parent will read); top-down,
+  rows that use the same position's parameter set (the top-down Tree-LSTM).
 
 Bottom-up, a child sits in the slot equal to its ``edge_pos`` (its position among
 the parent's children), which is what ordered N-ary cells need. Top-down, a
@@ -138,7 +139,9 @@ class Schedule:
                 # Receivers are children; parents fill slots in edge order.
                 plan = _build_plan(direction, self.depth, receiver=self.edge_index[0],
                                    sender=self.edge_index[1], slot=_rank_within_groups(self.edge_index[0]),
-                                   edge_pos=self.edge_pos, describe=self.describe_node)
+                                   edge_pos=self.edge_pos, describe=self.describe_node,
+                                   groups=_parent_position_groups(self.edge_index[0], self.edge_pos,
+                                                                  self.num_nodes))
             self._plans[direction] = plan
         return self._plans[direction]
 

@@ -104,13 +104,15 @@ def test_compiled_level_loop_on_a_dag(kernels, monkeypatch):
 
 @pytest.mark.parametrize("frozen", ["inputs", "leaf unit", "gates", "child-sum inputs", "child-sum forget",
                                     "s-lstm inputs", "s-lstm peepholes", "lstm-rnn inputs", "lstm-rnn leaves",
-                                    "lexicalized inputs", "lexicalized peepholes"])
+                                    "lexicalized inputs", "lexicalized peepholes", "top-down inputs",
+                                    "top-down peepholes"])
 def test_compiled_level_loop_with_frozen_parts(kernels, frozen, monkeypatch):
     # Only what needs a gradient gets one; the rest agrees with the PyTorch path.
     torch.manual_seed(1)
     cell = (ChildSumTreeLSTM(9, 12) if frozen.startswith("child-sum")
             else SLSTM(9, 12, leaf="lstm") if frozen.startswith("s-lstm")
             else LexicalizedTreeLSTM(9, 12) if frozen.startswith("lexicalized")
+            else TopDownTreeLSTM(9, 12) if frozen.startswith("top-down")
             else LSTMRNN(9, 9) if frozen.startswith("lstm-rnn") else NaryTreeLSTM(9, 12))
     if frozen == "leaf unit":
         cell.W_leaf.requires_grad_(False)
@@ -121,7 +123,7 @@ def test_compiled_level_loop_with_frozen_parts(kernels, frozen, monkeypatch):
         cell.U_f.requires_grad_(False)
     if frozen == "lstm-rnn leaves":
         cell.W_leaf.requires_grad_(False)
-    if frozen in ("s-lstm peepholes", "lexicalized peepholes"):
+    if frozen in ("s-lstm peepholes", "lexicalized peepholes", "top-down peepholes"):
         cell.W_c.requires_grad_(False)
         cell.W_co.requires_grad_(False)
     batch = tai.mixed_batch(max_arity=2, seed=4)
@@ -285,12 +287,25 @@ def test_top_down_kernels_match_the_recursive_reference(kernels, share, monkeypa
     torch.manual_seed(4)
     trees = teng.binary_trees(9)
     cell = TopDownTreeLSTM(7, 16, share_input_weights=share)
-    _assert_kernels_match_reference(kernels, cell, Batch.from_data_list(trees), 7, PEEPHOLE_KERNELS,
+    # Trees: the whole pass runs in the engine's compiled level loop (TopDownLevels).
+    _assert_kernels_match_reference(kernels, cell, Batch.from_data_list(trees), 7, ["TopDownLevels"],
+                                    _per_tree(trees, teng.ref_top_down), monkeypatch)
+
+
+def test_top_down_compiled_level_loop_on_ternary_trees_and_a_forest(kernels, monkeypatch):
+    # Three parameter sets, levels holding rows of all three positions, and a graph that is two trees.
+    torch.manual_seed(8)
+    forest = Data(edge_index=torch.tensor([[1, 2, 4, 5, 6], [0, 0, 3, 3, 3]]),
+                  edge_pos=torch.tensor([0, 2, 1, 0, 2]), num_nodes=7)
+    trees = [forest, *teng.ternary_trees()]
+    cell = TopDownTreeLSTM(7, 16, n_ary=3)
+    _assert_kernels_match_reference(kernels, cell, Batch.from_data_list(trees), 7, ["TopDownLevels"],
                                     _per_tree(trees, teng.ref_top_down), monkeypatch)
 
 
 def test_top_down_kernels_on_a_dag(kernels, monkeypatch):
-    # Several parents: each (node, parent) slot is one kernel row, and the slots are averaged after.
+    # Several parents: the Python level loop, each (node, parent) slot one row of the elementwise kernels, the
+    # slots averaged after.
     torch.manual_seed(5)
     dag = Data(edge_index=torch.tensor([[1, 2, 3, 3, 4, 4, 4, 5], [0, 0, 1, 2, 1, 2, 0, 3]]),
                edge_pos=torch.tensor([0, 1, 1, 0, 0, 2, 2, 0]), num_nodes=6)

@@ -78,10 +78,14 @@ def test_schedule_matches_recursion_on_random_dags():
 
 
 def check_position_groups(data):
-    """Bottom-up, each level's rows come grouped by the node's own position under its parents, checked edge by edge."""
-    n = data.num_nodes
+    """In both directions, each level's rows come grouped by the node's own position under its parents, checked
+    edge by edge."""
     schedule = Schedule.from_data(data)
-    plan = schedule.bottom_up
+    for direction in ("bottom_up", "top_down"):
+        check_position_groups_of(schedule, schedule.plan(direction), data.num_nodes)
+
+
+def check_position_groups_of(schedule, plan, n):
     positions: dict[int, set[int]] = {v: set() for v in range(n)}
     for (child, _), pos in zip(schedule.edge_index.t().tolist(), schedule.edge_pos.tolist(), strict=True):
         positions[child].add(pos)
@@ -98,7 +102,6 @@ def check_position_groups(data):
                     assert len(positions[node]) > 1, node
                 else:
                     assert not positions[node], node
-    assert schedule.top_down.position_groups == []
 
 
 def test_levels_are_grouped_by_position_under_the_parent():

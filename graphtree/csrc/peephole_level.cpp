@@ -527,7 +527,204 @@ class LexicalizedLevels : public graphtree::LevelKernel {
   std::vector<torch::Tensor> grad_gates_, grad_Wx_, node_inputs_, leaf_grads_, leaf_inputs_, leaf_cells_;
 };
 
+// Teng & Zhang's top-down cell (graphtree/nn/top_down.py, eqs 13-14) as a LevelKernel, for passes in which
+// every node has at most one parent (trees and forests; a node with several parents takes the Python loop).
+// A level's rows come grouped by their position under the parent (LevelPlan.position_groups), so each
+// position's parameter set multiplies one contiguous block; the roots (level 0) use position 0's set and a zero
+// predecessor. Gate rows i, f, g, o; W_c feeds i and f.
+class TopDownLevels : public graphtree::LevelKernel {
+ public:
+  // W_x: [P, 4 d, D] and b: [P, 4 d], one input set per position (P = N) or one shared (P = 1); W_h: [N, 4 d, d],
+  // W_c: [N, 2 d, d], W_co: [N, d, d].
+  TopDownLevels(torch::Tensor W_x, torch::Tensor b, torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co)
+      : W_x_(W_x.contiguous()), b_(b.contiguous()), W_h_(W_h.contiguous()), W_c_(W_c.contiguous()),
+        W_co_(W_co.contiguous()) {
+    for (auto* t : {&W_x_, &b_, &W_h_, &W_c_, &W_co_}) graphtree::check(*t, "every weight");
+    N_ = W_h_.size(0);
+    d_ = W_co_.size(1);
+    const int64_t P = W_x_.size(0), d = d_;
+    TORCH_CHECK((P == N_ || P == 1) && W_x_.size(1) == 4 * d && b_.size(0) == P && b_.size(1) == 4 * d &&
+                    W_h_.size(1) == 4 * d && W_h_.size(2) == d && W_c_.size(0) == N_ && W_c_.size(1) == 2 * d &&
+                    W_c_.size(2) == d && W_co_.size(0) == N_ && W_co_.size(2) == d,
+                "TopDownLevels: weight shapes do not agree");
+    for (int64_t s = 0; s < P; ++s) W_x_t_.push_back(W_x_[s].t().contiguous());
+    for (int64_t p = 0; p < N_; ++p) {
+      W_h_t_.push_back(W_h_[p].t().contiguous());
+      W_c_t_.push_back(W_c_[p].t().contiguous());
+      W_co_t_.push_back(W_co_[p].t().contiguous());
+    }
+  }
+
+  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
+    save_ = save;
+    contexts_.assign(levels.size(), {});
+  }
+
+  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
+               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
+    const int64_t n = level.end - level.begin, d = d_;
+    TORCH_CHECK(level.width <= 1, "TopDownLevels: a node with ", level.width, " parents (use the Python loop)");
+    auto x = inputs[0].contiguous();
+    graphtree::check(x, "x");
+    Context context;
+    context.blocks = blocks_of(level);
+    auto a = torch::empty({n, 4 * d}, x.options());
+    torch::Tensor c_terms, h_parent, c_parent;
+    if (level.width == 0) {
+      c_parent = torch::zeros({n, d}, x.options());
+    } else {
+      h_parent = children[0];
+      c_parent = children[1];
+      c_terms = torch::empty({n, 2 * d}, x.options());
+    }
+    for (const auto& [p, begin, count] : context.blocks) {
+      const int64_t s = input_set(p);
+      auto a_block = a.narrow(0, begin, count);
+      at::addmm_out(a_block, b_[s], x.narrow(0, begin, count), W_x_t_[s]);
+      if (level.width == 0) continue;
+      a_block.addmm_(h_parent.narrow(0, begin, count), W_h_t_[p]);
+      auto c_terms_block = c_terms.narrow(0, begin, count);
+      at::mm_out(c_terms_block, c_parent.narrow(0, begin, count), W_c_t_[p]);
+    }
+    auto cell = peephole_level_cell(a, c_terms.defined() ? std::optional<torch::Tensor>(c_terms) : std::nullopt,
+                                    c_parent.view({n, 1, d}));
+    const auto& c = cell[1];
+    auto co = torch::empty({n, d}, x.options());  // W_co c_t: the output gate peeks at the new cell
+    for (const auto& [p, begin, count] : context.blocks) {
+      auto co_block = co.narrow(0, begin, count);
+      at::mm_out(co_block, c.narrow(0, begin, count), W_co_t_[p]);
+    }
+    auto output = peephole_level_output(a, co, c);
+    buffers[0].narrow(0, level.begin, n).copy_(output[2]);
+    buffers[1].narrow(0, level.begin, n).copy_(c);
+    if (!save) return;
+    context.x = x;
+    context.h_parent = h_parent;
+    context.c_parent = c_parent;
+    context.activated = cell[0];
+    context.c = c;
+    context.o = output[0];
+    context.tanh_c = output[1];
+    contexts_[level.index] = std::move(context);
+  }
+
+  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
+                                      std::vector<torch::Tensor>& grad_inputs) override {
+    TORCH_CHECK(save_, "TopDownLevels: backward after a forward that saved nothing");
+    const int64_t n = level.end - level.begin, d = d_;
+    Context& context = contexts_[level.index];
+    auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
+    auto grad_o = peephole_level_output_backward(grad_h, context.o, context.tanh_c);
+    auto grad_c_from_o = torch::empty({n, d}, grad_h.options());
+    for (const auto& [p, begin, count] : context.blocks) {
+      auto block = grad_c_from_o.narrow(0, begin, count);
+      at::mm_out(block, grad_o.narrow(0, begin, count), W_co_[p]);
+    }
+    auto cell = peephole_level_cell_backward(grad_c, grad_h, context.o, context.tanh_c, grad_c_from_o, grad_o,
+                                             context.activated, context.c_parent.view({n, 1, d}));
+    context.grad_a = cell[0];
+    context.grad_o = grad_o;
+    if (!grad_inputs.empty() && grad_inputs[0].defined()) {
+      for (const auto& [p, begin, count] : context.blocks) {
+        grad_inputs[0].narrow(0, begin, count).addmm_(context.grad_a.narrow(0, begin, count), W_x_[input_set(p)]);
+      }
+    }
+    if (level.width == 0) return {torch::Tensor(), torch::Tensor()};
+    auto grad_h_parent = torch::empty({n, d}, grad_h.options());
+    auto grad_c_parent = cell[1].view({n, d});  // through c_t = f c_{t-1} + ...; the peepholes' part added below
+    for (const auto& [p, begin, count] : context.blocks) {
+      auto grad_a = context.grad_a.narrow(0, begin, count);
+      auto h_block = grad_h_parent.narrow(0, begin, count);
+      at::mm_out(h_block, grad_a, W_h_[p]);
+      grad_c_parent.narrow(0, begin, count).addmm_(grad_a.narrow(1, 0, 2 * d), W_c_[p]);
+    }
+    return {grad_h_parent, grad_c_parent};
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+    const int64_t d = d_, P = W_x_.size(0);
+    auto grad_W_x = torch::zeros_like(W_x_), grad_b = torch::zeros_like(b_), grad_W_h = torch::zeros_like(W_h_);
+    auto grad_W_c = torch::zeros_like(W_c_), grad_W_co = torch::zeros_like(W_co_);
+    // Every level's rows of one position (or input set), gathered so that each gradient is one product.
+    std::vector<std::vector<torch::Tensor>> a_by_set(P), x_by_set(P), a_by_pos(N_), h_by_pos(N_), cp_by_pos(N_),
+        o_by_pos(N_), c_by_pos(N_);
+    for (const auto& context : contexts_) {
+      if (!context.grad_a.defined()) continue;
+      const bool has_parent = context.h_parent.defined();
+      for (const auto& [p, begin, count] : context.blocks) {
+        auto grad_a = context.grad_a.narrow(0, begin, count);
+        a_by_set[input_set(p)].push_back(grad_a);
+        x_by_set[input_set(p)].push_back(context.x.narrow(0, begin, count));
+        o_by_pos[p].push_back(context.grad_o.narrow(0, begin, count));
+        c_by_pos[p].push_back(context.c.narrow(0, begin, count));
+        if (!has_parent) continue;
+        a_by_pos[p].push_back(grad_a);
+        h_by_pos[p].push_back(context.h_parent.narrow(0, begin, count));
+        cp_by_pos[p].push_back(context.c_parent.narrow(0, begin, count));
+      }
+    }
+    for (int64_t s = 0; s < P; ++s) {
+      if (a_by_set[s].empty()) continue;
+      auto grad_a = cat_rows(a_by_set[s]);
+      grad_W_x[s].addmm_(grad_a.t(), cat_rows(x_by_set[s]));
+      grad_b[s] += grad_a.sum(0);
+    }
+    for (int64_t p = 0; p < N_; ++p) {
+      if (!o_by_pos[p].empty()) grad_W_co[p].addmm_(cat_rows(o_by_pos[p]).t(), cat_rows(c_by_pos[p]));
+      if (a_by_pos[p].empty()) continue;
+      auto grad_a = cat_rows(a_by_pos[p]);
+      grad_W_h[p].addmm_(grad_a.t(), cat_rows(h_by_pos[p]));
+      grad_W_c[p].addmm_(grad_a.narrow(1, 0, 2 * d).t(), cat_rows(cp_by_pos[p]));
+    }
+    return {{"W_x", grad_W_x}, {"b", grad_b}, {"W_h", grad_W_h}, {"W_c", grad_W_c}, {"W_co", grad_W_co}};
+  }
+
+ private:
+  struct Block {
+    int64_t position, begin, count;  // rows [begin, begin + count) of the level use the set of `position`
+  };
+  struct Context {
+    std::vector<Block> blocks;
+    torch::Tensor x, h_parent, c_parent, activated, c, o, tanh_c, grad_a, grad_o;
+  };
+
+  int64_t input_set(int64_t position) const { return W_x_.size(0) == 1 ? 0 : position; }
+
+  // The level's rows by position: the roots are all position 0; below, the position groups of the plan.
+  std::vector<Block> blocks_of(const graphtree::Level& level) const {
+    const int64_t n = level.end - level.begin;
+    if (level.width == 0) return {{0, 0, n}};
+    const auto& groups = level.position_groups;
+    TORCH_CHECK(groups.size() >= 2, "TopDownLevels: the plan has no position groups");
+    const int64_t widest = static_cast<int64_t>(groups.size()) - 2;
+    std::vector<Block> blocks;
+    int64_t begin = 0;
+    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
+      if (groups[g] == 0) continue;
+      TORCH_CHECK(g < widest && g < N_, "TopDownLevels: rows at position ", g, " of a model with ", N_,
+                  " positions, or at several positions");
+      blocks.push_back({g, begin, groups[g]});
+      begin += groups[g];
+    }
+    return blocks;
+  }
+
+  torch::Tensor W_x_, b_, W_h_, W_c_, W_co_;
+  std::vector<torch::Tensor> W_x_t_, W_h_t_, W_c_t_, W_co_t_;
+  int64_t N_ = 0, d_ = 0;
+  bool save_ = false;
+  std::vector<Context> contexts_;
+};
+
 }  // namespace
+
+void bind_top_down_levels(pybind11::module& m) {
+  pybind11::class_<TopDownLevels, graphtree::LevelKernel, std::shared_ptr<TopDownLevels>>(
+      m, "TopDownLevels", "Teng & Zhang's top-down cell's level math for the compiled level loop (one parent)")
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>(),
+           pybind11::arg("W_x"), pybind11::arg("b"), pybind11::arg("W_h"), pybind11::arg("W_c"),
+           pybind11::arg("W_co"));
+}
 
 void bind_lexicalized_levels(pybind11::module& m) {
   pybind11::class_<LexicalizedLevels, graphtree::LevelKernel, std::shared_ptr<LexicalizedLevels>>(

@@ -118,10 +118,22 @@ class TopDownTreeLSTM(TreeCell):
         self._check_positions(schedule)
         with torch.no_grad():  # once per pass, so that :attr:`weights` packs each matrix once
             self._pass_stacked = self._stacked_weights()
+        # The compiled level loop takes passes where no node has several parents (trees, forests).
+        self._pass_one_parent = all(slots.size(1) <= 1 for slots in schedule.plan("top_down").slots)
         try:
             return self.propagate_levels((x,), schedule)
         finally:
             self._pass_stacked = None
+            self._pass_one_parent = False
+
+    def native_level_kernel(self, inputs: tuple[Tensor, ...]) -> tuple[Any, Any] | None:
+        """This cell's level math for the engine's compiled level loop (``TopDownLevels`` in
+        ``graphtree/csrc/peephole_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with
+        the kernels module; ``None`` where the kernels do not apply or a node has several parents."""
+        if not getattr(self, "_pass_one_parent", False):
+            return None
+        return self._compiled_levels(inputs, "TopDownLevels", self.W_x.detach(), self.b.detach(),
+                                     self.W_h.detach(), self.W_c.detach(), self.W_co.detach())
 
     def _check_positions(self, schedule: Schedule) -> None:
         if schedule.edge_pos.numel() and int(schedule.edge_pos.max()) >= self.n_ary:
