@@ -91,7 +91,7 @@ void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tenso
     check(buffer, "every state buffer");
     TORCH_CHECK(buffer.dim() == 2 && buffer.is_contiguous(), "run_levels: state buffers must be contiguous [rows, d]");
   }
-  kernel.begin(levels, save);
+  kernel.prepare(levels, inputs, save);
   std::vector<torch::Tensor> level_inputs(inputs.size()), children(buffers.size());
   for (const auto& level : levels) {
     for (size_t s = 0; s < buffers.size(); ++s) {
@@ -135,5 +135,10 @@ std::vector<std::pair<std::string, torch::Tensor>> run_levels_backward(
       if (child_grads[s].defined()) scatter_add_rows_(grad_states[s], level->slots, child_grads[s]);
     }
   }
+  std::vector<torch::Tensor> whole_grad_inputs(grad_inputs.size());
+  for (size_t k = 0; k < grad_inputs.size(); ++k) {
+    if (grad_inputs[k]) whole_grad_inputs[k] = *grad_inputs[k];
+  }
+  kernel.finish_backward(whole_grad_inputs);
   return kernel.param_grads();
 }

@@ -32,6 +32,12 @@ class LevelKernel {
   // Called before the forward loop with every level of the pass; `save`: a backward loop will follow.
   virtual void begin(const std::vector<Level>& levels, bool save) {}
 
+  // begin() with the whole level-sorted inputs too: a kernel that multiplies every node's input by the same
+  // weights can do it here, for all levels in one product, instead of once per level.
+  virtual void prepare(const std::vector<Level>& levels, const std::vector<torch::Tensor>& inputs, bool save) {
+    begin(levels, save);
+  }
+
   // Where to gather state component `state` of the level's predecessors ([n * width, d] rows), or an undefined
   // tensor to let the engine allocate it: a kernel that keeps the gathered states can have them written in place.
   virtual torch::Tensor gather_destination(const Level& level, int64_t state) { return {}; }
@@ -46,6 +52,10 @@ class LevelKernel {
   // gradient is needed) and returns the gradients of the gathered predecessor states (undefined: none).
   virtual std::vector<torch::Tensor> backward(const Level& level, const std::vector<torch::Tensor>& grad_states,
                                               std::vector<torch::Tensor>& grad_inputs) = 0;
+
+  // Called once after the backward loop, with the gradients of the whole inputs (undefined where none is
+  // needed): a kernel that deferred its input gradients adds them here, in one product.
+  virtual void finish_backward(std::vector<torch::Tensor>& grad_inputs) {}
 
   // Called once after the backward loop: the parameter gradients, by parameter name.
   virtual std::vector<std::pair<std::string, torch::Tensor>> param_grads() = 0;

@@ -555,41 +555,60 @@ class TopDownLevels : public graphtree::LevelKernel {
     }
   }
 
-  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
+  void prepare(const std::vector<graphtree::Level>& levels, const std::vector<torch::Tensor>& inputs,
+               bool save) override {
     save_ = save;
     contexts_.assign(levels.size(), {});
+    const int64_t P = W_x_.size(0), d = d_;
+    x_ = inputs[0].contiguous();
+    graphtree::check(x_, "x");
+    // W_x x + b of every node, one product per input set over all levels (its rows gathered where the sets
+    // differ by position) rather than one per level and position.
+    std::vector<std::vector<int64_t>> rows(P);
+    for (const auto& level : levels) {
+      TORCH_CHECK(level.width <= 1, "TopDownLevels: a node with ", level.width, " parents (use the Python loop)");
+      auto& blocks = contexts_[level.index].blocks = blocks_of(level);
+      for (const auto& [p, begin, count] : blocks) {
+        for (int64_t r = 0; r < count; ++r) rows[input_set(p)].push_back(level.begin + begin + r);
+      }
+    }
+    x_terms_ = torch::empty({x_.size(0), 4 * d}, x_.options());
+    set_rows_.assign(P, torch::Tensor());
+    all_rows_.assign(P, false);
+    for (int64_t s = 0; s < P; ++s) {
+      if (static_cast<int64_t>(rows[s].size()) == x_.size(0)) {
+        all_rows_[s] = true;
+        at::addmm_out(x_terms_, b_[s], x_, W_x_t_[s]);
+      } else if (!rows[s].empty()) {
+        set_rows_[s] = torch::tensor(rows[s], torch::kLong);
+        x_terms_.index_copy_(0, set_rows_[s], at::addmm(b_[s], x_.index_select(0, set_rows_[s]), W_x_t_[s]));
+      }
+    }
+    grad_a_ = save ? torch::empty({x_.size(0), 4 * d}, x_.options()) : torch::Tensor();
   }
 
   void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
                const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
     const int64_t n = level.end - level.begin, d = d_;
-    TORCH_CHECK(level.width <= 1, "TopDownLevels: a node with ", level.width, " parents (use the Python loop)");
-    auto x = inputs[0].contiguous();
-    graphtree::check(x, "x");
-    Context context;
-    context.blocks = blocks_of(level);
-    auto a = torch::empty({n, 4 * d}, x.options());
+    Context& context = contexts_[level.index];
+    auto a = x_terms_.narrow(0, level.begin, n);  // W_x x + b from prepare(); the parent's terms added below
     torch::Tensor c_terms, h_parent, c_parent;
     if (level.width == 0) {
-      c_parent = torch::zeros({n, d}, x.options());
+      c_parent = torch::zeros({n, d}, a.options());
     } else {
       h_parent = children[0];
       c_parent = children[1];
-      c_terms = torch::empty({n, 2 * d}, x.options());
-    }
-    for (const auto& [p, begin, count] : context.blocks) {
-      const int64_t s = input_set(p);
-      auto a_block = a.narrow(0, begin, count);
-      at::addmm_out(a_block, b_[s], x.narrow(0, begin, count), W_x_t_[s]);
-      if (level.width == 0) continue;
-      a_block.addmm_(h_parent.narrow(0, begin, count), W_h_t_[p]);
-      auto c_terms_block = c_terms.narrow(0, begin, count);
-      at::mm_out(c_terms_block, c_parent.narrow(0, begin, count), W_c_t_[p]);
+      c_terms = torch::empty({n, 2 * d}, a.options());
+      for (const auto& [p, begin, count] : context.blocks) {
+        a.narrow(0, begin, count).addmm_(h_parent.narrow(0, begin, count), W_h_t_[p]);
+        auto c_terms_block = c_terms.narrow(0, begin, count);
+        at::mm_out(c_terms_block, c_parent.narrow(0, begin, count), W_c_t_[p]);
+      }
     }
     auto cell = peephole_level_cell(a, c_terms.defined() ? std::optional<torch::Tensor>(c_terms) : std::nullopt,
                                     c_parent.view({n, 1, d}));
     const auto& c = cell[1];
-    auto co = torch::empty({n, d}, x.options());  // W_co c_t: the output gate peeks at the new cell
+    auto co = torch::empty({n, d}, a.options());  // W_co c_t: the output gate peeks at the new cell
     for (const auto& [p, begin, count] : context.blocks) {
       auto co_block = co.narrow(0, begin, count);
       at::mm_out(co_block, c.narrow(0, begin, count), W_co_t_[p]);
@@ -598,14 +617,12 @@ class TopDownLevels : public graphtree::LevelKernel {
     buffers[0].narrow(0, level.begin, n).copy_(output[2]);
     buffers[1].narrow(0, level.begin, n).copy_(c);
     if (!save) return;
-    context.x = x;
     context.h_parent = h_parent;
     context.c_parent = c_parent;
     context.activated = cell[0];
     context.c = c;
     context.o = output[0];
     context.tanh_c = output[1];
-    contexts_[level.index] = std::move(context);
   }
 
   std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
@@ -622,13 +639,10 @@ class TopDownLevels : public graphtree::LevelKernel {
     }
     auto cell = peephole_level_cell_backward(grad_c, grad_h, context.o, context.tanh_c, grad_c_from_o, grad_o,
                                              context.activated, context.c_parent.view({n, 1, d}));
-    context.grad_a = cell[0];
+    // Kept for finish_backward() and param_grads(), which multiply every level's rows at once.
+    context.grad_a = grad_a_.narrow(0, level.begin, n);
+    context.grad_a.copy_(cell[0]);
     context.grad_o = grad_o;
-    if (!grad_inputs.empty() && grad_inputs[0].defined()) {
-      for (const auto& [p, begin, count] : context.blocks) {
-        grad_inputs[0].narrow(0, begin, count).addmm_(context.grad_a.narrow(0, begin, count), W_x_[input_set(p)]);
-      }
-    }
     if (level.width == 0) return {torch::Tensor(), torch::Tensor()};
     auto grad_h_parent = torch::empty({n, d}, grad_h.options());
     auto grad_c_parent = cell[1].view({n, d});  // through c_t = f c_{t-1} + ...; the peepholes' part added below
@@ -641,33 +655,41 @@ class TopDownLevels : public graphtree::LevelKernel {
     return {grad_h_parent, grad_c_parent};
   }
 
+  void finish_backward(std::vector<torch::Tensor>& grad_inputs) override {
+    if (grad_inputs.empty() || !grad_inputs[0].defined()) return;
+    for (int64_t s = 0; s < W_x_.size(0); ++s) {
+      if (all_rows_[s]) {
+        grad_inputs[0].addmm_(grad_a_, W_x_[s]);
+      } else if (set_rows_[s].defined()) {
+        grad_inputs[0].index_add_(0, set_rows_[s], at::mm(grad_a_.index_select(0, set_rows_[s]), W_x_[s]));
+      }
+    }
+  }
+
   std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
     const int64_t d = d_, P = W_x_.size(0);
     auto grad_W_x = torch::zeros_like(W_x_), grad_b = torch::zeros_like(b_), grad_W_h = torch::zeros_like(W_h_);
     auto grad_W_c = torch::zeros_like(W_c_), grad_W_co = torch::zeros_like(W_co_);
-    // Every level's rows of one position (or input set), gathered so that each gradient is one product.
-    std::vector<std::vector<torch::Tensor>> a_by_set(P), x_by_set(P), a_by_pos(N_), h_by_pos(N_), cp_by_pos(N_),
-        o_by_pos(N_), c_by_pos(N_);
+    if (grad_a_.defined()) {
+      for (int64_t s = 0; s < P; ++s) {
+        if (!all_rows_[s] && !set_rows_[s].defined()) continue;
+        auto grad_a = all_rows_[s] ? grad_a_ : grad_a_.index_select(0, set_rows_[s]);
+        grad_W_x[s].addmm_(grad_a.t(), all_rows_[s] ? x_ : x_.index_select(0, set_rows_[s]));
+        grad_b[s] += grad_a.sum(0);
+      }
+    }
+    // Every level's rows of one position, gathered so that each gradient is one product.
+    std::vector<std::vector<torch::Tensor>> a_by_pos(N_), h_by_pos(N_), cp_by_pos(N_), o_by_pos(N_), c_by_pos(N_);
     for (const auto& context : contexts_) {
       if (!context.grad_a.defined()) continue;
-      const bool has_parent = context.h_parent.defined();
       for (const auto& [p, begin, count] : context.blocks) {
-        auto grad_a = context.grad_a.narrow(0, begin, count);
-        a_by_set[input_set(p)].push_back(grad_a);
-        x_by_set[input_set(p)].push_back(context.x.narrow(0, begin, count));
         o_by_pos[p].push_back(context.grad_o.narrow(0, begin, count));
         c_by_pos[p].push_back(context.c.narrow(0, begin, count));
-        if (!has_parent) continue;
-        a_by_pos[p].push_back(grad_a);
+        if (!context.h_parent.defined()) continue;  // the roots: no parent, nothing for W_h and W_c
+        a_by_pos[p].push_back(context.grad_a.narrow(0, begin, count));
         h_by_pos[p].push_back(context.h_parent.narrow(0, begin, count));
         cp_by_pos[p].push_back(context.c_parent.narrow(0, begin, count));
       }
-    }
-    for (int64_t s = 0; s < P; ++s) {
-      if (a_by_set[s].empty()) continue;
-      auto grad_a = cat_rows(a_by_set[s]);
-      grad_W_x[s].addmm_(grad_a.t(), cat_rows(x_by_set[s]));
-      grad_b[s] += grad_a.sum(0);
     }
     for (int64_t p = 0; p < N_; ++p) {
       if (!o_by_pos[p].empty()) grad_W_co[p].addmm_(cat_rows(o_by_pos[p]).t(), cat_rows(c_by_pos[p]));
@@ -685,7 +707,7 @@ class TopDownLevels : public graphtree::LevelKernel {
   };
   struct Context {
     std::vector<Block> blocks;
-    torch::Tensor x, h_parent, c_parent, activated, c, o, tanh_c, grad_a, grad_o;
+    torch::Tensor h_parent, c_parent, activated, c, o, tanh_c, grad_a, grad_o;
   };
 
   int64_t input_set(int64_t position) const { return W_x_.size(0) == 1 ? 0 : position; }
@@ -711,6 +733,9 @@ class TopDownLevels : public graphtree::LevelKernel {
 
   torch::Tensor W_x_, b_, W_h_, W_c_, W_co_;
   std::vector<torch::Tensor> W_x_t_, W_h_t_, W_c_t_, W_co_t_;
+  torch::Tensor x_, x_terms_, grad_a_;  // the level-sorted inputs, their W_x x + b, the gates' gradients
+  std::vector<torch::Tensor> set_rows_;  // each input set's rows, where it has some but not all
+  std::vector<bool> all_rows_;           // an input set that every row uses
   int64_t N_ = 0, d_ = 0;
   bool save_ = false;
   std::vector<Context> contexts_;
