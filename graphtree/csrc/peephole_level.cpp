@@ -343,6 +343,20 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     if (lexicalized) W_x_t_ = W_x_.t().contiguous();
   }
 
+  void prepare(const std::vector<graphtree::Level>& levels, const std::vector<torch::Tensor>& inputs,
+               bool save) override {
+    begin(levels, save);
+    if (!lexicalized_ || levels.empty()) return;
+    // Level 0 holds the leaves, every later level inner nodes: the inner rows are one block, whose W_x x is
+    // one product here rather than one per level.
+    x_ = inputs[0].contiguous();
+    graphtree::check(x_, "x");
+    inner_begin_ = levels[0].end;
+    const int64_t rows = x_.size(0) - inner_begin_;
+    x_terms_ = at::mm(x_.narrow(0, inner_begin_, rows), W_x_t_);
+    grad_x_terms_ = save ? torch::empty({rows, 4 * d_}, x_.options()) : torch::Tensor();
+  }
+
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
     save_ = save;
     contexts_.assign(levels.size(), {});
@@ -380,11 +394,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     auto h_cat = children[0].view({n, N * d}), c_cat = children[1].view({n, N * d});
     auto gates = at::addmm(b_, h_cat, W_h_t_);
     torch::Tensor x;
-    if (lexicalized_) {
-      x = inputs[0].contiguous();
-      graphtree::check(x, "x");
-      add_lexical_terms(gates, at::mm(x, W_x_t_));
-    }
+    if (lexicalized_) add_lexical_terms(gates, x_terms_.narrow(0, level.begin - inner_begin_, n));
     auto cell = peephole_level_cell(gates, at::mm(c_cat, W_c_t_), children[1].view({n, N, d}));
     auto c_t = cells_.narrow(0, offsets_[level.index], n);
     c_t.copy_(cell[1]);
@@ -417,15 +427,15 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     const auto& grad_gates = cell[0];
     auto grad_if = grad_gates.narrow(1, 0, (N + 1) * d);  // the gates that also read W_c [c_1 .. c_N]
     grad_gates_.push_back(grad_gates);
-    if (lexicalized_) {
-      auto grad_Wx = fold_lexical_terms(grad_gates);
-      grad_Wx_.push_back(grad_Wx);
-      node_inputs_.push_back(context.x);
-      if (input_grad) grad_inputs[0].addmm_(grad_Wx, W_x_);
-    }
+    if (lexicalized_) fold_lexical_terms(grad_gates, grad_x_terms_.narrow(0, level.begin - inner_begin_, n));
     auto grad_h_children = at::mm(grad_gates, W_h_);
     auto grad_c_children = at::mm(grad_if, W_c_).view({n, N, d}).add_(cell[1]);
     return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
+  }
+
+  void finish_backward(std::vector<torch::Tensor>& grad_inputs) override {
+    if (!lexicalized_ || !grad_x_terms_.defined() || grad_inputs.empty() || !grad_inputs[0].defined()) return;
+    grad_inputs[0].narrow(0, inner_begin_, grad_x_terms_.size(0)).addmm_(grad_x_terms_, W_x_);
   }
 
   std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
@@ -440,10 +450,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
       grad_W_c.addmm_(grad_gates.narrow(1, 0, (N + 1) * d).t(), children_c_);
       grad_W_co.addmm_(grad_gates.narrow(1, (N + 2) * d, d).t(), cells_);
       grad_b += grad_gates.sum(0);
-      if (lexicalized_) {
-        grad_W_x.addmm_(cat_rows(reversed(grad_Wx_)).t(),
-                        cat_rows(reversed(node_inputs_)));
-      }
+      if (lexicalized_) grad_W_x.addmm_(grad_x_terms_.t(), x_.narrow(0, inner_begin_, grad_x_terms_.size(0)));
     }
     if (!leaf_grads_.empty()) {
       auto grad_igo = cat_rows(leaf_grads_), x = cat_rows(leaf_inputs_);
@@ -491,10 +498,10 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     });
   }
 
-  // The gradient of W_x x from that of the gates: i, the sum over the f_k, g, o ([n, 4 d]).
-  torch::Tensor fold_lexical_terms(const torch::Tensor& grad_gates) const {
+  // The gradient of W_x x from that of the gates, written into `folded` ([n, 4 d], contiguous rows): i, the sum
+  // over the f_k, g, o.
+  void fold_lexical_terms(const torch::Tensor& grad_gates, torch::Tensor folded) const {
     const int64_t n = grad_gates.size(0), d = d_, N = N_, width = (N + 3) * d;
-    auto folded = torch::empty({n, 4 * d}, grad_gates.options());
     const float* G = grad_gates.data_ptr<float>();
     float* F = folded.data_ptr<float>();
     at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
@@ -514,7 +521,6 @@ class LexicalizedLevels : public graphtree::LevelKernel {
         for (int64_t k = 0; k < 2 * d; ++k) f[2 * d + k] = g[(N + 1) * d + k];
       }
     });
-    return folded;
   }
 
   torch::Tensor W_x_, W_h_, W_c_, W_co_, b_, W_x_t_, W_h_t_, W_c_t_, W_co_t_, W_igo_, W_igo_t_, b_igo_;
@@ -524,7 +530,10 @@ class LexicalizedLevels : public graphtree::LevelKernel {
   std::vector<Context> contexts_;
   std::vector<int64_t> offsets_;  // each level's first row in children_h_, children_c_ and cells_
   torch::Tensor children_h_, children_c_, cells_;
-  std::vector<torch::Tensor> grad_gates_, grad_Wx_, node_inputs_, leaf_grads_, leaf_inputs_, leaf_cells_;
+  std::vector<torch::Tensor> grad_gates_, leaf_grads_, leaf_inputs_, leaf_cells_;
+  // Lexicalized: the level-sorted inputs, the inner rows' W_x x and its gradient, from row inner_begin_ on.
+  torch::Tensor x_, x_terms_, grad_x_terms_;
+  int64_t inner_begin_ = 0;
 };
 
 // Teng & Zhang's top-down cell (graphtree/nn/top_down.py, eqs 13-14) as a LevelKernel, for passes in which
