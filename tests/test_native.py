@@ -30,6 +30,7 @@ from graphtree.nn import (
     LSTMRNN,
     SLSTM,
     ChildSumTreeLSTM,
+    HeadLexicalization,
     LexicalizedTreeLSTM,
     NaryTreeLSTM,
     TopDownTreeLSTM,
@@ -313,6 +314,31 @@ def test_top_down_kernels_on_a_dag(kernels, monkeypatch):
     cell = TopDownTreeLSTM(7, 16, n_ary=3)
     _assert_kernels_match_reference(kernels, cell, Batch.from_data_list(trees), 7, PEEPHOLE_KERNELS,
                                     _per_tree(trees, teng.ref_top_down), monkeypatch)
+
+
+def test_gated_head_kernels_match_the_recursive_reference(kernels, monkeypatch):
+    # Binary gated heads run in the compiled level loop (GatedHeadLevels); unary nodes with their child on the
+    # left and on the right take that child's head. Values and every gradient against the float64 reference.
+    torch.manual_seed(9)
+    right_only = Data(edge_index=torch.tensor([[1, 2, 3], [0, 1, 1]]), edge_pos=torch.tensor([1, 0, 1]),
+                      num_nodes=4)
+    left_only = Data(edge_index=torch.tensor([[1], [0]]), edge_pos=torch.tensor([0]), num_nodes=2)
+    trees = [right_only, left_only, *teng.binary_trees(7)]
+    batch = Batch.from_data_list(trees)
+    cell = HeadLexicalization(6, "gated")
+    x = torch.randn(batch.num_nodes, 6, requires_grad=True)
+    upstream = torch.randn(batch.num_nodes, 6)
+    calls = _count_calls(kernels, ["GatedHeadLevels"], monkeypatch)
+    with native.use_native(True):
+        heads = cell(x, batch)
+        got = (heads, *torch.autograd.grad((heads * upstream).sum(), [x, *cell.parameters()]))
+    assert all(calls.values()), f"the compiled level loop was not used: {calls}"
+    cell64 = copy.deepcopy(cell).double()
+    x64 = x.detach().double().requires_grad_()
+    heads64 = teng.per_tree(trees, x64, lambda tree, x_tree: teng.ref_heads(cell64, tree, x_tree))
+    want = (heads64, *torch.autograd.grad((heads64 * upstream.double()).sum(), [x64, *cell64.parameters()]))
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b.float(), atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("make", [lambda: NaryTreeLSTM(30, 24), lambda: SLSTM(30, 24, leaf="lstm"),

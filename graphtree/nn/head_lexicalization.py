@@ -98,6 +98,14 @@ class HeadLexicalization(TreeCell):
 
     fused_backward = True  # the engine uses backward_level, the hand-written derivatives below
 
+    def native_level_kernel(self, inputs: tuple[Tensor, ...]) -> tuple[Any, Any] | None:
+        """The gated binary method's level math for the engine's compiled level loop (``GatedHeadLevels`` in
+        ``graphtree/csrc/head_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with the
+        kernels module; ``None`` for the other methods and arities (the engine then runs its Python loop)."""
+        if self.method != "gated" or self.n_ary != 2:
+            return None
+        return self._compiled_levels(inputs, "GatedHeadLevels", self.W_zx.detach(), self.b_z.detach())
+
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor], tuple]:
         """Head vectors of one level, and what :meth:`backward_level` needs."""
         (x,) = inputs

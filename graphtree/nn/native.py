@@ -36,8 +36,8 @@ from torch import Tensor
 __all__ = ["native_kernels", "native_mode", "use_native"]
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "csrc"
-SOURCES = ("bindings.cpp", "child_sum_level.cpp", "engine_ops.cpp", "lstm_rnn_level.cpp", "nary_level.cpp",
-           "peephole_level.cpp")
+SOURCES = ("bindings.cpp", "child_sum_level.cpp", "engine_ops.cpp", "head_level.cpp", "lstm_rnn_level.cpp",
+           "nary_level.cpp", "peephole_level.cpp")
 STALE_LOCK_SECONDS = 600
 CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd"]
 
