@@ -92,8 +92,7 @@ def operator_calls(results: dict, calls: dict, path: str) -> list[str]:
     """Why small batches fall short: the chain's time per level next to the operator calls per level."""
     chain = max(results.get("chain") or [{}], key=lambda r: r.get("depth", 0))
     lines = ["Where batch-25 time goes: every level costs a fixed time, whatever its size: its operator calls, "
-             "issued from the engine's compiled level loop, or from Python for the head lexicalization of the "
-             "Teng & Zhang models."]
+             "issued from the engine's compiled level loop."]
     if chain:
         lines[0] += (f" In the run above a chain of {chain['depth']} one-node levels (N-ary) took "
                      f"{chain['train_ms_per_level']:.3f} ms per level to train and {chain['infer_ms_per_level']:.3f} "

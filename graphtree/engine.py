@@ -29,9 +29,9 @@ same two loops in C++ (``run_levels_forward`` and ``run_levels_backward`` in
 child-gradient accumulation, without the interpreter between a level's
 operators, which on a tree level's few rows costs as much as its arithmetic.
 The N-ary (constituency setting), Child-Sum, S-LSTM, LSTM-RNN and lexicalized
-cells do, and the top-down cell where no node has several parents, on CPU in
-float32 where oneDNN's products are not preferred; all else (head
-lexicalization among them) takes the Python loop.
+cells do, the gated binary head lexicalization, and the top-down cell where no
+node has several parents, on CPU in float32 where oneDNN's products are not
+preferred; all else takes the Python loop.
 """
 
 from __future__ import annotations
