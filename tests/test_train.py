@@ -156,6 +156,7 @@ def test_teng_code_update_by_hand() -> None:
     steps (a row's moments move only when it has a gradient; the step count is global)."""
     from graphtree.models import NodeEmbedding
 
+    torch.manual_seed(0)
     embedding = NodeEmbedding(4, 2)
     weight = embedding.embedding.weight
     start = weight.detach().clone()
@@ -190,7 +191,8 @@ def test_teng_code_update_by_hand() -> None:
                 m, v, delta = adam(*row_mv[r, k], g, t)
                 row_mv[r, k] = (m, v)
                 rows_ref[r][k] -= delta
-        torch.testing.assert_close(w.detach(), torch.tensor(w_ref), rtol=0, atol=1e-4)
+        # a few float32 steps at 1000 (6e-5 apart); the decay moves w by 1e-3 per step
+        torch.testing.assert_close(w.detach(), torch.tensor(w_ref), rtol=0, atol=3e-4)
         torch.testing.assert_close(weight.detach(), torch.tensor([rows_ref[r] for r in range(4)]), rtol=0,
                                    atol=1e-6)
     torch.testing.assert_close(weight.detach()[0], start[0], rtol=0, atol=0)  # never looked up: never moved
