@@ -116,8 +116,9 @@ class TopDownTreeLSTM(TreeCell):
         self._check_input(x, self.in_channels)
         schedule = schedule_of(batch)
         self._check_positions(schedule)
-        with torch.no_grad():  # once per pass, so that :attr:`weights` packs each matrix once
-            self._pass_stacked = self._stacked_weights()
+        # Built once per pass on first use (so that :attr:`weights` packs each matrix once) by the Python level
+        # loop; the compiled one takes the parameters as they are and never asks.
+        self._pass_stacked = _BUILD_ON_FIRST_USE
         # The compiled level loop takes passes where no node has several parents (trees, forests).
         self._pass_one_parent = all(slots.size(1) <= 1 for slots in schedule.plan("top_down").slots)
         try:
@@ -259,11 +260,16 @@ class TopDownTreeLSTM(TreeCell):
     def _stacked_weights(self) -> _Stacked:
         """Each position's parameters as the level multiplies them (see :class:`_Stacked`).
 
-        :meth:`forward` builds them once per pass, so that :attr:`weights` packs
-        each matrix once; otherwise (the engine's recompute path) they are built
+        Within :meth:`forward` they are built once per pass, without autograd,
+        when the Python level loop first asks (so that :attr:`weights` packs each
+        matrix once); outside a pass (the engine's recompute path) they are built
         here, differentiably.
         """
         stacked = getattr(self, "_pass_stacked", None)
+        if stacked is _BUILD_ON_FIRST_USE:
+            self._pass_stacked = None
+            with torch.no_grad():
+                stacked = self._pass_stacked = self._stacked_weights()
         if stacked is not None:
             return stacked
         N, d = self.n_ary, self.hidden_channels
@@ -278,6 +284,9 @@ class TopDownTreeLSTM(TreeCell):
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, n_ary={self.n_ary}, "
                 f"share_input_weights={self.share_input_weights})")
+
+
+_BUILD_ON_FIRST_USE = object()  # TopDownTreeLSTM._pass_stacked before the pass's first level asks for it
 
 
 class _Stacked(NamedTuple):
