@@ -341,6 +341,31 @@ def test_gated_head_kernels_match_the_recursive_reference(kernels, monkeypatch):
         torch.testing.assert_close(a, b.float(), atol=2e-5, rtol=1e-4)
 
 
+def test_bicontree_runs_every_pass_in_the_compiled_loop(kernels, monkeypatch):
+    # Heads, bottom-up, top-down and leaf sums: each pass on its kernel, the logits and gradients as on PyTorch.
+    from graphtree.models import BiTreeLSTM
+
+    torch.manual_seed(10)
+    trees = teng.binary_trees(11)
+    batch = Batch.from_data_list(trees)
+    model = BiTreeLSTM(6, 8, num_classes=3, mlp_channels=5)
+    x = torch.randn(batch.num_nodes, 6, requires_grad=True)
+
+    def run():
+        logits = model(x, batch)
+        return (logits, *torch.autograd.grad(logits.pow(2).sum(), [x, *model.parameters()]))
+
+    names = ["GatedHeadLevels", "LexicalizedLevels", "TopDownLevels", "LeafSumLevels"]
+    calls = _count_calls(kernels, names, monkeypatch)
+    with native.use_native(True):
+        fast = run()
+    assert all(calls.values()), f"a pass left the compiled loop: {calls}"
+    with native.use_native(False):
+        plain = run()
+    for a, b in zip(fast, plain, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("make", [lambda: NaryTreeLSTM(30, 24), lambda: SLSTM(30, 24, leaf="lstm"),
                                   lambda: ChildSumTreeLSTM(30, 24), lambda: LexicalizedTreeLSTM(30, 24),
                                   lambda: TopDownTreeLSTM(30, 24), lambda: LSTMRNN(24, 24, "softsign")])

@@ -437,15 +437,17 @@ def test_model_features_follow_eq_15():
     torch.testing.assert_close(logits, want, **TOL)
 
 
-def test_leaf_sum_and_its_gradient_by_hand():
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_leaf_sum_and_its_gradient_by_hand(dtype):
     # Each node's sum runs over the leaves below it, so a leaf's gradient is the sum of the upstream gradients of
-    # the nodes above it (itself included), and an inner node's row gets none.
+    # the nodes above it (itself included), and an inner node's row gets none. float64 takes the Python level
+    # loop, float32 the compiled one where the kernels build.
     from graphtree.models.bicontree import _LeafSum
 
     trees = binary_trees(13) + ternary_trees()
     batch = Batch.from_data_list(trees)
-    h = torch.randn(batch.num_nodes, 3, dtype=DTYPE, requires_grad=True)
-    upstream = torch.randn(batch.num_nodes, 3, dtype=DTYPE)
+    h = torch.randn(batch.num_nodes, 3, dtype=dtype, requires_grad=True)
+    upstream = torch.randn(batch.num_nodes, 3, dtype=dtype)
     total, count = _LeafSum(3)(h, batch)
     (grad,) = torch.autograd.grad((total * upstream).sum(), h)
     start = 0
@@ -455,7 +457,7 @@ def test_leaf_sum_and_its_gradient_by_hand():
         def leaves(j: int, children=children) -> list[int]:
             return [j] if not children[j] else [leaf for _, c in children[j] for leaf in leaves(c)]
 
-        want_grad = torch.zeros(tree.num_nodes, 3, dtype=DTYPE)
+        want_grad = torch.zeros(tree.num_nodes, 3, dtype=dtype)
         for j in range(tree.num_nodes):
             below = leaves(j)
             torch.testing.assert_close(total[start + j], h[[start + k for k in below]].sum(dim=0).detach())

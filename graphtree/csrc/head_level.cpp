@@ -4,6 +4,8 @@
 // A node's head is x_t = z x^L + (1 - z) x^R with the gate z = sigmoid(W_zx [x^L, x^R] + b_z), both children's
 // heads read bottom-up; a leaf's head is its word vector. A unary node takes its one child's head (z = 1 for a
 // left child alone, 0 for a right one), as the softmax over one present child does.
+//
+// Also the leaf sums of BiTreeLSTM's classifier input (LeafSumLevels), another parameterless bottom-up pass.
 
 #include <vector>
 
@@ -128,4 +130,53 @@ void bind_gated_head_levels(pybind11::module& m) {
   pybind11::class_<GatedHeadLevels, graphtree::LevelKernel, std::shared_ptr<GatedHeadLevels>>(
       m, "GatedHeadLevels", "Teng & Zhang's gated head lexicalization (binary) for the compiled level loop")
       .def(pybind11::init<torch::Tensor, torch::Tensor>(), pybind11::arg("W_zx"), pybind11::arg("b_z"));
+}
+
+namespace {
+
+// The sums of the leaf rows below every node and their number (a leaf counts itself), bottom-up: the leaf means
+// that BiTreeLSTM feeds its classifier (graphtree/models/bicontree.py, _LeafSum), as a LevelKernel. No
+// parameters; a node's gradient is copied into each of its children's slots.
+class LeafSumLevels : public graphtree::LevelKernel {
+ public:
+  void begin(const std::vector<graphtree::Level>& levels, bool save) override { save_ = save; }
+
+  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
+               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
+    const int64_t n = level.end - level.begin;
+    auto total = buffers[0].narrow(0, level.begin, n), count = buffers[1].narrow(0, level.begin, n);
+    if (level.width == 0) {
+      total.copy_(inputs[0]);
+      count.fill_(1.f);
+      return;
+    }
+    at::sum_out(total, children[0].view({n, level.width, -1}), 1);
+    at::sum_out(count, children[1].view({n, level.width, 1}), 1);
+  }
+
+  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
+                                      std::vector<torch::Tensor>& grad_inputs) override {
+    TORCH_CHECK(save_, "LeafSumLevels: backward after a forward that saved nothing");
+    const int64_t n = level.end - level.begin;
+    const auto& grad_total = grad_states[0];  // the counts are constants
+    if (level.width == 0) {
+      if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].add_(grad_total);
+      return {torch::Tensor(), torch::Tensor()};
+    }
+    auto grad_children = grad_total.unsqueeze(1).expand({n, level.width, grad_total.size(1)}).contiguous();
+    return {grad_children.view({n * level.width, -1}), torch::Tensor()};
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override { return {}; }
+
+ private:
+  bool save_ = false;
+};
+
+}  // namespace
+
+void bind_leaf_sum_levels(pybind11::module& m) {
+  pybind11::class_<LeafSumLevels, graphtree::LevelKernel, std::shared_ptr<LeafSumLevels>>(
+      m, "LeafSumLevels", "Sums and counts of the leaf rows below every node, for the compiled level loop")
+      .def(pybind11::init<>());
 }

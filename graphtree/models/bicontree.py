@@ -195,6 +195,11 @@ class _LeafSum(TreeCell):
             return (x, x.new_ones(x.size(0), 1)), 0
         return (total.sum(dim=1), count.sum(dim=1)), total.size(1)
 
+    def native_level_kernel(self, inputs: tuple[Tensor, ...]) -> tuple[Any, Any] | None:
+        """The same sums in the engine's compiled level loop (``LeafSumLevels`` in
+        ``graphtree/csrc/head_level.cpp``), with the kernels module; ``None`` where the kernels do not apply."""
+        return self._compiled_levels(inputs, "LeafSumLevels")
+
     def backward_level(self, context: int, grad_states: tuple[Tensor, Tensor], grad_params: ParamGrads,
                        needs_input_grad: tuple[bool, ...] = (True,)) -> tuple[tuple[Tensor | None], tuple]:
         grad_total = grad_states[0]  # the counts are constants
