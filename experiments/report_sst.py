@@ -129,6 +129,9 @@ def departures(config: dict) -> list[str]:
                 if config.get(key, paper[key]) != paper[key]]
     if config.get("random_init", "uniform") == "normal":
         changes.append("random vectors N(0, 1) (ours U(±0.05); the paper gives none)")
+    if config.get("share_input_weights"):
+        changes.append("top-down input maps and biases shared by both positions (Table 4's count and the "
+                       "released code; eq 14 gives each position its own)")
     if config.get("optimizer_preset") == "teng_code":
         changes.append("the update of Teng & Zhang's released code (Adam after every sentence, lazy Adam on the "
                        "embeddings, decay 1e-6 per update)")

@@ -12,6 +12,7 @@ command again resumes a killed run, and skips a finished one.
     python experiments/sst.py --model bicontree --embeddings glove50 --binary --head average
     python experiments/sst.py --model nary --settings-of zhu      # Tai's cell with Zhu et al.'s settings
     python experiments/sst.py --model bicontree --embeddings glove50 --optimizer teng_code  # per-sentence Adam
+    python experiments/sst.py --model bicontree --embeddings glove50 --share-input-weights  # Table 4's sharing
     python experiments/sst.py --model nary --quick            # a few minutes, results under experiments/runs/
     python experiments/sst.py --model bicontree --embeddings glove50 --device cuda   # on a GPU
     python experiments/sst.py predict experiments/checkpoints/sst/<run>.pt "A gorgeous, witty film."
@@ -119,6 +120,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--settings-of", choices=sorted(SETTINGS_MODEL), default=None,
                    help="train with another paper's settings (its own model's vector and memory sizes, dropout, "
                         "epochs and optimizer; SETTINGS_MODEL); not a reproduction, listed apart in sst.md")
+    p.add_argument("--share-input-weights", action="store_true",
+                   help="topdown, bicontree: the top-down cell's two positions share their input maps and biases "
+                        "(Table 4's parameter count and the released code; eq 14 gives each its own); listed "
+                        "apart in sst.md")
     p.add_argument("--random-init", choices=["uniform", "normal"], default="uniform",
                    help="random vectors: uniform U(-0.05, 0.05) (default, as Tai et al.'s code initializes unknown "
                         "words) or normal N(0, 1) (Torch7's nn.LookupTable default); not a reproduction setting, "
@@ -132,6 +137,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.optimizer == "teng_code" and (args.model not in MODELS or MODELS[args.model]["paper"] != "teng"
                                           or args.settings_of is not None):
         p.error("--optimizer teng_code applies to Teng & Zhang's models under their own settings")
+    if args.share_input_weights and args.model not in ("topdown", "bicontree"):
+        p.error("--share-input-weights applies to the models with a top-down cell (topdown, bicontree)")
     if args.random_init != "uniform" and args.embeddings != "random":
         p.error("--random-init applies to --embeddings random only")
     if args.l2 is not None and args.l2 < 0:
@@ -169,6 +176,8 @@ def run_name(cfg: dict, seed: int) -> str:
         parts.append(f"l2-{cfg['optimizer']['l2']:g}")
     if cfg.get("random_init", "uniform") != "uniform":
         parts.append(f"init-{cfg['random_init']}")
+    if cfg.get("share_input_weights"):
+        parts.append("shared-inputs")
     return "_".join(parts) + f"_s{seed}"
 
 
@@ -210,7 +219,8 @@ def build_model(cfg: dict, vocab_size: int, num_classes: int, pretrained: torch.
     model = cfg["model"]
     if MODELS[model]["paper"] == "teng":
         net = BiTreeLSTM(dim, hidden, num_classes, mlp_channels=MLP_CHANNELS, variant=TENG_VARIANTS[model],
-                         head=cfg["head"], dropout=dropout)
+                         head=cfg["head"], dropout=dropout,
+                         share_input_weights=cfg.get("share_input_weights", False))
         return WordInputModel(embedding, net), embedding
     if model == "bilstm":  # Tai's footnote 2: the two directions share their weights
         return SpanLSTMClassifier(embedding, hidden, num_classes, bidirectional=True, tied=True,
@@ -251,6 +261,8 @@ def train(args: argparse.Namespace) -> None:
         cfg["optimizer_preset"] = args.optimizer
     if args.random_init != "uniform":  # only then: the runs made before this option keep their settings' record
         cfg["random_init"] = args.random_init
+    if args.share_input_weights:  # likewise
+        cfg["share_input_weights"] = True
     if args.settings_of is not None and paper["paper"] != MODELS[args.model]["paper"]:
         cfg["settings_of"] = args.settings_of
     results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
