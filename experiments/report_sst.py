@@ -18,6 +18,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+import scipy.stats
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sst import MODELS, PRESETS, SETTINGS_MODEL  # the paper's epochs and optimizer per model
 
@@ -308,6 +310,7 @@ ORDERINGS = (
                                              "BiConTree, average heads", "BiConTree (gated heads)")),
 )
 ORDER_MIN_GAP = 0.5
+ORDER_P = 0.05  # a pair of rows counts as separated by our seeds below this p (Welch's t-test)
 MIN_SEEDS = 3
 
 
@@ -352,8 +355,10 @@ def target_lines(runs: list[dict]) -> list[str]:
             verdict += f", incomplete ({len(values)} seed{'s' if len(values) > 1 else ''})"
         lines.append(f"- {name}, {task} root ≥ {floor:.1f}: {statistics.mean(values):.1f}, {verdict}.")
     lines += ["", f"Orderings: each pair of rows the paper separates by at least {ORDER_MIN_GAP} points, and "
-              "whether our means rank them the same way.", "",
-              "| Table | Paper's order (best first) | Pairs as in the paper | Reversed |", "|---|---|---|---|"]
+              "whether our means rank them the same way. A pair our seeds separate is one whose difference "
+              f"Welch's t-test finds at p < {ORDER_P}; each reversed pair gives its p.", "",
+              "| Table | Paper's order (best first) | Pairs as in the paper | Reversed | Pairs our seeds separate |",
+              "|---|---|---|---|---|"]
     for title, task, names in ORDERINGS:
         papers = {n: paper_root(rows[n], task) for n in names}
         ranked = sorted(names, key=lambda n: -papers[n])
@@ -365,17 +370,38 @@ def target_lines(runs: list[dict]) -> list[str]:
         pairs = [(a, b) for i, a in enumerate(ranked) for b in ranked[i + 1:]
                  if a in means and b in means and papers[a] - papers[b] >= ORDER_MIN_GAP]
         if not pairs:
-            lines.append(f"| {title} | {order} | not run: {', '.join(missing)} | — |" if missing
-                         else f"| {title} | {order} | no pair {ORDER_MIN_GAP} points apart | — |")
+            lines.append(f"| {title} | {order} | not run: {', '.join(missing)} | — | — |" if missing
+                         else f"| {title} | {order} | no pair {ORDER_MIN_GAP} points apart | — | — |")
             continue
-        reversed_pairs = [f"{a} {means[a]:.1f} < {b} {means[b]:.1f}" for a, b in pairs if means[a] <= means[b]]
+        p_of = {(a, b): welch_p(values[a], values[b]) for a, b in pairs}
+        reversed_pairs = [f"{a} {means[a]:.1f} < {b} {means[b]:.1f} (p {format_p(p_of[a, b])})"
+                          for a, b in pairs if means[a] <= means[b]]
+        separated = [(a, b) for a, b in pairs if p_of[a, b] < ORDER_P]
+        held = sum(means[a] > means[b] for a, b in separated)
+        verdict = (f"{held} as in the paper, {len(separated) - held} reversed, of {len(pairs)}" if separated
+                   else f"none of {len(pairs)}")
         kept = f"{len(pairs) - len(reversed_pairs)} of {len(pairs)}"
         if any(len(values[n]) < MIN_SEEDS for n in means):
             kept += " (incomplete)"
         if missing:
             kept += f"; not run: {', '.join(missing)}"
-        lines.append(f"| {title} | {order} | {kept} | {'; '.join(reversed_pairs) or 'none'} |")
+        lines.append(f"| {title} | {order} | {kept} | {'; '.join(reversed_pairs) or 'none'} | {verdict} |")
     return lines + [""]
+
+
+def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p of Welch's t-test that two rows' seeds share one mean (1.0 when either has one seed, or
+    both have no spread and the same mean)."""
+    if len(a) < 2 or len(b) < 2:
+        return 1.0
+    if statistics.stdev(a) == 0 and statistics.stdev(b) == 0:
+        return 1.0 if statistics.mean(a) == statistics.mean(b) else 0.0
+    return float(scipy.stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def format_p(p: float) -> str:
+    """A p-value as its comparison: "= 0.07" or "< 0.01"."""
+    return f"= {p:.2f}" if p >= 0.01 else "< 0.01"
 
 
 def vectors_gain_lines(runs: list[dict]) -> list[str]:

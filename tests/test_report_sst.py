@@ -45,11 +45,19 @@ def test_orderings_count_the_pairs_the_paper_separates():
     lines = report_sst.target_lines(runs)
     row = line_of(lines, "| Teng & Zhang 2017, Table 1, fine root |")
     assert "| 2 of 5 |" in row
-    assert row.count(" < ") == 3 and "BiConTree (gated heads) 48.0 < ConTree + Lex 51.0" in row
+    assert row.count(" (p ") == 3 and "BiConTree (gated heads) 48.0 < ConTree + Lex 51.0" in row
     binary = line_of(lines, "| Teng & Zhang 2017, Table 1, binary root |")  # no binary runs at all
     assert "not run: ConTree, Top-down ConTree, ConTree + Lex, BiConTree (gated heads)" in binary
     assert line_of(lines, "- BiConTree (gated heads), fine root") == \
         "- BiConTree (gated heads), fine root ≥ 50.0: 48.0, not met."
+    # Welch's t-test on seeds {m - 0.5, m, m + 0.5}: each mean's standard error is 0.5 / sqrt(3), the difference's
+    # sqrt(2 / 12) = 0.408 on 4 degrees of freedom, where the two-sided 5 % point of t is 2.776. A difference of
+    # 2.0 or 3.0 (t = 4.9, 7.3) separates, one of 1.0 (t = 2.45, p = 0.07) does not: BiConTree - ConTree + Lex
+    # (-3.0) and BiConTree - ConTree (-2.0) separate reversed, ConTree + Lex - top-down (+2.0) in order, and
+    # BiConTree - top-down (-1.0) and ConTree + Lex - ConTree (+1.0) do not separate.
+    assert row.endswith("| 1 as in the paper, 2 reversed, of 5 |")
+    assert "BiConTree (gated heads) 48.0 < ConTree + Lex 51.0 (p < 0.01)" in row
+    assert "BiConTree (gated heads) 48.0 < Top-down ConTree 49.0 (p = 0.07)" in row
 
 
 def test_orderings_of_a_half_run_table_count_the_pairs_among_its_finished_rows():
