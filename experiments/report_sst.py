@@ -353,7 +353,9 @@ def target_lines(runs: list[dict]) -> list[str]:
         verdict = "met" if statistics.mean(values) >= floor else "not met"
         if len(values) < MIN_SEEDS:
             verdict += f", incomplete ({len(values)} seed{'s' if len(values) > 1 else ''})"
-        lines.append(f"- {name}, {task} root ≥ {floor:.1f}: {statistics.mean(values):.1f}, {verdict}.")
+        interval = mean_interval(values)
+        spread = f" (95% confidence interval of the mean {interval[0]:.1f} to {interval[1]:.1f})" if interval else ""
+        lines.append(f"- {name}, {task} root ≥ {floor:.1f}: {statistics.mean(values):.1f}{spread}, {verdict}.")
     lines += ["", f"Orderings: each pair of rows the paper separates by at least {ORDER_MIN_GAP} points, and "
               "whether our means rank them the same way. A pair our seeds separate is one whose difference "
               f"Welch's t-test finds at p < {ORDER_P}; each reversed pair gives its p.", "",
@@ -387,6 +389,14 @@ def target_lines(runs: list[dict]) -> list[str]:
             kept += f"; not run: {', '.join(missing)}"
         lines.append(f"| {title} | {order} | {kept} | {'; '.join(reversed_pairs) or 'none'} | {verdict} |")
     return lines + [""]
+
+
+def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Student's t confidence interval of the mean of ``values`` (``None`` for fewer than two)."""
+    if len(values) < 2:
+        return None
+    half = scipy.stats.t.ppf((1 + level) / 2, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+    return statistics.mean(values) - half, statistics.mean(values) + half
 
 
 def welch_p(a: Sequence[float], b: Sequence[float]) -> float:

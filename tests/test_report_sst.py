@@ -49,7 +49,8 @@ def test_orderings_count_the_pairs_the_paper_separates():
     binary = line_of(lines, "| Teng & Zhang 2017, Table 1, binary root |")  # no binary runs at all
     assert "not run: ConTree, Top-down ConTree, ConTree + Lex, BiConTree (gated heads)" in binary
     assert line_of(lines, "- BiConTree (gated heads), fine root") == \
-        "- BiConTree (gated heads), fine root ≥ 50.0: 48.0, not met."
+        "- BiConTree (gated heads), fine root ≥ 50.0: 48.0 (95% confidence interval of the mean 46.8 to 49.2), not met."
+    # (half width: t(0.975, 2 df) = 4.303 times the standard error 0.5 / sqrt(3) = 1.24)
     # Welch's t-test on seeds {m - 0.5, m, m + 0.5}: each mean's standard error is 0.5 / sqrt(3), the difference's
     # sqrt(2 / 12) = 0.408 on 4 degrees of freedom, where the two-sided 5 % point of t is 2.776. A difference of
     # 2.0 or 3.0 (t = 4.9, 7.3) separates, one of 1.0 (t = 2.45, p = 0.07) does not: BiConTree - ConTree + Lex
@@ -196,7 +197,8 @@ def test_the_released_codes_update_is_listed_apart_from_the_papers():
     paper = [run("bicontree", True, v, embeddings="glove50", head="gated") for v in (49.0, 50.0, 51.0)]
     code = [run("bicontree", True, v, embeddings="glove50", head="gated", optimizer_preset="teng_code",
                 optimizer=report_sst.PRESETS["teng_code"].as_dict()) for v in (52.0, 54.0)]
-    assert "BiConTree (gated heads), fine root ≥ 50.0: 50.0, met" in "\n".join(report_sst.target_lines(paper + code))
+    assert ("BiConTree (gated heads), fine root ≥ 50.0: 50.0 (95% confidence interval of the mean 47.5 to 52.5), met"
+            in "\n".join(report_sst.target_lines(paper + code)))
     (line,) = [line for line in report_sst.other_settings(paper + code) if line.startswith("| BiConTree")]
     assert line == ("| BiConTree (gated heads) | fine | the update of Teng & Zhang's released code (Adam after every "
                     "sentence, lazy Adam on the embeddings, decay 1e-6 per update) | 2 | 53.0 ± 1.4 | 50.0 ± 1.0 |")
@@ -210,7 +212,8 @@ def test_shared_top_down_inputs_are_listed_apart_from_the_papers_row():
     shared = [run("bicontree", True, v, embeddings="glove50", head="gated", share_input_weights=True)
               for v in (53.0, 55.0)]
     # the shared runs would lift the row's mean to 51.6: they must not count towards it
-    assert "BiConTree (gated heads), fine root ≥ 50.0: 50.0, met" in "\n".join(report_sst.target_lines(paper + shared))
+    assert ("BiConTree (gated heads), fine root ≥ 50.0: 50.0 (95% confidence interval of the mean 47.5 to 52.5), met"
+            in "\n".join(report_sst.target_lines(paper + shared)))
     (line,) = [line for line in report_sst.other_settings(paper + shared) if line.startswith("| BiConTree")]
     assert line == ("| BiConTree (gated heads) | fine | top-down input maps and biases shared by both positions "
                     "(Table 4's count and the released code; eq 14 gives each position its own) | 2 | 54.0 ± 1.4 "
