@@ -135,12 +135,18 @@ def test_compiled_level_loop_with_frozen_parts(kernels, frozen, monkeypatch):
         h, c = cell(x, batch)
         return (h, c, *torch.autograd.grad((h.sin().sum() + c.cos().sum()), wanted))
 
-    calls = _count_calls(kernels, [f"{type(cell).__name__.replace('TreeLSTM', '')}Levels"], monkeypatch)
+    _assert_compiled_matches_pytorch(kernels, [f"{type(cell).__name__.replace('TreeLSTM', '')}Levels"], grads,
+                                     monkeypatch)
+
+
+def _assert_compiled_matches_pytorch(kernels, kernel_names, run, monkeypatch) -> None:
+    """``run()`` on the compiled level loop (each of ``kernel_names`` must run) against ``run()`` on PyTorch."""
+    calls = _count_calls(kernels, kernel_names, monkeypatch)
     with native.use_native(True):
-        fast = grads()
+        fast = run()
     assert all(calls.values()), f"the compiled level loop was not used: {calls}"
     with native.use_native(False):
-        plain = grads()
+        plain = run()
     for a, b in zip(fast, plain, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
@@ -355,15 +361,8 @@ def test_bicontree_runs_every_pass_in_the_compiled_loop(kernels, monkeypatch):
         logits = model(x, batch)
         return (logits, *torch.autograd.grad(logits.pow(2).sum(), [x, *model.parameters()]))
 
-    names = ["GatedHeadLevels", "LexicalizedLevels", "TopDownLevels", "LeafSumLevels"]
-    calls = _count_calls(kernels, names, monkeypatch)
-    with native.use_native(True):
-        fast = run()
-    assert all(calls.values()), f"a pass left the compiled loop: {calls}"
-    with native.use_native(False):
-        plain = run()
-    for a, b in zip(fast, plain, strict=True):
-        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+    _assert_compiled_matches_pytorch(kernels, ["GatedHeadLevels", "LexicalizedLevels", "TopDownLevels",
+                                               "LeafSumLevels"], run, monkeypatch)
 
 
 @pytest.mark.parametrize("make", [lambda: NaryTreeLSTM(30, 24), lambda: SLSTM(30, 24, leaf="lstm"),
