@@ -393,7 +393,6 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     }
     auto h_cat = children[0].view({n, N * d}), c_cat = children[1].view({n, N * d});
     auto gates = at::addmm(b_, h_cat, W_h_t_);
-    torch::Tensor x;
     if (lexicalized_) add_lexical_terms(gates, x_terms_.narrow(0, level.begin - inner_begin_, n));
     auto cell = peephole_level_cell(gates, at::mm(c_cat, W_c_t_), children[1].view({n, N, d}));
     auto c_t = cells_.narrow(0, offsets_[level.index], n);
@@ -401,7 +400,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     auto output = peephole_level_output(gates, at::mm(c_t, W_co_t_), c_t);  // eq 11 peeks at the new cell
     h_out.copy_(output[2]);
     c_out.copy_(c_t);
-    if (save) context = Context{x, cell[0], {}, output[0], output[1], children[1].view({n, N, d})};
+    if (save) context = Context{{}, cell[0], {}, output[0], output[1], children[1].view({n, N, d})};
   }
 
   std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
@@ -470,7 +469,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
 
  private:
   struct Context {
-    torch::Tensor x, activated, c, o, tanh_c, c_children;  // c: a leaf's cell (internal ones are in cells_)
+    torch::Tensor x, activated, c, o, tanh_c, c_children;  // x, c: a leaf's (internal cells are in cells_)
   };
 
   static std::vector<torch::Tensor> reversed(const std::vector<torch::Tensor>& parts) {
