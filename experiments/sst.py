@@ -114,6 +114,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=None,
                    help="dropout probability, default: the paper's (MODELS); another value is not a reproduction "
                         "and is listed apart in sst.md")
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate of the parameters and the embeddings, default: the paper's "
+                        "(graphtree.train.PRESETS); another value is listed apart in sst.md")
     p.add_argument("--l2", type=float, default=None,
                    help="per-minibatch L2 strength on the non-embedding parameters, default: the paper's "
                         "(graphtree.train.PRESETS); another value is listed apart in sst.md")
@@ -143,6 +146,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--random-init applies to --embeddings random only")
     if args.l2 is not None and args.l2 < 0:
         p.error(f"--l2 must be non-negative, got {args.l2}")
+    if args.lr is not None and args.lr <= 0:
+        p.error(f"--lr must be positive, got {args.lr}")
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
         p.error(f"--dropout must be in [0, 1), got {args.dropout}")
     return args
@@ -174,6 +179,8 @@ def run_name(cfg: dict, seed: int) -> str:
         parts.append(f"do{cfg['dropout']:g}")
     if cfg["optimizer"]["l2"] != preset.l2:
         parts.append(f"l2-{cfg['optimizer']['l2']:g}")
+    if cfg["optimizer"]["lr"] != preset.lr:
+        parts.append(f"lr{cfg['optimizer']['lr']:g}")
     if cfg.get("random_init", "uniform") != "uniform":
         parts.append(f"init-{cfg['random_init']}")
     if cfg.get("share_input_weights"):
@@ -255,7 +262,8 @@ def train(args: argparse.Namespace) -> None:
                dropout=paper["dropout"] if args.dropout is None else args.dropout,
                epochs=args.epochs or (QUICK["epochs"] if args.quick else paper["epochs"]),
                optimizer=replace(preset, batch_size=args.batch_size or preset.batch_size,
-                                 l2=preset.l2 if args.l2 is None else args.l2).as_dict(),
+                                 l2=preset.l2 if args.l2 is None else args.l2,
+                                 lr=args.lr or preset.lr, embedding_lr=args.lr or preset.embedding_lr).as_dict(),
                quick=args.quick)
     if args.optimizer != "paper":  # only then: the runs made before this option keep their settings' record
         cfg["optimizer_preset"] = args.optimizer
