@@ -419,6 +419,57 @@ def test_compiled_pass_follows_every_change_of_the_weights(kernels):
     agree()
 
 
+# The kernels whose transposed and rearranged weights come from a static derive() and are kept across passes
+# (TreeCell.derived_weights): each with a cell that runs it and that cell's input width.
+DERIVING_KERNELS = {
+    "ChildSumLevels": (lambda: ChildSumTreeLSTM(7, 12), 7),
+    "SLSTMLevels": (lambda: SLSTM(7, 12, leaf="lstm"), 7),
+    "LSTMRNNLevels": (lambda: LSTMRNN(12, 12), 12),
+    "LexicalizedLevels": (lambda: LexicalizedTreeLSTM(7, 12), 7),
+    "TopDownLevels": (lambda: TopDownTreeLSTM(7, 12), 7),
+    "GatedHeadLevels": (lambda: HeadLexicalization(7, "gated"), 7),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(DERIVING_KERNELS))
+def test_compiled_kernels_rederive_their_weights_after_every_change(kernels, kernel):
+    # Three optimizer steps on the compiled path and on the PyTorch path, from the same weights: the paths must
+    # agree at every step (stale derived weights would make the compiled path lag one step behind), two
+    # no-grad passes between steps must share one derived copy, and a write through .data must take effect
+    # once the cache is cleared.
+    torch.manual_seed(11)
+    make, in_channels = DERIVING_KERNELS[kernel]
+    fast = make()
+    plain = copy.deepcopy(fast)
+    batch = Batch.from_data_list(teng.binary_trees(6))
+    x = torch.randn(batch.num_nodes, in_channels)
+    optimizers = {m: torch.optim.SGD(m.parameters(), lr=0.3) for m in (fast, plain)}
+
+    def run(model, compiled):
+        with native.use_native(compiled):
+            out = model(x, batch)
+        return out[0] if isinstance(out, tuple) else out
+
+    for _ in range(3):
+        with torch.no_grad():
+            torch.testing.assert_close(run(fast, True), run(plain, False), atol=2e-5, rtol=1e-4)
+            derived = fast.__dict__["_derived_weights"][kernel][2]
+            run(fast, True)
+            assert fast.__dict__["_derived_weights"][kernel][2] is derived
+        for model, compiled in ((fast, True), (plain, False)):
+            optimizers[model].zero_grad()
+            run(model, compiled).pow(2).sum().backward()
+            optimizers[model].step()
+        assert fast.__dict__["_derived_weights"][kernel][2] is derived  # the step came after its forward pass
+    with torch.no_grad():
+        torch.testing.assert_close(run(fast, True), run(plain, False), atol=2e-5, rtol=1e-4)
+        for a, b in zip(fast.parameters(), plain.parameters(), strict=True):
+            a.data.mul_(-0.5)
+            b.data.mul_(-0.5)
+        fast.derived_weights_clear()
+        torch.testing.assert_close(run(fast, True), run(plain, False), atol=2e-5, rtol=1e-4)
+
+
 def test_gather_in_the_compiled_loop_checks_its_slots(kernels):
     # A slot index past the buffers is an error, not a read out of bounds.
     buffers = [torch.zeros(4, 3)]

@@ -124,7 +124,7 @@ namespace {
 class ChildSumLevels : public graphtree::LevelKernel {
  public:
   ChildSumLevels(torch::Tensor U_iou_weight, torch::Tensor U_iou_bias, torch::Tensor U_f_weight,
-                 torch::Tensor U_f_bias)
+                 torch::Tensor U_f_bias, std::optional<std::vector<torch::Tensor>> derived)
       : U_iou_(U_iou_weight.contiguous()),
         b_iou_(U_iou_bias.contiguous()),
         U_f_(U_f_weight.contiguous()),
@@ -133,8 +133,18 @@ class ChildSumLevels : public graphtree::LevelKernel {
     d_ = U_f_.size(0);
     TORCH_CHECK(U_iou_.size(0) == 3 * d_ && U_iou_.size(1) == d_ && U_f_.size(1) == d_,
                 "ChildSumLevels: weight shapes do not agree");
-    U_iou_t_ = U_iou_.t().contiguous();
-    U_f_t_ = U_f_.t().contiguous();
+    auto made = graphtree::derived_or(derived, [&] { return derive(U_iou_, U_iou_bias, U_f_, U_f_bias); }, 2,
+                                      "ChildSumLevels");
+    U_iou_t_ = made[0];
+    U_f_t_ = made[1];
+    graphtree::check_transposed(U_iou_t_, U_iou_, "ChildSumLevels");
+    graphtree::check_transposed(U_f_t_, U_f_, "ChildSumLevels");
+  }
+
+  // The weights transposed (the level products read them row by row).
+  static std::vector<torch::Tensor> derive(const torch::Tensor& U_iou_weight, const torch::Tensor& /*U_iou_bias*/,
+                                           const torch::Tensor& U_f_weight, const torch::Tensor& /*U_f_bias*/) {
+    return {U_iou_weight.t().contiguous(), U_f_weight.t().contiguous()};
   }
 
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
@@ -240,7 +250,11 @@ class ChildSumLevels : public graphtree::LevelKernel {
 void bind_child_sum_levels(pybind11::module& m) {
   pybind11::class_<ChildSumLevels, graphtree::LevelKernel, std::shared_ptr<ChildSumLevels>>(
       m, "ChildSumLevels", "The Child-Sum Tree-LSTM's level math for the engine's compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>(),
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor,
+                          std::optional<std::vector<torch::Tensor>>>(),
            pybind11::arg("U_iou_weight"), pybind11::arg("U_iou_bias"), pybind11::arg("U_f_weight"),
-           pybind11::arg("U_f_bias"));
+           pybind11::arg("U_f_bias"), pybind11::arg("derived") = pybind11::none())
+      .def_static("derive", &ChildSumLevels::derive, "The weights' derived copies the constructor takes as derived",
+                  pybind11::arg("U_iou_weight"), pybind11::arg("U_iou_bias"), pybind11::arg("U_f_weight"),
+                  pybind11::arg("U_f_bias"));
 }

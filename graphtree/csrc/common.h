@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
+#include <vector>
 
 namespace graphtree {
 
@@ -25,6 +27,28 @@ inline void check_all(std::initializer_list<torch::Tensor*> tensors) {
     check(*t, "every argument");
     *t = t->contiguous();
   }
+}
+
+// A level kernel's derived weights (transposed copies, row subsets): `given` where the caller passed them, which
+// it keeps across passes while the weights stay unchanged (TreeCell.derived_weights in graphtree/nn/cell.py),
+// else made now by `derive` (the kernel's static derive(), the one definition of what they are).
+template <typename Derive>
+std::vector<torch::Tensor> derived_or(const std::optional<std::vector<torch::Tensor>>& given, Derive&& derive,
+                                      size_t count, const char* kernel) {
+  if (!given) return derive();
+  TORCH_CHECK(given->size() == count, kernel, ": expected ", count, " derived weights, got ", given->size(),
+              " (pass those of ", kernel, ".derive)");
+  for (const auto& t : *given) {
+    check(t, "every derived weight");
+    TORCH_CHECK(t.is_contiguous(), kernel, ": derived weights must be contiguous");
+  }
+  return *given;
+}
+
+// t is w transposed (shape check of a derived weight).
+inline void check_transposed(const torch::Tensor& t, const torch::Tensor& w, const char* kernel) {
+  TORCH_CHECK(t.dim() == 2 && w.dim() == 2 && t.size(0) == w.size(1) && t.size(1) == w.size(0), kernel,
+              ": a derived weight does not match its weight's shape");
 }
 
 // exp(x) that the compiler can vectorize (std::exp is a scalar libm call here): Cody-Waite range

@@ -20,13 +20,20 @@ namespace {
 class GatedHeadLevels : public graphtree::LevelKernel {
  public:
   // W_zx: [D, 2 D] (columns [W_zx^L, W_zx^R]), b_z: [D].
-  GatedHeadLevels(torch::Tensor W_zx, torch::Tensor b_z) : W_zx_(W_zx.contiguous()), b_z_(b_z.contiguous()) {
+  GatedHeadLevels(torch::Tensor W_zx, torch::Tensor b_z, std::optional<std::vector<torch::Tensor>> derived)
+      : W_zx_(W_zx.contiguous()), b_z_(b_z.contiguous()) {
     graphtree::check(W_zx_, "W_zx");
     graphtree::check(b_z_, "b_z");
     D_ = W_zx_.size(0);
     TORCH_CHECK(W_zx_.dim() == 2 && W_zx_.size(1) == 2 * D_ && b_z_.numel() == D_,
                 "GatedHeadLevels: W_zx must be [D, 2 D] and b_z [D]");
-    W_zx_t_ = W_zx_.t().contiguous();
+    W_zx_t_ = graphtree::derived_or(derived, [&] { return derive(W_zx_, b_z_); }, 1, "GatedHeadLevels")[0];
+    graphtree::check_transposed(W_zx_t_, W_zx_, "GatedHeadLevels");
+  }
+
+  // W_zx transposed (the level products read it row by row).
+  static std::vector<torch::Tensor> derive(const torch::Tensor& W_zx, const torch::Tensor& /*b_z*/) {
+    return {W_zx.t().contiguous()};
   }
 
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
@@ -129,7 +136,10 @@ class GatedHeadLevels : public graphtree::LevelKernel {
 void bind_gated_head_levels(pybind11::module& m) {
   pybind11::class_<GatedHeadLevels, graphtree::LevelKernel, std::shared_ptr<GatedHeadLevels>>(
       m, "GatedHeadLevels", "Teng & Zhang's gated head lexicalization (binary) for the compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor>(), pybind11::arg("W_zx"), pybind11::arg("b_z"));
+      .def(pybind11::init<torch::Tensor, torch::Tensor, std::optional<std::vector<torch::Tensor>>>(),
+           pybind11::arg("W_zx"), pybind11::arg("b_z"), pybind11::arg("derived") = pybind11::none())
+      .def_static("derive", &GatedHeadLevels::derive, "The weights' derived copies the constructor takes as derived",
+                  pybind11::arg("W_zx"), pybind11::arg("b_z"));
 }
 
 namespace {

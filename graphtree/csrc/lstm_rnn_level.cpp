@@ -272,7 +272,8 @@ void add_read_blocks_back(const torch::Tensor& grad_u, const torch::Tensor& grad
 // those buffers and from per-kernel tensors that each level fills in place (no concatenation).
 class LSTMRNNLevels : public graphtree::LevelKernel {
  public:
-  LSTMRNNLevels(torch::Tensor W_leaf, torch::Tensor W_inner, torch::Tensor W_cell, torch::Tensor b, int64_t kind)
+  LSTMRNNLevels(torch::Tensor W_leaf, torch::Tensor W_inner, torch::Tensor W_cell, torch::Tensor b, int64_t kind,
+                std::optional<std::vector<torch::Tensor>> derived)
       : W_leaf_(W_leaf.contiguous()), W_inner_(W_inner.contiguous()), W_cell_(W_cell.contiguous()),
         b_(b.contiguous()), kind_(kind) {
     for (auto* t : {&W_leaf_, &W_inner_, &W_cell_, &b_}) graphtree::check(*t, "every weight");
@@ -280,9 +281,21 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
     TORCH_CHECK(W_inner_.size(0) == 8 * d_ && W_leaf_.size(0) == 8 * d_ && W_cell_.size(0) == 5 * d_ &&
                     W_cell_.size(1) == d_ && b_.numel() == 4 * d_,
                 "LSTMRNNLevels: weight shapes do not agree");
-    W_leaf_t_ = W_leaf_.t().contiguous();
-    W_inner_t_ = W_inner_.t().contiguous();
-    W_cell_t_ = W_cell_.t().contiguous();
+    auto made = graphtree::derived_or(derived, [&] { return derive(W_leaf_, W_inner_, W_cell_, b_, kind_); }, 3,
+                                      "LSTMRNNLevels");
+    W_leaf_t_ = made[0];
+    W_inner_t_ = made[1];
+    W_cell_t_ = made[2];
+    graphtree::check_transposed(W_leaf_t_, W_leaf_, "LSTMRNNLevels");
+    graphtree::check_transposed(W_inner_t_, W_inner_, "LSTMRNNLevels");
+    graphtree::check_transposed(W_cell_t_, W_cell_, "LSTMRNNLevels");
+  }
+
+  // The weights transposed (the level products read them row by row).
+  static std::vector<torch::Tensor> derive(const torch::Tensor& W_leaf, const torch::Tensor& W_inner,
+                                           const torch::Tensor& W_cell, const torch::Tensor& /*b*/,
+                                           int64_t /*kind*/) {
+    return {W_leaf.t().contiguous(), W_inner.t().contiguous(), W_cell.t().contiguous()};
   }
 
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
@@ -399,7 +412,11 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
 void bind_lstm_rnn_levels(pybind11::module& m) {
   pybind11::class_<LSTMRNNLevels, graphtree::LevelKernel, std::shared_ptr<LSTMRNNLevels>>(
       m, "LSTMRNNLevels", "The LSTM-RNN's level math for the engine's compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, int64_t>(),
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, int64_t,
+                          std::optional<std::vector<torch::Tensor>>>(),
            pybind11::arg("W_leaf"), pybind11::arg("W_inner"), pybind11::arg("W_cell"), pybind11::arg("b"),
-           pybind11::arg("kind"));
+           pybind11::arg("kind"), pybind11::arg("derived") = pybind11::none())
+      .def_static("derive", &LSTMRNNLevels::derive, "The weights' derived copies the constructor takes as derived",
+                  pybind11::arg("W_leaf"), pybind11::arg("W_inner"), pybind11::arg("W_cell"), pybind11::arg("b"),
+                  pybind11::arg("kind"));
 }

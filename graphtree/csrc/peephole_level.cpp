@@ -164,16 +164,22 @@ using graphtree::cat_rows;
 class SLSTMLevels : public graphtree::LevelKernel {
  public:
   SLSTMLevels(torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co, torch::Tensor b,
-              std::optional<torch::Tensor> leaf_weight, std::optional<torch::Tensor> leaf_bias)
+              std::optional<torch::Tensor> leaf_weight, std::optional<torch::Tensor> leaf_bias,
+              std::optional<std::vector<torch::Tensor>> derived)
       : W_h_(W_h.contiguous()), W_c_(W_c.contiguous()), W_co_(W_co.contiguous()), b_(b.contiguous()) {
     for (auto* t : {&W_h_, &W_c_, &W_co_, &b_}) graphtree::check(*t, "every weight");
     d_ = W_co_.size(0);
     TORCH_CHECK(W_h_.size(0) == 5 * d_ && W_h_.size(1) == 2 * d_ && W_c_.size(0) == 3 * d_ &&
                     W_c_.size(1) == 2 * d_ && b_.numel() == 5 * d_,
                 "SLSTMLevels: weight shapes do not agree");
-    W_h_t_ = W_h_.t().contiguous();
-    W_c_t_ = W_c_.t().contiguous();
-    W_co_t_ = W_co_.t().contiguous();
+    auto made = graphtree::derived_or(
+        derived, [&] { return derive(W_h_, W_c_, W_co_, b_, std::nullopt, std::nullopt); }, 3, "SLSTMLevels");
+    W_h_t_ = made[0];
+    W_c_t_ = made[1];
+    W_co_t_ = made[2];
+    graphtree::check_transposed(W_h_t_, W_h_, "SLSTMLevels");
+    graphtree::check_transposed(W_c_t_, W_c_, "SLSTMLevels");
+    graphtree::check_transposed(W_co_t_, W_co_, "SLSTMLevels");
     if (leaf_weight && leaf_weight->defined()) {
       TORCH_CHECK(leaf_bias && leaf_bias->defined(), "SLSTMLevels: leaf_weight without leaf_bias");
       leaf_weight_ = leaf_weight->contiguous();
@@ -181,6 +187,14 @@ class SLSTMLevels : public graphtree::LevelKernel {
       graphtree::check(leaf_weight_, "leaf_weight");
       graphtree::check(leaf_bias_, "leaf_bias");
     }
+  }
+
+  // The weights transposed (the level products read them row by row).
+  static std::vector<torch::Tensor> derive(const torch::Tensor& W_h, const torch::Tensor& W_c,
+                                           const torch::Tensor& W_co, const torch::Tensor& /*b*/,
+                                           const std::optional<torch::Tensor>& /*leaf_weight*/,
+                                           const std::optional<torch::Tensor>& /*leaf_bias*/) {
+    return {W_h.t().contiguous(), W_c.t().contiguous(), W_co.t().contiguous()};
   }
 
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
@@ -323,7 +337,7 @@ class SLSTMLevels : public graphtree::LevelKernel {
 class LexicalizedLevels : public graphtree::LevelKernel {
  public:
   LexicalizedLevels(torch::Tensor W_x, torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co, torch::Tensor b,
-                    bool lexicalized)
+                    bool lexicalized, std::optional<std::vector<torch::Tensor>> derived)
       : W_x_(W_x.contiguous()), W_h_(W_h.contiguous()), W_c_(W_c.contiguous()), W_co_(W_co.contiguous()),
         b_(b.contiguous()), lexicalized_(lexicalized) {
     for (auto* t : {&W_x_, &W_h_, &W_c_, &W_co_, &b_}) graphtree::check(*t, "every weight");
@@ -333,14 +347,40 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     TORCH_CHECK(N >= 1 && W_h_.size(1) == N * d && W_h_.size(0) == (N + 3) * d && W_c_.size(0) == (N + 1) * d &&
                     W_c_.size(1) == N * d && b_.numel() == (N + 3) * d && W_x_.size(0) == (lexicalized ? 4 : 3) * d,
                 "LexicalizedLevels: weight shapes do not agree");
-    W_h_t_ = W_h_.t().contiguous();
-    W_c_t_ = W_c_.t().contiguous();
-    W_co_t_ = W_co_.t().contiguous();
-    // The leaf unit's rows i, g, o of W_x and b (a leaf has no forget gate).
-    W_igo_ = lexicalized ? torch::cat({W_x_.narrow(0, 0, d), W_x_.narrow(0, 2 * d, 2 * d)}) : W_x_;
-    W_igo_t_ = W_igo_.t().contiguous();
-    b_igo_ = torch::cat({b_.narrow(0, 0, d), b_.narrow(0, (N + 1) * d, 2 * d)});
-    if (lexicalized) W_x_t_ = W_x_.t().contiguous();
+    auto made = graphtree::derived_or(derived, [&] { return derive(W_x_, W_h_, W_c_, W_co_, b_, lexicalized); }, 7,
+                                      "LexicalizedLevels");
+    W_h_t_ = made[0];
+    W_c_t_ = made[1];
+    W_co_t_ = made[2];
+    W_igo_ = made[3];
+    W_igo_t_ = made[4];
+    b_igo_ = made[5];
+    graphtree::check_transposed(W_h_t_, W_h_, "LexicalizedLevels");
+    graphtree::check_transposed(W_c_t_, W_c_, "LexicalizedLevels");
+    graphtree::check_transposed(W_co_t_, W_co_, "LexicalizedLevels");
+    TORCH_CHECK(W_igo_.dim() == 2 && W_igo_.size(0) == 3 * d && W_igo_.size(1) == W_x_.size(1) &&
+                    b_igo_.numel() == 3 * d, "LexicalizedLevels: derived leaf weights of the wrong shape");
+    graphtree::check_transposed(W_igo_t_, W_igo_, "LexicalizedLevels");
+    if (lexicalized) {
+      W_x_t_ = made[6];
+      graphtree::check_transposed(W_x_t_, W_x_, "LexicalizedLevels");
+    }
+  }
+
+  // The weights transposed (the level products read them row by row); the leaf unit's rows i, g, o of W_x and
+  // b (a leaf has no forget gate), W_x's also transposed; W_x transposed (lexicalized; else empty).
+  static std::vector<torch::Tensor> derive(const torch::Tensor& W_x, const torch::Tensor& W_h,
+                                           const torch::Tensor& W_c, const torch::Tensor& W_co,
+                                           const torch::Tensor& b, bool lexicalized) {
+    const int64_t d = W_co.size(0), N = W_h.size(1) / d;
+    auto W_igo = lexicalized ? torch::cat({W_x.narrow(0, 0, d), W_x.narrow(0, 2 * d, 2 * d)}) : W_x.contiguous();
+    return {W_h.t().contiguous(),
+            W_c.t().contiguous(),
+            W_co.t().contiguous(),
+            W_igo,
+            W_igo.t().contiguous(),
+            torch::cat({b.narrow(0, 0, d), b.narrow(0, (N + 1) * d, 2 * d)}),
+            lexicalized ? W_x.t().contiguous() : torch::empty({0}, W_x.options())};
   }
 
   void prepare(const std::vector<graphtree::Level>& levels, const std::vector<torch::Tensor>& inputs,
@@ -544,7 +584,8 @@ class TopDownLevels : public graphtree::LevelKernel {
  public:
   // W_x: [P, 4 d, D] and b: [P, 4 d], one input set per position (P = N) or one shared (P = 1); W_h: [N, 4 d, d],
   // W_c: [N, 2 d, d], W_co: [N, d, d].
-  TopDownLevels(torch::Tensor W_x, torch::Tensor b, torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co)
+  TopDownLevels(torch::Tensor W_x, torch::Tensor b, torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co,
+                std::optional<std::vector<torch::Tensor>> derived)
       : W_x_(W_x.contiguous()), b_(b.contiguous()), W_h_(W_h.contiguous()), W_c_(W_c.contiguous()),
         W_co_(W_co.contiguous()) {
     for (auto* t : {&W_x_, &b_, &W_h_, &W_c_, &W_co_}) graphtree::check(*t, "every weight");
@@ -555,12 +596,35 @@ class TopDownLevels : public graphtree::LevelKernel {
                     W_h_.size(1) == 4 * d && W_h_.size(2) == d && W_c_.size(0) == N_ && W_c_.size(1) == 2 * d &&
                     W_c_.size(2) == d && W_co_.size(0) == N_ && W_co_.size(2) == d,
                 "TopDownLevels: weight shapes do not agree");
-    for (int64_t s = 0; s < P; ++s) W_x_t_.push_back(W_x_[s].t().contiguous());
-    for (int64_t p = 0; p < N_; ++p) {
-      W_h_t_.push_back(W_h_[p].t().contiguous());
-      W_c_t_.push_back(W_c_[p].t().contiguous());
-      W_co_t_.push_back(W_co_[p].t().contiguous());
+    auto made = graphtree::derived_or(derived, [&] { return derive(W_x_, b_, W_h_, W_c_, W_co_); }, P + 3 * N_,
+                                      "TopDownLevels");
+    for (int64_t s = 0; s < P; ++s) {
+      W_x_t_.push_back(made[s]);
+      graphtree::check_transposed(W_x_t_.back(), W_x_[s], "TopDownLevels");
     }
+    for (int64_t p = 0; p < N_; ++p) {
+      W_h_t_.push_back(made[P + 3 * p]);
+      W_c_t_.push_back(made[P + 3 * p + 1]);
+      W_co_t_.push_back(made[P + 3 * p + 2]);
+      graphtree::check_transposed(W_h_t_.back(), W_h_[p], "TopDownLevels");
+      graphtree::check_transposed(W_c_t_.back(), W_c_[p], "TopDownLevels");
+      graphtree::check_transposed(W_co_t_.back(), W_co_[p], "TopDownLevels");
+    }
+  }
+
+  // Each input set's W_x transposed, then each position's W_h, W_c and W_co transposed (the level products read
+  // them row by row).
+  static std::vector<torch::Tensor> derive(const torch::Tensor& W_x, const torch::Tensor& /*b*/,
+                                           const torch::Tensor& W_h, const torch::Tensor& W_c,
+                                           const torch::Tensor& W_co) {
+    std::vector<torch::Tensor> made;
+    for (int64_t s = 0; s < W_x.size(0); ++s) made.push_back(W_x[s].t().contiguous());
+    for (int64_t p = 0; p < W_h.size(0); ++p) {
+      made.push_back(W_h[p].t().contiguous());
+      made.push_back(W_c[p].t().contiguous());
+      made.push_back(W_co[p].t().contiguous());
+    }
+    return made;
   }
 
   void prepare(const std::vector<graphtree::Level>& levels, const std::vector<torch::Tensor>& inputs,
@@ -754,24 +818,37 @@ class TopDownLevels : public graphtree::LevelKernel {
 void bind_top_down_levels(pybind11::module& m) {
   pybind11::class_<TopDownLevels, graphtree::LevelKernel, std::shared_ptr<TopDownLevels>>(
       m, "TopDownLevels", "Teng & Zhang's top-down cell's level math for the compiled level loop (one parent)")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>(),
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor,
+                          std::optional<std::vector<torch::Tensor>>>(),
            pybind11::arg("W_x"), pybind11::arg("b"), pybind11::arg("W_h"), pybind11::arg("W_c"),
-           pybind11::arg("W_co"));
+           pybind11::arg("W_co"), pybind11::arg("derived") = pybind11::none())
+      .def_static("derive", &TopDownLevels::derive, "The weights' derived copies the constructor takes as derived",
+                  pybind11::arg("W_x"), pybind11::arg("b"), pybind11::arg("W_h"), pybind11::arg("W_c"),
+                  pybind11::arg("W_co"));
 }
 
 void bind_lexicalized_levels(pybind11::module& m) {
   pybind11::class_<LexicalizedLevels, graphtree::LevelKernel, std::shared_ptr<LexicalizedLevels>>(
       m, "LexicalizedLevels", "Teng & Zhang's lexicalized bottom-up cell's level math for the compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, bool>(),
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, bool,
+                          std::optional<std::vector<torch::Tensor>>>(),
            pybind11::arg("W_x"), pybind11::arg("W_h"), pybind11::arg("W_c"), pybind11::arg("W_co"),
-           pybind11::arg("b"), pybind11::arg("lexicalized"));
+           pybind11::arg("b"), pybind11::arg("lexicalized"), pybind11::arg("derived") = pybind11::none())
+      .def_static("derive", &LexicalizedLevels::derive,
+                  "The weights' derived copies the constructor takes as derived", pybind11::arg("W_x"),
+                  pybind11::arg("W_h"), pybind11::arg("W_c"), pybind11::arg("W_co"), pybind11::arg("b"),
+                  pybind11::arg("lexicalized"));
 }
 
 void bind_slstm_levels(pybind11::module& m) {
   pybind11::class_<SLSTMLevels, graphtree::LevelKernel, std::shared_ptr<SLSTMLevels>>(
       m, "SLSTMLevels", "The S-LSTM's level math for the engine's compiled level loop")
       .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, std::optional<torch::Tensor>,
-                          std::optional<torch::Tensor>>(),
+                          std::optional<torch::Tensor>, std::optional<std::vector<torch::Tensor>>>(),
            pybind11::arg("W_h"), pybind11::arg("W_c"), pybind11::arg("W_co"), pybind11::arg("b"),
-           pybind11::arg("leaf_weight") = pybind11::none(), pybind11::arg("leaf_bias") = pybind11::none());
+           pybind11::arg("leaf_weight") = pybind11::none(), pybind11::arg("leaf_bias") = pybind11::none(),
+           pybind11::arg("derived") = pybind11::none())
+      .def_static("derive", &SLSTMLevels::derive, "The weights' derived copies the constructor takes as derived",
+                  pybind11::arg("W_h"), pybind11::arg("W_c"), pybind11::arg("W_co"), pybind11::arg("b"),
+                  pybind11::arg("leaf_weight") = pybind11::none(), pybind11::arg("leaf_bias") = pybind11::none());
 }

@@ -83,10 +83,20 @@ class TreeCell(MessagePassing):
             self._pass_weights = None
 
     def _compiled_levels(self, inputs: tuple[Tensor, ...], kernel: str, *args: Any) -> tuple[Any, Any] | None:
-        """``(kernels, kernels.<kernel>(*args))`` for :meth:`native_level_kernel`, or ``None`` where the
-        compiled kernels do not apply to ``inputs`` and the tensors among ``args`` (the cell's weights, detached)."""
-        kernels = native_kernels(*inputs, *(a for a in args if isinstance(a, Tensor)))
-        return None if kernels is None else (kernels, getattr(kernels, kernel)(*args))
+        """``(kernels, kernels.<kernel>(*args))`` for :meth:`native_level_kernel`, with the tensors among ``args``
+        (the cell's weights) detached, or ``None`` where the compiled kernels do not apply to ``inputs`` and those
+        tensors. A kernel with a static ``derive`` (its transposed and rearranged weights) gets them from
+        :meth:`derived_weights`: made once per change of the weights, not once per pass."""
+        detached = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
+        kernels = native_kernels(*inputs, *(a for a in detached if isinstance(a, Tensor)))
+        if kernels is None:
+            return None
+        levels = getattr(kernels, kernel)
+        if not hasattr(levels, "derive"):
+            return kernels, levels(*detached)
+        sources = tuple(a for a in args if isinstance(a, Tensor))
+        derived = self.derived_weights(kernel, sources, lambda: levels.derive(*detached))
+        return kernels, levels(*detached, derived=derived)
 
     def derived_weights(self, key: str, sources: tuple[Tensor, ...], compute: Callable[[], Any]) -> Any:
         """``compute()`` (run without autograd) for weights derived from ``sources``, kept across passes while no

@@ -77,8 +77,8 @@ class ChildSumTreeLSTM(TreeCell):
         """This cell's level math for the engine's compiled level loop (``ChildSumLevels`` in
         ``graphtree/csrc/child_sum_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with
         the kernels module; ``None`` where the kernels do not apply."""
-        return self._compiled_levels(inputs, "ChildSumLevels", self.U_iou.weight.detach(), self.U_iou.bias.detach(),
-                                     self.U_f.weight.detach(), self.U_f.bias.detach())
+        return self._compiled_levels(inputs, "ChildSumLevels", self.U_iou.weight, self.U_iou.bias, self.U_f.weight,
+                                     self.U_f.bias)
 
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""

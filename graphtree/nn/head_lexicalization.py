@@ -104,7 +104,7 @@ class HeadLexicalization(TreeCell):
         kernels module; ``None`` for the other methods and arities (the engine then runs its Python loop)."""
         if self.method != "gated" or self.n_ary != 2:
             return None
-        return self._compiled_levels(inputs, "GatedHeadLevels", self.W_zx.detach(), self.b_z.detach())
+        return self._compiled_levels(inputs, "GatedHeadLevels", self.W_zx, self.b_z)
 
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor], tuple]:
         """Head vectors of one level, and what :meth:`backward_level` needs."""

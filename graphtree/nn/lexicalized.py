@@ -119,8 +119,8 @@ class LexicalizedTreeLSTM(TreeCell):
         """This cell's level math for the engine's compiled level loop (``LexicalizedLevels`` in
         ``graphtree/csrc/peephole_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with
         the kernels module; ``None`` where the kernels do not apply."""
-        return self._compiled_levels(inputs, "LexicalizedLevels", self.W_x.detach(), self.W_h.detach(),
-                                     self.W_c.detach(), self.W_co.detach(), self.b.detach(), self.lexicalized)
+        return self._compiled_levels(inputs, "LexicalizedLevels", self.W_x, self.W_h, self.W_c, self.W_co, self.b,
+                                     self.lexicalized)
 
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""

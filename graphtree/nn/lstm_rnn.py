@@ -184,8 +184,8 @@ class LSTMRNN(TreeCell):
         """This cell's level math for the engine's compiled level loop (``LSTMRNNLevels`` in
         ``graphtree/csrc/lstm_rnn_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with
         the kernels module; ``None`` where the kernels do not apply."""
-        return self._compiled_levels(inputs, "LSTMRNNLevels", self.W_leaf.detach(), self.W_inner.detach(),
-                                     self.W_cell.detach(), self.b.detach(), ACTIVATION_CODES[self.activation])
+        return self._compiled_levels(inputs, "LSTMRNNLevels", self.W_leaf, self.W_inner, self.W_cell, self.b,
+                                     ACTIVATION_CODES[self.activation])
 
     def forward_level(self, inputs: tuple[Tensor, ...],
                       children: Children) -> tuple[tuple[Tensor, Tensor, Tensor], tuple]:

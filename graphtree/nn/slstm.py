@@ -124,9 +124,8 @@ class SLSTM(TreeCell):
         """This cell's level math for the engine's compiled level loop (``SLSTMLevels`` in
         ``graphtree/csrc/peephole_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with
         the kernels module; ``None`` where the kernels do not apply."""
-        leaf = (self.W_leaf.weight.detach(), self.W_leaf.bias.detach()) if self.W_leaf is not None else (None, None)
-        return self._compiled_levels(inputs, "SLSTMLevels", self.W_h.detach(), self.W_c.detach(), self.W_co.detach(),
-                                     self.b.detach(), *leaf)
+        leaf = (self.W_leaf.weight, self.W_leaf.bias) if self.W_leaf is not None else (None, None)
+        return self._compiled_levels(inputs, "SLSTMLevels", self.W_h, self.W_c, self.W_co, self.b, *leaf)
 
     def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], tuple]:
         """States of one level, and what :meth:`backward_level` needs."""

@@ -133,8 +133,8 @@ class TopDownTreeLSTM(TreeCell):
         the kernels module; ``None`` where the kernels do not apply or a node has several parents."""
         if not getattr(self, "_pass_one_parent", False):
             return None
-        return self._compiled_levels(inputs, "TopDownLevels", self.W_x.detach(), self.b.detach(),
-                                     self.W_h.detach(), self.W_c.detach(), self.W_co.detach())
+        return self._compiled_levels(inputs, "TopDownLevels", self.W_x, self.b, self.W_h, self.W_c,
+                                     self.W_co)
 
     def _check_positions(self, schedule: Schedule) -> None:
         if schedule.edge_pos.numel() and int(schedule.edge_pos.max()) >= self.n_ary:
