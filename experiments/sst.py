@@ -13,6 +13,7 @@ command again resumes a killed run, and skips a finished one.
     python experiments/sst.py --model nary --settings-of zhu      # Tai's cell with Zhu et al.'s settings
     python experiments/sst.py --model bicontree --embeddings glove50 --optimizer teng_code  # per-sentence Adam
     python experiments/sst.py --model bicontree --embeddings glove50 --share-input-weights  # Table 4's sharing
+    python experiments/sst.py --model bicontree --embeddings glove50 --binary --lr 0.002 --batch-size 10  # tuning
     python experiments/sst.py --model nary --quick            # a few minutes, results under experiments/runs/
     python experiments/sst.py --model bicontree --embeddings glove50 --device cuda   # on a GPU
     python experiments/sst.py predict experiments/checkpoints/sst/<run>.pt "A gorgeous, witty film."
