@@ -362,9 +362,13 @@ def target_lines(runs: list[dict]) -> list[str]:
         lines.append(f"- {name}, {task} root ≥ {floor:.1f}: {statistics.mean(values):.1f}{spread}, {verdict}.")
     lines += ["", f"Orderings: each pair of rows the paper separates by at least {ORDER_MIN_GAP} points, and "
               "whether our means rank them the same way. A pair our seeds separate is one whose difference "
-              f"Welch's t-test finds at p < {ORDER_P}; each reversed pair gives its p.", "",
-              "| Table | Paper's order (best first) | Pairs as in the paper | Reversed | Pairs our seeds separate |",
-              "|---|---|---|---|---|"]
+              f"Welch's t-test finds at p < {ORDER_P}; each reversed pair gives its p. The last column is a power "
+              "analysis: how many seeds per row a two-sample t-test would need to find the paper's gap between "
+              f"two rows (at p < {ORDER_P}, 80% of the time) when the seeds spread as ours do (pooled standard "
+              "deviation of the pair); over the table's pairs, smallest to largest.", "",
+              "| Table | Paper's order (best first) | Pairs as in the paper | Reversed | Pairs our seeds separate "
+              "| Seeds per row to find the paper's gaps |",
+              "|---|---|---|---|---|---|"]
     for title, task, names in ORDERINGS:
         papers = {n: paper_root(rows[n], task) for n in names}
         ranked = sorted(names, key=lambda n: -papers[n])
@@ -376,8 +380,8 @@ def target_lines(runs: list[dict]) -> list[str]:
         pairs = [(a, b) for i, a in enumerate(ranked) for b in ranked[i + 1:]
                  if a in means and b in means and papers[a] - papers[b] >= ORDER_MIN_GAP]
         if not pairs:
-            lines.append(f"| {title} | {order} | not run: {', '.join(missing)} | — | — |" if missing
-                         else f"| {title} | {order} | no pair {ORDER_MIN_GAP} points apart | — | — |")
+            lines.append(f"| {title} | {order} | not run: {', '.join(missing)} | — | — | — |" if missing
+                         else f"| {title} | {order} | no pair {ORDER_MIN_GAP} points apart | — | — | — |")
             continue
         p_of = {(a, b): welch_p(values[a], values[b]) for a, b in pairs}
         reversed_pairs = [f"{a} {means[a]:.1f} < {b} {means[b]:.1f} (p {format_p(p_of[a, b])})"
@@ -391,8 +395,42 @@ def target_lines(runs: list[dict]) -> list[str]:
             kept += " (incomplete)"
         if missing:
             kept += f"; not run: {', '.join(missing)}"
-        lines.append(f"| {title} | {order} | {kept} | {'; '.join(reversed_pairs) or 'none'} | {verdict} |")
+        needed = sorted(seeds_to_separate(papers[a] - papers[b], pooled_std(values[a], values[b]))
+                        for a, b in pairs if len(values[a]) > 1 and len(values[b]) > 1)
+        power = "—" if not needed else format_seeds(needed[0]) + (
+            f" to {format_seeds(needed[-1])}" if needed[-1] != needed[0] else "")
+        lines.append(f"| {title} | {order} | {kept} | {'; '.join(reversed_pairs) or 'none'} | {verdict} "
+                     f"| {power} |")
     return lines + [""]
+
+
+SEEDS_CAP = 1000  # beyond this, "more than 1000"
+
+
+def pooled_std(a: Sequence[float], b: Sequence[float]) -> float:
+    """The pooled sample standard deviation of two rows' seeds."""
+    df = len(a) + len(b) - 2
+    return (((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b)) / df) ** 0.5
+
+
+def seeds_to_separate(gap: float, std: float, power: float = 0.8, alpha: float = ORDER_P) -> int:
+    """Seeds per row for a two-sided two-sample t-test at ``alpha`` to find a true difference ``gap`` between
+    rows whose seeds have standard deviation ``std`` with probability ``power`` (the noncentral t
+    distribution; ``SEEDS_CAP + 1`` when even ``SEEDS_CAP`` seeds would not)."""
+    if std == 0:
+        return 2
+    for n in range(2, SEEDS_CAP + 1):
+        df = 2 * n - 2
+        critical = scipy.stats.t.ppf(1 - alpha / 2, df)
+        shift = gap / (std * (2 / n) ** 0.5)
+        found = scipy.stats.nct.sf(critical, df, shift) + scipy.stats.nct.cdf(-critical, df, shift)
+        if found >= power:
+            return n
+    return SEEDS_CAP + 1
+
+
+def format_seeds(n: int) -> str:
+    return f"more than {SEEDS_CAP}" if n > SEEDS_CAP else str(n)
 
 
 def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:

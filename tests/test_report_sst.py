@@ -56,7 +56,9 @@ def test_orderings_count_the_pairs_the_paper_separates():
     # 2.0 or 3.0 (t = 4.9, 7.3) separates, one of 1.0 (t = 2.45, p = 0.07) does not: BiConTree - ConTree + Lex
     # (-3.0) and BiConTree - ConTree (-2.0) separate reversed, ConTree + Lex - top-down (+2.0) in order, and
     # BiConTree - top-down (-1.0) and ConTree + Lex - ConTree (+1.0) do not separate.
-    assert row.endswith("| 1 as in the paper, 2 reversed, of 5 |")
+    # Power: every row's seeds spread 0.5; the paper's gaps run from 0.7 (BiConTree - ConTree + Lex, 1.4 standard
+    # deviations: 10 seeds per row in Cohen's tables) to 2.5 (BiConTree - top-down, 5 deviations: 3 seeds).
+    assert row.endswith("| 1 as in the paper, 2 reversed, of 5 | 3 to 10 |")
     assert "BiConTree (gated heads) 48.0 < ConTree + Lex 51.0 (p < 0.01)" in row
     assert "BiConTree (gated heads) 48.0 < Top-down ConTree 49.0 (p = 0.07)" in row
 
@@ -238,3 +240,13 @@ def test_another_learning_rate_is_listed_apart_with_its_dev_accuracy():
     assert report_sst.departures(faster[0]["config"]) == ["learning rate 0.002 (paper 0.001)"]
     faster[0]["config"]["optimizer"].update(lr=0.001, embedding_lr=0.003)
     assert report_sst.departures(faster[0]["config"]) == ["embedding learning rate 0.003 (paper 0.001)"]
+
+
+def test_seeds_to_separate_matches_the_textbook_sample_sizes():
+    # Cohen's tables (two-sided t-test, alpha 0.05, power 0.8): 17 per group for an effect of one standard
+    # deviation, 64 for half of one, 26 for 0.8 of one.
+    assert report_sst.seeds_to_separate(1.0, 1.0) == 17
+    assert report_sst.seeds_to_separate(0.5, 1.0) == 64
+    assert report_sst.seeds_to_separate(2.0, 2.5) == 26
+    assert report_sst.seeds_to_separate(0.01, 1.0) == report_sst.SEEDS_CAP + 1
+    assert report_sst.pooled_std([1.0, 3.0], [5.0, 5.0, 5.0]) == (2.0 / 3) ** 0.5
