@@ -139,7 +139,10 @@ def departures(config: dict) -> list[str]:
                        "embeddings, decay 1e-6 per update)")
     preset = PRESETS[config.get("optimizer_preset", config["paper"])].as_dict()
     # The L2 default is the paper's where it reports one, Tai's where it does not (graphtree.train.optim).
-    labels = {"batch_size": ("batch size", "code" if config.get("optimizer_preset") else "paper"),
+    # Teng & Zhang give no minibatch size (graphtree.train.optim): 25 is our default, not the paper's.
+    batch_source = ("code" if config.get("optimizer_preset") else "default" if config["paper"] == "teng"
+                    else "paper")
+    labels = {"batch_size": ("batch size", batch_source),
               "l2": ("L2", "default"), "lr": ("learning rate", "paper"),
               "embedding_lr": ("embedding learning rate", "paper")}
     used = {"decay": 0.0, **config["optimizer"]}  # runs from before OptimizerSpec had a decay

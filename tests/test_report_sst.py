@@ -250,3 +250,12 @@ def test_seeds_to_separate_matches_the_textbook_sample_sizes():
     assert report_sst.seeds_to_separate(2.0, 2.5) == 26
     assert report_sst.seeds_to_separate(0.01, 1.0) == report_sst.SEEDS_CAP + 1
     assert report_sst.pooled_std([1.0, 3.0], [5.0, 5.0, 5.0]) == (2.0 / 3) ** 0.5
+
+
+def test_a_minibatch_size_is_the_papers_only_where_the_paper_gives_one():
+    tai = run("nary", True, 45.0, embeddings="random",
+              optimizer={**report_sst.PRESETS["tai"].as_dict(), "batch_size": 10})
+    teng = run("bicontree", True, 50.0, embeddings="glove50", head="gated",
+               optimizer={**report_sst.PRESETS["teng"].as_dict(), "batch_size": 10})
+    assert report_sst.departures(tai["config"]) == ["batch size 10 (paper 25)"]
+    assert report_sst.departures(teng["config"]) == ["batch size 10 (default 25)"]  # Teng & Zhang give none
