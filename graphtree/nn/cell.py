@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch_geometric.nn import MessagePassing
 
 from ..engine import Children, propagate
@@ -16,6 +17,18 @@ from .functional import PackedWeights
 from .native import native_kernels
 
 __all__ = ["TreeCell"]
+
+# Steps taken by torch.optim optimizers in this process. The fused optimizers (fused=True) update parameters
+# without bumping their version counters, so TreeCell.derived_weights keys its copies by this count as well.
+_optimizer_steps = 0
+
+
+def _count_optimizer_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    global _optimizer_steps
+    _optimizer_steps += 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
 
 
 class TreeCell(MessagePassing):
@@ -86,7 +99,7 @@ class TreeCell(MessagePassing):
         """``(kernels, kernels.<kernel>(*args))`` for :meth:`native_level_kernel`, with the tensors among ``args``
         (the cell's weights) detached, or ``None`` where the compiled kernels do not apply to ``inputs`` and those
         tensors. A kernel with a static ``derive`` (its transposed and rearranged weights) gets them from
-        :meth:`derived_weights`: made once per change of the weights, not once per pass."""
+        :meth:`derived_weights`: once per training pass, once in all in inference."""
         detached = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
         kernels = native_kernels(*inputs, *(a for a in detached if isinstance(a, Tensor)))
         if kernels is None:
@@ -99,18 +112,21 @@ class TreeCell(MessagePassing):
         return kernels, levels(*detached, derived=derived)
 
     def derived_weights(self, key: str, sources: tuple[Tensor, ...], compute: Callable[[], Any]) -> Any:
-        """``compute()`` (run without autograd) for weights derived from ``sources``, kept across passes while no
-        source has changed: the same storage and version counter (an optimizer step, ``load_state_dict`` or any
-        in-place write bumps it). For the compiled level kernels, which take their weights detached; in
-        inference, where nothing changes, the derived copies are made once instead of once per batch.
+        """``compute()`` (run without autograd) for weights derived from ``sources``, for the compiled level
+        kernels, which take their weights detached. A pass under autograd (training) makes them anew, as its
+        weights have just been stepped; a no-grad pass (inference) reuses the last ones while no source has
+        changed: the same storage and version counter (``load_state_dict`` or any in-place write bumps it) and no
+        optimizer step since (torch.optim's fused optimizers leave version counters alone), so that they are
+        made once rather than once per batch.
 
-        A write through ``.data`` is invisible to version counters; after one, call ``derived_weights_clear()``.
+        A write through ``.data`` is invisible to both; after one, call ``derived_weights_clear()``.
         """
         # The sources themselves are kept, so that their storage cannot be freed and reused by another tensor.
-        stamp = tuple((t.data_ptr(), t._version) for t in sources)
+        stamp = (_optimizer_steps, tuple((t.data_ptr(), t._version) for t in sources))
         cache = self.__dict__.setdefault("_derived_weights", {})
         entry = cache.get(key)
-        if (entry is None or entry[1] != stamp or len(entry[0]) != len(sources)
+        training = torch.is_grad_enabled() and any(t.requires_grad for t in sources)
+        if (training or entry is None or entry[1] != stamp or len(entry[0]) != len(sources)
                 or any(kept is not t for kept, t in zip(entry[0], sources))):
             with torch.no_grad():
                 entry = cache[key] = (sources, stamp, compute())
