@@ -135,10 +135,8 @@ class ChildSumLevels : public graphtree::LevelKernel {
                 "ChildSumLevels: weight shapes do not agree");
     auto made = graphtree::derived_or(derived, [&] { return derive(U_iou_, U_iou_bias, U_f_, U_f_bias); }, 2,
                                       "ChildSumLevels");
-    U_iou_t_ = made[0];
-    U_f_t_ = made[1];
-    graphtree::check_transposed(U_iou_t_, U_iou_, "ChildSumLevels");
-    graphtree::check_transposed(U_f_t_, U_f_, "ChildSumLevels");
+    U_iou_t_ = graphtree::transposed_at(made, 0, U_iou_, "ChildSumLevels");
+    U_f_t_ = graphtree::transposed_at(made, 1, U_f_, "ChildSumLevels");
   }
 
   // The weights transposed (the level products read them row by row).

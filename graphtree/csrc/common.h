@@ -45,10 +45,13 @@ std::vector<torch::Tensor> derived_or(const std::optional<std::vector<torch::Ten
   return *given;
 }
 
-// t is w transposed (shape check of a derived weight).
-inline void check_transposed(const torch::Tensor& t, const torch::Tensor& w, const char* kernel) {
+// made[k], checked to have the shape of w transposed.
+inline torch::Tensor transposed_at(const std::vector<torch::Tensor>& made, size_t k, const torch::Tensor& w,
+                                   const char* kernel) {
+  const auto& t = made[k];
   TORCH_CHECK(t.dim() == 2 && w.dim() == 2 && t.size(0) == w.size(1) && t.size(1) == w.size(0), kernel,
               ": a derived weight does not match its weight's shape");
+  return t;
 }
 
 // exp(x) that the compiler can vectorize (std::exp is a scalar libm call here): Cody-Waite range

@@ -27,8 +27,8 @@ class GatedHeadLevels : public graphtree::LevelKernel {
     D_ = W_zx_.size(0);
     TORCH_CHECK(W_zx_.dim() == 2 && W_zx_.size(1) == 2 * D_ && b_z_.numel() == D_,
                 "GatedHeadLevels: W_zx must be [D, 2 D] and b_z [D]");
-    W_zx_t_ = graphtree::derived_or(derived, [&] { return derive(W_zx_, b_z_); }, 1, "GatedHeadLevels")[0];
-    graphtree::check_transposed(W_zx_t_, W_zx_, "GatedHeadLevels");
+    auto made = graphtree::derived_or(derived, [&] { return derive(W_zx_, b_z_); }, 1, "GatedHeadLevels");
+    W_zx_t_ = graphtree::transposed_at(made, 0, W_zx_, "GatedHeadLevels");
   }
 
   // W_zx transposed (the level products read it row by row).

@@ -283,12 +283,9 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
                 "LSTMRNNLevels: weight shapes do not agree");
     auto made = graphtree::derived_or(derived, [&] { return derive(W_leaf_, W_inner_, W_cell_, b_, kind_); }, 3,
                                       "LSTMRNNLevels");
-    W_leaf_t_ = made[0];
-    W_inner_t_ = made[1];
-    W_cell_t_ = made[2];
-    graphtree::check_transposed(W_leaf_t_, W_leaf_, "LSTMRNNLevels");
-    graphtree::check_transposed(W_inner_t_, W_inner_, "LSTMRNNLevels");
-    graphtree::check_transposed(W_cell_t_, W_cell_, "LSTMRNNLevels");
+    W_leaf_t_ = graphtree::transposed_at(made, 0, W_leaf_, "LSTMRNNLevels");
+    W_inner_t_ = graphtree::transposed_at(made, 1, W_inner_, "LSTMRNNLevels");
+    W_cell_t_ = graphtree::transposed_at(made, 2, W_cell_, "LSTMRNNLevels");
   }
 
   // The weights transposed (the level products read them row by row).

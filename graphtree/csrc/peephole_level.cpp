@@ -174,12 +174,9 @@ class SLSTMLevels : public graphtree::LevelKernel {
                 "SLSTMLevels: weight shapes do not agree");
     auto made = graphtree::derived_or(
         derived, [&] { return derive(W_h_, W_c_, W_co_, b_, std::nullopt, std::nullopt); }, 3, "SLSTMLevels");
-    W_h_t_ = made[0];
-    W_c_t_ = made[1];
-    W_co_t_ = made[2];
-    graphtree::check_transposed(W_h_t_, W_h_, "SLSTMLevels");
-    graphtree::check_transposed(W_c_t_, W_c_, "SLSTMLevels");
-    graphtree::check_transposed(W_co_t_, W_co_, "SLSTMLevels");
+    W_h_t_ = graphtree::transposed_at(made, 0, W_h_, "SLSTMLevels");
+    W_c_t_ = graphtree::transposed_at(made, 1, W_c_, "SLSTMLevels");
+    W_co_t_ = graphtree::transposed_at(made, 2, W_co_, "SLSTMLevels");
     if (leaf_weight && leaf_weight->defined()) {
       TORCH_CHECK(leaf_bias && leaf_bias->defined(), "SLSTMLevels: leaf_weight without leaf_bias");
       leaf_weight_ = leaf_weight->contiguous();
@@ -349,22 +346,15 @@ class LexicalizedLevels : public graphtree::LevelKernel {
                 "LexicalizedLevels: weight shapes do not agree");
     auto made = graphtree::derived_or(derived, [&] { return derive(W_x_, W_h_, W_c_, W_co_, b_, lexicalized); }, 7,
                                       "LexicalizedLevels");
-    W_h_t_ = made[0];
-    W_c_t_ = made[1];
-    W_co_t_ = made[2];
+    W_h_t_ = graphtree::transposed_at(made, 0, W_h_, "LexicalizedLevels");
+    W_c_t_ = graphtree::transposed_at(made, 1, W_c_, "LexicalizedLevels");
+    W_co_t_ = graphtree::transposed_at(made, 2, W_co_, "LexicalizedLevels");
     W_igo_ = made[3];
-    W_igo_t_ = made[4];
     b_igo_ = made[5];
-    graphtree::check_transposed(W_h_t_, W_h_, "LexicalizedLevels");
-    graphtree::check_transposed(W_c_t_, W_c_, "LexicalizedLevels");
-    graphtree::check_transposed(W_co_t_, W_co_, "LexicalizedLevels");
     TORCH_CHECK(W_igo_.dim() == 2 && W_igo_.size(0) == 3 * d && W_igo_.size(1) == W_x_.size(1) &&
                     b_igo_.numel() == 3 * d, "LexicalizedLevels: derived leaf weights of the wrong shape");
-    graphtree::check_transposed(W_igo_t_, W_igo_, "LexicalizedLevels");
-    if (lexicalized) {
-      W_x_t_ = made[6];
-      graphtree::check_transposed(W_x_t_, W_x_, "LexicalizedLevels");
-    }
+    W_igo_t_ = graphtree::transposed_at(made, 4, W_igo_, "LexicalizedLevels");
+    if (lexicalized) W_x_t_ = graphtree::transposed_at(made, 6, W_x_, "LexicalizedLevels");
   }
 
   // The weights transposed (the level products read them row by row); the leaf unit's rows i, g, o of W_x and
@@ -598,17 +588,11 @@ class TopDownLevels : public graphtree::LevelKernel {
                 "TopDownLevels: weight shapes do not agree");
     auto made = graphtree::derived_or(derived, [&] { return derive(W_x_, b_, W_h_, W_c_, W_co_); }, P + 3 * N_,
                                       "TopDownLevels");
-    for (int64_t s = 0; s < P; ++s) {
-      W_x_t_.push_back(made[s]);
-      graphtree::check_transposed(W_x_t_.back(), W_x_[s], "TopDownLevels");
-    }
+    for (int64_t s = 0; s < P; ++s) W_x_t_.push_back(graphtree::transposed_at(made, s, W_x_[s], "TopDownLevels"));
     for (int64_t p = 0; p < N_; ++p) {
-      W_h_t_.push_back(made[P + 3 * p]);
-      W_c_t_.push_back(made[P + 3 * p + 1]);
-      W_co_t_.push_back(made[P + 3 * p + 2]);
-      graphtree::check_transposed(W_h_t_.back(), W_h_[p], "TopDownLevels");
-      graphtree::check_transposed(W_c_t_.back(), W_c_[p], "TopDownLevels");
-      graphtree::check_transposed(W_co_t_.back(), W_co_[p], "TopDownLevels");
+      W_h_t_.push_back(graphtree::transposed_at(made, P + 3 * p, W_h_[p], "TopDownLevels"));
+      W_c_t_.push_back(graphtree::transposed_at(made, P + 3 * p + 1, W_c_[p], "TopDownLevels"));
+      W_co_t_.push_back(graphtree::transposed_at(made, P + 3 * p + 2, W_co_[p], "TopDownLevels"));
     }
   }
 
