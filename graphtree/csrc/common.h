@@ -54,6 +54,14 @@ inline torch::Tensor transposed_at(const std::vector<torch::Tensor>& made, size_
   return t;
 }
 
+// A kernel's output tensor given by its caller (often a level's rows of a larger buffer): float32 on the CPU,
+// [rows, cols] and contiguous, since the kernels write raw rows.
+inline void check_destination(const torch::Tensor& t, int64_t rows, int64_t cols, const char* name) {
+  check(t, name);
+  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols && t.is_contiguous(), name, " must be a contiguous [",
+              rows, ", ", cols, "] tensor");
+}
+
 // exp(x) that the compiler can vectorize (std::exp is a scalar libm call here): Cody-Waite range
 // reduction x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial for exp(r) (the coefficients of the
 // Cephes library's expf), and 2^n put into the exponent bits. Relative error about 2e-7 over the clamped

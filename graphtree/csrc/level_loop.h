@@ -6,6 +6,7 @@
 
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -71,6 +72,20 @@ inline int64_t internal_row_offsets(const std::vector<Level>& levels, std::vecto
     if (level.width > 0) rows += level.end - level.begin;
   }
   return rows;
+}
+
+// The first row of the internal levels in the level-sorted state buffers, checking that those levels follow one
+// another there, as a bottom-up plan's do (only its level 0 has no predecessors): a kernel that writes its new
+// states straight into the buffers can then read every internal node's state back as one block of rows.
+inline int64_t internal_rows_begin(const std::vector<Level>& levels, const char* kernel) {
+  int64_t begin = -1, next = -1;
+  for (const auto& level : levels) {
+    if (level.width == 0) continue;
+    if (begin < 0) begin = next = level.begin;
+    TORCH_CHECK(level.begin == next, kernel, ": the internal levels' rows are not consecutive");
+    next = level.end;
+  }
+  return std::max<int64_t>(begin, 0);
 }
 
 // Rows of several tensors, one after the other (no copy for one).

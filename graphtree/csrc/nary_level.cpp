@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common.h"
+#include "leaf_unit.h"
 #include "level_loop.h"
 
 using graphtree::check;
@@ -133,11 +134,10 @@ class NaryLevels : public graphtree::LevelKernel {
       : gate_weights_t_(gate_weights_t.contiguous()),
         gate_bias_(gate_bias.contiguous()),
         U_(U.contiguous()),
-        leaf_weight_(leaf_weight.contiguous()),
-        leaf_bias_(leaf_bias.contiguous()) {
-    for (auto* t : {&gate_weights_t_, &gate_bias_, &U_, &leaf_weight_, &leaf_bias_}) check(*t, "every weight");
+        leaf_(leaf_weight, leaf_bias) {
+    for (auto* t : {&gate_weights_t_, &gate_bias_, &U_}) check(*t, "every weight");
     rows_ = U_.size(0);
-    d_ = leaf_weight_.size(0) / 2;
+    d_ = leaf_weight.size(0) / 2;
     N_ = U_.size(1) / d_;
     TORCH_CHECK(rows_ == (3 + N_) * d_ && gate_weights_t_.size(0) == N_ * d_ && gate_weights_t_.size(1) == rows_,
                 "NaryLevels: weight shapes do not agree");
@@ -146,6 +146,7 @@ class NaryLevels : public graphtree::LevelKernel {
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
     save_ = save;
     contexts_.assign(levels.size(), {});
+    leaf_.reset();
     const int64_t internal = graphtree::internal_row_offsets(levels, offsets_);
     // Every internal node's gathered children h, level after level: the rows of U's weight gradient.
     children_h_ = torch::empty({internal, N_ * d_}, U_.options());
@@ -161,37 +162,18 @@ class NaryLevels : public graphtree::LevelKernel {
                const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
     const int64_t n = level.end - level.begin;
     auto h = buffers[0].narrow(0, level.begin, n), c = buffers[1].narrow(0, level.begin, n);
-    auto tanh_c = torch::empty({n, d_}, U_.options());
     Context& context = contexts_[level.index];
-    if (level.width == 0) {  // the leaf unit
-      auto x = inputs[0].contiguous();
-      check(x, "x");
-      auto gates = at::addmm(leaf_bias_, x, leaf_weight_.t());  // [c, o] pre-activations
-      float *G = gates.data_ptr<float>(), *H = h.data_ptr<float>(), *C = c.data_ptr<float>();
-      float* T = tanh_c.data_ptr<float>();
-      const int64_t d = d_;
-      at::parallel_for(0, n, grain_rows(2 * d), [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          float *g = G + r * 2 * d, *hr = H + r * d, *cr = C + r * d, *tr = T + r * d;
-#pragma omp simd
-          for (int64_t k = 0; k < d; ++k) {
-            const float o = sigmoid(g[d + k]);
-            g[d + k] = o;
-            cr[k] = g[k];
-            tr[k] = tanh_of(g[k]);
-            hr[k] = o * tr[k];
-          }
-        }
-      });
-      if (save) context = Context{x, gates, tanh_c, {}};
+    if (level.width == 0) {
+      context.leaf = leaf_.forward(inputs[0], h, c, save);
       return;
     }
+    auto tanh_c = torch::empty({n, d_}, U_.options());
     auto h_children = children[0].view({n, N_ * d_});
     auto c_children = children[1].view({n, N_, d_});
     auto gates = at::addmm(gate_bias_, h_children, gate_weights_t_);
     forward_rows(gates.data_ptr<float>(), c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(),
                  tanh_c.data_ptr<float>(), n, N_, d_);
-    if (save) context = Context{{}, gates, tanh_c, c_children};
+    if (save) context = Context{gates, tanh_c, c_children, {}};
   }
 
   std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
@@ -201,24 +183,7 @@ class NaryLevels : public graphtree::LevelKernel {
     const Context& context = contexts_[level.index];
     auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
     if (level.width == 0) {
-      auto grad_gates = torch::empty({n, 2 * d}, U_.options());
-      const float *gH = grad_h.data_ptr<float>(), *gC = grad_c.data_ptr<float>();
-      const float *A = context.activated.data_ptr<float>(), *T = context.tanh_c.data_ptr<float>();
-      float* gG = grad_gates.data_ptr<float>();
-      at::parallel_for(0, n, grain_rows(2 * d), [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          const float *gh = gH + r * d, *gc = gC + r * d, *o = A + r * 2 * d + d, *t = T + r * d;
-          float* gg = gG + r * 2 * d;
-#pragma omp simd
-          for (int64_t k = 0; k < d; ++k) {
-            gg[k] = gc[k] + gh[k] * o[k] * (1.f - t[k] * t[k]);  // c
-            gg[d + k] = gh[k] * t[k] * o[k] * (1.f - o[k]);      // o
-          }
-        }
-      });
-      leaf_grads_.push_back(grad_gates);
-      leaf_inputs_.push_back(context.x);
-      if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].addmm_(grad_gates, leaf_weight_);
+      leaf_.backward(context.leaf, grad_h, grad_c, grad_inputs.empty() ? nullptr : &grad_inputs[0]);
       return {torch::Tensor(), torch::Tensor()};
     }
     if (!grad_gates_.defined()) grad_gates_ = torch::empty({children_h_.size(0), rows_}, U_.options());
@@ -238,14 +203,7 @@ class NaryLevels : public graphtree::LevelKernel {
       grad_U.addmm_(grad_gates_.t(), children_h_);
       grad_b += grad_gates_.sum(0);
     }
-    auto grad_leaf_weight = torch::zeros_like(leaf_weight_);
-    auto grad_leaf_bias = torch::zeros_like(leaf_bias_);
-    if (!leaf_grads_.empty()) {
-      auto grads = leaf_grads_.size() == 1 ? leaf_grads_[0] : torch::cat(leaf_grads_);
-      auto inputs = leaf_inputs_.size() == 1 ? leaf_inputs_[0] : torch::cat(leaf_inputs_);
-      grad_leaf_weight.addmm_(grads.t(), inputs);
-      grad_leaf_bias += grads.sum(0);
-    }
+    auto [grad_leaf_weight, grad_leaf_bias] = leaf_.param_grads();
     // Every child's bias block b_U[l] enters the gates the same way, so each gets the same gradient.
     return {{"U", grad_U}, {"b_U", grad_b.unsqueeze(0).expand({N_, rows_}).contiguous()},
             {"W_leaf.weight", grad_leaf_weight}, {"W_leaf.bias", grad_leaf_bias}};
@@ -253,16 +211,17 @@ class NaryLevels : public graphtree::LevelKernel {
 
  private:
   struct Context {
-    torch::Tensor x, activated, tanh_c, c_children;
+    torch::Tensor activated, tanh_c, c_children;
+    graphtree::LeafUnit::Saved leaf;
   };
 
-  torch::Tensor gate_weights_t_, gate_bias_, U_, leaf_weight_, leaf_bias_;
+  torch::Tensor gate_weights_t_, gate_bias_, U_;
+  graphtree::LeafUnit leaf_;
   int64_t rows_ = 0, d_ = 0, N_ = 0;
   bool save_ = false;
   std::vector<Context> contexts_;
   std::vector<int64_t> offsets_;  // each level's first row in children_h_ and grad_gates_
   torch::Tensor children_h_, grad_gates_;
-  std::vector<torch::Tensor> leaf_grads_, leaf_inputs_;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common.h"
+#include "leaf_unit.h"
 #include "level_loop.h"
 
 using graphtree::check_all;
@@ -19,9 +20,10 @@ using graphtree::grain_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
 
-// c_t = sum_k f_k c_k + i tanh(g): returns activated [n, (N + 2) d] and c_t [n, d]. c_terms may be undefined.
-std::vector<torch::Tensor> peephole_level_cell(torch::Tensor pre, std::optional<torch::Tensor> c_terms_opt,
-                                               torch::Tensor c_children) {
+// c_t = sum_k f_k c_k + i tanh(g), written into activated [n, (N + 2) d] and c [n, d] (contiguous rows, which may
+// be a level's rows of a larger buffer). c_terms may be undefined.
+void peephole_level_cell_into(torch::Tensor pre, const std::optional<torch::Tensor>& c_terms_opt,
+                              torch::Tensor c_children, const torch::Tensor& activated, const torch::Tensor& c) {
   const bool peep = c_terms_opt.has_value() && c_terms_opt->defined();
   torch::Tensor c_terms = peep ? *c_terms_opt : torch::Tensor();
   check_all({&pre, &c_children});
@@ -30,8 +32,8 @@ std::vector<torch::Tensor> peephole_level_cell(torch::Tensor pre, std::optional<
   TORCH_CHECK(pre.dim() == 2 && pre.size(0) == n && pre.size(1) == (N + 3) * d,
               "pre must be [n, (N + 3) d] for c_children [n, N, d]");
   TORCH_CHECK(!peep || (c_terms.size(0) == n && c_terms.size(1) == (N + 1) * d), "c_terms must be [n, (N + 1) d]");
-  auto activated = torch::empty({n, (N + 2) * d}, pre.options());
-  auto c = torch::empty({n, d}, pre.options());
+  graphtree::check_destination(activated, n, (N + 2) * d, "activated");
+  graphtree::check_destination(c, n, d, "c");
   const float *P = pre.data_ptr<float>(), *Ct = peep ? c_terms.data_ptr<float>() : nullptr;
   const float* Cj = c_children.data_ptr<float>();
   float *A = activated.data_ptr<float>(), *C = c.data_ptr<float>();
@@ -61,17 +63,27 @@ std::vector<torch::Tensor> peephole_level_cell(torch::Tensor pre, std::optional<
       }
     }
   });
+}
+
+// peephole_level_cell_into on new tensors: returns activated [n, (N + 2) d] and c_t [n, d].
+std::vector<torch::Tensor> peephole_level_cell(torch::Tensor pre, std::optional<torch::Tensor> c_terms,
+                                               torch::Tensor c_children) {
+  TORCH_CHECK(c_children.dim() == 3, "c_children must be [n, N, d]");
+  const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
+  auto activated = torch::empty({n, (N + 2) * d}, pre.options()), c = torch::empty({n, d}, pre.options());
+  peephole_level_cell_into(pre, c_terms, c_children, activated, c);
   return {activated, c};
 }
 
-// o = sigmoid(pre_o + W_co c_t), h = o tanh(c_t), given co = W_co c_t: returns o, tanh(c_t) and h, each [n, d].
-std::vector<torch::Tensor> peephole_level_output(torch::Tensor pre, torch::Tensor co, torch::Tensor c_t) {
+// o = sigmoid(pre_o + W_co c_t), h = o tanh(c_t), given co = W_co c_t: written into o, tanh_c and h, each [n, d]
+// (contiguous rows).
+void peephole_level_output_into(torch::Tensor pre, torch::Tensor co, torch::Tensor c_t, const torch::Tensor& o,
+                                const torch::Tensor& tanh_c, const torch::Tensor& h) {
   check_all({&pre, &co, &c_t});
   const int64_t n = c_t.size(0), d = c_t.size(1), width = pre.size(1);
   TORCH_CHECK(pre.size(0) == n && width % d == 0 && width >= 3 * d && co.sizes() == c_t.sizes(),
               "expected pre [n, (N + 3) d], co and c_t [n, d]");
-  auto o = torch::empty({n, d}, c_t.options()), tanh_c = torch::empty({n, d}, c_t.options());
-  auto h = torch::empty({n, d}, c_t.options());
+  for (const auto* t : {&o, &tanh_c, &h}) graphtree::check_destination(*t, n, d, "o, tanh_c and h");
   const float *P = pre.data_ptr<float>(), *Co = co.data_ptr<float>(), *C = c_t.data_ptr<float>();
   float *O = o.data_ptr<float>(), *T = tanh_c.data_ptr<float>(), *H = h.data_ptr<float>();
   at::parallel_for(0, n, grain_rows(3 * d), [&](int64_t begin, int64_t end) {
@@ -86,14 +98,22 @@ std::vector<torch::Tensor> peephole_level_output(torch::Tensor pre, torch::Tenso
       }
     }
   });
+}
+
+// peephole_level_output_into on new tensors: returns o, tanh(c_t) and h, each [n, d].
+std::vector<torch::Tensor> peephole_level_output(torch::Tensor pre, torch::Tensor co, torch::Tensor c_t) {
+  auto o = torch::empty_like(c_t, at::MemoryFormat::Contiguous), tanh_c = torch::empty_like(o);
+  auto h = torch::empty_like(o);
+  peephole_level_output_into(pre, co, c_t, o, tanh_c, h);
   return {o, tanh_c, h};
 }
 
-// Gradient of the output gate's pre-activation: grad_h tanh(c) o (1 - o), [n, d].
-torch::Tensor peephole_level_output_backward(torch::Tensor grad_h, torch::Tensor o, torch::Tensor tanh_c) {
+// Gradient of the output gate's pre-activation, grad_h tanh(c) o (1 - o), written into grad_o [n, d].
+void peephole_level_output_backward_into(torch::Tensor grad_h, torch::Tensor o, torch::Tensor tanh_c,
+                                         const torch::Tensor& grad_o) {
   check_all({&grad_h, &o, &tanh_c});
   TORCH_CHECK(grad_h.sizes() == o.sizes() && o.sizes() == tanh_c.sizes(), "grad_h, o and tanh_c must match");
-  auto grad_o = torch::empty_like(o);
+  graphtree::check_destination(grad_o, o.size(0), o.size(1), "grad_o");
   const int64_t total = o.numel();
   const float *gH = grad_h.data_ptr<float>(), *O = o.data_ptr<float>(), *T = tanh_c.data_ptr<float>();
   float* gO = grad_o.data_ptr<float>();
@@ -101,16 +121,23 @@ torch::Tensor peephole_level_output_backward(torch::Tensor grad_h, torch::Tensor
 #pragma omp simd
     for (int64_t k = begin; k < end; ++k) gO[k] = gH[k] * T[k] * O[k] * (1.f - O[k]);
   });
+}
+
+// peephole_level_output_backward_into on a new tensor.
+torch::Tensor peephole_level_output_backward(torch::Tensor grad_h, torch::Tensor o, torch::Tensor tanh_c) {
+  auto grad_o = torch::empty_like(o, at::MemoryFormat::Contiguous);
+  peephole_level_output_backward_into(grad_h, o, tanh_c, grad_o);
   return grad_o;
 }
 
 // The rest of the level's derivatives. grad_c_from_o: W_co^T grad_o, the cell's gradient through the output gate.
-// Returns grad_pre [n, (N + 3) d] (its first (N + 1) d columns are also the gradient of c_terms) and the
-// children's cell gradients through c_t = sum_k f_k c_k + ... alone, [n, N, d] (the caller adds the peepholes').
-std::vector<torch::Tensor> peephole_level_cell_backward(torch::Tensor grad_c, torch::Tensor grad_h, torch::Tensor o,
-                                                        torch::Tensor tanh_c, torch::Tensor grad_c_from_o,
-                                                        torch::Tensor grad_o, torch::Tensor activated,
-                                                        torch::Tensor c_children) {
+// Writes grad_pre [n, (N + 3) d] (contiguous rows; its first (N + 1) d columns are also the gradient of c_terms)
+// and returns the children's cell gradients through c_t = sum_k f_k c_k + ... alone, [n, N, d] (the caller adds
+// the peepholes').
+torch::Tensor peephole_level_cell_backward_into(torch::Tensor grad_c, torch::Tensor grad_h, torch::Tensor o,
+                                                torch::Tensor tanh_c, torch::Tensor grad_c_from_o, torch::Tensor grad_o,
+                                                torch::Tensor activated, torch::Tensor c_children,
+                                                const torch::Tensor& grad_pre) {
   check_all({&grad_c, &grad_h, &o, &tanh_c, &grad_c_from_o, &grad_o, &activated, &c_children});
   const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
   TORCH_CHECK(activated.size(0) == n && activated.size(1) == (N + 2) * d, "activated must be [n, (N + 2) d]");
@@ -118,7 +145,7 @@ std::vector<torch::Tensor> peephole_level_cell_backward(torch::Tensor grad_c, to
     TORCH_CHECK(t->size(0) == n && t->size(1) == d, "the gradients, o and tanh_c must be [n, d]");
   }
   const int64_t width = (N + 3) * d;
-  auto grad_pre = torch::empty({n, width}, activated.options());
+  graphtree::check_destination(grad_pre, n, width, "grad_pre");
   auto grad_cj = torch::empty({n, N, d}, activated.options());
   const float *gC = grad_c.data_ptr<float>(), *gH = grad_h.data_ptr<float>(), *O = o.data_ptr<float>();
   const float *T = tanh_c.data_ptr<float>(), *gCo = grad_c_from_o.data_ptr<float>(), *gO = grad_o.data_ptr<float>();
@@ -151,6 +178,19 @@ std::vector<torch::Tensor> peephole_level_cell_backward(torch::Tensor grad_c, to
       }
     }
   });
+  return grad_cj;
+}
+
+// peephole_level_cell_backward_into on a new grad_pre: returns grad_pre and the children's cell gradients.
+std::vector<torch::Tensor> peephole_level_cell_backward(torch::Tensor grad_c, torch::Tensor grad_h, torch::Tensor o,
+                                                        torch::Tensor tanh_c, torch::Tensor grad_c_from_o,
+                                                        torch::Tensor grad_o, torch::Tensor activated,
+                                                        torch::Tensor c_children) {
+  TORCH_CHECK(c_children.dim() == 3, "c_children must be [n, N, d]");
+  const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
+  auto grad_pre = torch::empty({n, (N + 3) * d}, activated.options());
+  auto grad_cj = peephole_level_cell_backward_into(grad_c, grad_h, o, tanh_c, grad_c_from_o, grad_o, activated,
+                                                   c_children, grad_pre);
   return {grad_pre, grad_cj};
 }
 
@@ -179,10 +219,7 @@ class SLSTMLevels : public graphtree::LevelKernel {
     W_co_t_ = graphtree::transposed_at(made, 2, W_co_, "SLSTMLevels");
     if (leaf_weight && leaf_weight->defined()) {
       TORCH_CHECK(leaf_bias && leaf_bias->defined(), "SLSTMLevels: leaf_weight without leaf_bias");
-      leaf_weight_ = leaf_weight->contiguous();
-      leaf_bias_ = leaf_bias->contiguous();
-      graphtree::check(leaf_weight_, "leaf_weight");
-      graphtree::check(leaf_bias_, "leaf_bias");
+      leaf_ = graphtree::LeafUnit(*leaf_weight, *leaf_bias);
     }
   }
 
@@ -197,11 +234,14 @@ class SLSTMLevels : public graphtree::LevelKernel {
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
     save_ = save;
     contexts_.assign(levels.size(), {});
+    leaf_.reset();
     const int64_t internal = graphtree::internal_row_offsets(levels, offsets_);
     // The children's [h^L, h^R] and [c^L, c^R] of every internal node: the rows of W_h's and W_c's gradients.
     children_h_ = torch::empty({internal, 2 * d_}, W_h_.options());
     children_c_ = torch::empty({internal, 2 * d_}, W_h_.options());
-    cells_ = torch::empty({internal, d_}, W_h_.options());
+    // W_co's rows are the internal nodes' new cells, written straight into the c buffer's rows from here on.
+    internal_begin_ = graphtree::internal_rows_begin(levels, "SLSTMLevels");
+    grad_h_terms_ = grad_o_ = torch::Tensor();
   }
 
   torch::Tensor gather_destination(const graphtree::Level& level, int64_t state) override {
@@ -217,31 +257,24 @@ class SLSTMLevels : public graphtree::LevelKernel {
     Context& context = contexts_[level.index];
     auto h_out = buffers[0].narrow(0, level.begin, n), c_out = buffers[1].narrow(0, level.begin, n);
     if (level.width == 0) {
-      auto x = inputs[0].contiguous();
-      graphtree::check(x, "x");
-      if (!leaf_weight_.defined()) {  // h = x, c = 0 (the buffers start at zero)
-        h_out.copy_(x);
-        return;
+      if (leaf_.defined()) {
+        context.leaf = leaf_.forward(inputs[0], h_out, c_out, save);
+      } else {  // h = x, c = 0 (the buffers start at zero)
+        graphtree::check(inputs[0], "x");
+        h_out.copy_(inputs[0]);
       }
-      auto gates = at::addmm(leaf_bias_, x, leaf_weight_.t());
-      auto c = gates.narrow(1, 0, d), o = gates.narrow(1, d, d).sigmoid();
-      auto tanh_c = c.tanh();
-      at::mul_out(h_out, o, tanh_c);
-      c_out.copy_(c);
-      if (save) context.leaf = {x, o, tanh_c};
       return;
     }
+    c_buffer_ = buffers[1];
     auto h_cat = children[0].view({n, 2 * d}), c_cat = children[1].view({n, 2 * d});
     auto c_LR = children[1].view({n, 2, d});
     auto h_terms = at::addmm(b_, h_cat, W_h_t_);  // all W_h h + b of eqs 1-4, 6
     auto c_terms = at::mm(c_cat, W_c_t_);        // peepholes on the children's cells, eqs 1-3
-    auto cell = peephole_level_cell(h_terms, c_terms, c_LR);
-    auto c_t = cells_.narrow(0, offsets_[level.index], n);
-    c_t.copy_(cell[1]);
-    auto output = peephole_level_output(h_terms, at::mm(c_t, W_co_t_), c_t);  // eq 6 peeks at the new cell
-    h_out.copy_(output[2]);
-    c_out.copy_(c_t);
-    if (save) context.node = {cell[0], output[0], output[1], c_LR};
+    auto activated = torch::empty({n, 4 * d}, h_terms.options());
+    peephole_level_cell_into(h_terms, c_terms, c_LR, activated, c_out);
+    auto o = torch::empty({n, d}, h_terms.options()), tanh_c = torch::empty({n, d}, h_terms.options());
+    peephole_level_output_into(h_terms, at::mm(c_out, W_co_t_), c_out, o, tanh_c, h_out);  // eq 6 peeks at c_t
+    if (save) context.node = {activated, o, tanh_c, c_LR};
   }
 
   std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
@@ -249,63 +282,49 @@ class SLSTMLevels : public graphtree::LevelKernel {
     TORCH_CHECK(save_, "SLSTMLevels: backward after a forward that saved nothing");
     const int64_t n = level.end - level.begin, d = d_;
     const Context& context = contexts_[level.index];
-    const bool input_grad = !grad_inputs.empty() && grad_inputs[0].defined();
     if (level.width == 0) {
-      if (!leaf_weight_.defined()) {
-        if (input_grad) grad_inputs[0].add_(grad_states[0]);
-        return {torch::Tensor(), torch::Tensor()};
+      if (leaf_.defined()) {
+        leaf_.backward(context.leaf, grad_states[0], grad_states[1], grad_inputs.empty() ? nullptr : &grad_inputs[0]);
+      } else if (!grad_inputs.empty() && grad_inputs[0].defined()) {
+        grad_inputs[0].add_(grad_states[0]);
       }
-      const auto& x = context.leaf[0];
-      const auto& o = context.leaf[1];
-      const auto& tanh_c = context.leaf[2];
-      auto grad_c = grad_states[1] + grad_states[0] * o * (1 - tanh_c * tanh_c);
-      auto grad_gates = torch::cat({grad_c, grad_states[0] * tanh_c * o * (1 - o)}, 1);
-      leaf_grads_.push_back(grad_gates);
-      leaf_inputs_.push_back(x);
-      if (input_grad) grad_inputs[0].addmm_(grad_gates, leaf_weight_);
       return {torch::Tensor(), torch::Tensor()};
     }
     const auto& activated = context.node[0];
     const auto& o_t = context.node[1];
     const auto& tanh_c = context.node[2];
     const auto& c_LR = context.node[3];
-    auto grad_o = peephole_level_output_backward(grad_states[0], o_t, tanh_c);
+    // Every internal level's gradients land in one buffer, in level order: W_h, W_c, W_co and b take them in one
+    // product each (param_grads).
+    if (!grad_h_terms_.defined()) {
+      grad_h_terms_ = torch::empty({children_h_.size(0), 5 * d}, W_h_.options());
+      grad_o_ = torch::empty({children_h_.size(0), d}, W_h_.options());
+    }
+    auto grad_h_terms = grad_h_terms_.narrow(0, offsets_[level.index], n);
+    auto grad_o = grad_o_.narrow(0, offsets_[level.index], n);
+    peephole_level_output_backward_into(grad_states[0], o_t, tanh_c, grad_o);
     auto grad_c_from_o = at::mm(grad_o, W_co_);
-    auto cell = peephole_level_cell_backward(grad_states[1], grad_states[0], o_t, tanh_c, grad_c_from_o, grad_o,
-                                             activated, c_LR);
-    const auto& grad_h_terms = cell[0];
+    auto grad_c_direct = peephole_level_cell_backward_into(grad_states[1], grad_states[0], o_t, tanh_c, grad_c_from_o,
+                                                           grad_o, activated, c_LR, grad_h_terms);
     auto grad_ifr = grad_h_terms.narrow(1, 0, 3 * d);  // the gates that also read W_c [c^L, c^R]
-    grad_o_.push_back(grad_o);
-    grad_h_terms_.push_back(grad_h_terms);
     auto grad_h_LR = at::mm(grad_h_terms, W_h_);
-    auto grad_c_LR = at::mm(grad_ifr, W_c_).view({n, 2, d}).add_(cell[1]);
+    auto grad_c_LR = at::mm(grad_ifr, W_c_).view({n, 2, d}).add_(grad_c_direct);
     return {grad_h_LR.view({-1, d}), grad_c_LR.view({-1, d})};
   }
 
   std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
     auto grad_W_h = torch::zeros_like(W_h_), grad_W_c = torch::zeros_like(W_c_);
     auto grad_W_co = torch::zeros_like(W_co_), grad_b = torch::zeros_like(b_);
-    if (!grad_h_terms_.empty()) {
-      // The backward loop ran the levels top first: put the rows back in level order, as the saved inputs are.
-      std::vector<torch::Tensor> h_terms(grad_h_terms_.rbegin(), grad_h_terms_.rend());
-      std::vector<torch::Tensor> o(grad_o_.rbegin(), grad_o_.rend());
-      const int64_t rows = children_h_.size(0);
-      auto grad_h_terms = cat_rows(h_terms), grad_o = cat_rows(o);
-      TORCH_CHECK(grad_h_terms.size(0) == rows, "SLSTMLevels: the backward loop skipped a level");
-      grad_W_h.addmm_(grad_h_terms.t(), children_h_);
-      grad_W_c.addmm_(grad_h_terms.narrow(1, 0, 3 * d_).t(), children_c_);
-      grad_W_co.addmm_(grad_o.t(), cells_);
-      grad_b += grad_h_terms.sum(0);
+    if (grad_h_terms_.defined() && grad_h_terms_.size(0) > 0) {
+      grad_W_h.addmm_(grad_h_terms_.t(), children_h_);
+      grad_W_c.addmm_(grad_h_terms_.narrow(1, 0, 3 * d_).t(), children_c_);
+      grad_W_co.addmm_(grad_o_.t(), c_buffer_.narrow(0, internal_begin_, grad_o_.size(0)));
+      grad_b += grad_h_terms_.sum(0);
     }
     std::vector<std::pair<std::string, torch::Tensor>> grads = {
         {"W_h", grad_W_h}, {"W_c", grad_W_c}, {"W_co", grad_W_co}, {"b", grad_b}};
-    if (leaf_weight_.defined()) {
-      auto grad_weight = torch::zeros_like(leaf_weight_), grad_bias = torch::zeros_like(leaf_bias_);
-      if (!leaf_grads_.empty()) {
-        auto g = cat_rows(leaf_grads_);
-        grad_weight.addmm_(g.t(), cat_rows(leaf_inputs_));
-        grad_bias += g.sum(0);
-      }
+    if (leaf_.defined()) {
+      auto [grad_weight, grad_bias] = leaf_.param_grads();
       grads.push_back({"W_leaf.weight", grad_weight});
       grads.push_back({"W_leaf.bias", grad_bias});
     }
@@ -314,16 +333,17 @@ class SLSTMLevels : public graphtree::LevelKernel {
 
  private:
   struct Context {
-    std::vector<torch::Tensor> node, leaf;  // node: activated, o, tanh(c), c_LR; leaf: x, o, tanh(c)
+    std::vector<torch::Tensor> node;  // activated, o, tanh(c), c_LR
+    graphtree::LeafUnit::Saved leaf;
   };
 
-  torch::Tensor W_h_, W_c_, W_co_, b_, W_h_t_, W_c_t_, W_co_t_, leaf_weight_, leaf_bias_;
-  int64_t d_ = 0;
+  torch::Tensor W_h_, W_c_, W_co_, b_, W_h_t_, W_c_t_, W_co_t_;
+  graphtree::LeafUnit leaf_;  // undefined for "embedding" leaves
+  int64_t d_ = 0, internal_begin_ = 0;
   bool save_ = false;
   std::vector<Context> contexts_;
-  std::vector<int64_t> offsets_;  // each level's first row in children_h_, children_c_ and cells_
-  torch::Tensor children_h_, children_c_, cells_;
-  std::vector<torch::Tensor> grad_h_terms_, grad_o_, leaf_grads_, leaf_inputs_;
+  std::vector<int64_t> offsets_;  // each level's first row in children_h_, children_c_, grad_h_terms_ and grad_o_
+  torch::Tensor children_h_, children_c_, c_buffer_, grad_h_terms_, grad_o_;
 };
 
 // Teng & Zhang's lexicalized bottom-up cell (graphtree/nn/lexicalized.py, eqs 4, 10-11; ConTree with
@@ -395,7 +415,12 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     // W_co's gradients.
     children_h_ = torch::empty({internal, N_ * d_}, W_h_.options());
     children_c_ = torch::empty({internal, N_ * d_}, W_h_.options());
-    cells_ = torch::empty({internal, d_}, W_h_.options());
+    // W_co's rows are the new cells, written straight into the c buffer's rows; the internal ones are one block.
+    internal_begin_ = graphtree::internal_rows_begin(levels, "LexicalizedLevels");
+    grad_gates_ = torch::Tensor();
+    leaf_grads_.clear();
+    leaf_inputs_.clear();
+    leaf_cells_.clear();
   }
 
   torch::Tensor gather_destination(const graphtree::Level& level, int64_t state) override {
@@ -410,27 +435,25 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     const int64_t n = level.end - level.begin, d = d_, N = N_;
     Context& context = contexts_[level.index];
     auto h_out = buffers[0].narrow(0, level.begin, n), c_out = buffers[1].narrow(0, level.begin, n);
+    auto o = torch::empty({n, d}, W_h_.options()), tanh_c = torch::empty({n, d}, W_h_.options());
     if (level.width == 0) {
       auto x = inputs[0].contiguous();
       graphtree::check(x, "x");
       auto gates = at::addmm(b_igo_, x, W_igo_t_);  // i, g, o
-      auto cell = peephole_level_cell(gates, std::nullopt, gates.new_empty({n, 0, d}));
-      auto output = peephole_level_output(gates, at::mm(cell[1], W_co_t_), cell[1]);
-      h_out.copy_(output[2]);
-      c_out.copy_(cell[1]);
-      if (save) context = Context{x, cell[0], cell[1], output[0], output[1], {}};
+      auto activated = torch::empty({n, 2 * d}, W_h_.options());
+      peephole_level_cell_into(gates, std::nullopt, gates.new_empty({n, 0, d}), activated, c_out);
+      peephole_level_output_into(gates, at::mm(c_out, W_co_t_), c_out, o, tanh_c, h_out);
+      if (save) context = Context{x, activated, c_out, o, tanh_c, {}};
       return;
     }
+    c_buffer_ = buffers[1];
     auto h_cat = children[0].view({n, N * d}), c_cat = children[1].view({n, N * d});
     auto gates = at::addmm(b_, h_cat, W_h_t_);
     if (lexicalized_) add_lexical_terms(gates, x_terms_.narrow(0, level.begin - inner_begin_, n));
-    auto cell = peephole_level_cell(gates, at::mm(c_cat, W_c_t_), children[1].view({n, N, d}));
-    auto c_t = cells_.narrow(0, offsets_[level.index], n);
-    c_t.copy_(cell[1]);
-    auto output = peephole_level_output(gates, at::mm(c_t, W_co_t_), c_t);  // eq 11 peeks at the new cell
-    h_out.copy_(output[2]);
-    c_out.copy_(c_t);
-    if (save) context = Context{{}, cell[0], {}, output[0], output[1], children[1].view({n, N, d})};
+    auto activated = torch::empty({n, (N + 2) * d}, W_h_.options());
+    peephole_level_cell_into(gates, at::mm(c_cat, W_c_t_), children[1].view({n, N, d}), activated, c_out);
+    peephole_level_output_into(gates, at::mm(c_out, W_co_t_), c_out, o, tanh_c, h_out);  // eq 11 peeks at c_t
+    if (save) context = Context{{}, activated, {}, o, tanh_c, children[1].view({n, N, d})};
   }
 
   std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
@@ -451,14 +474,16 @@ class LexicalizedLevels : public graphtree::LevelKernel {
       if (input_grad) grad_inputs[0].addmm_(cell[0], W_igo_);
       return {torch::Tensor(), torch::Tensor()};
     }
-    auto cell = peephole_level_cell_backward(grad_c, grad_h, context.o, context.tanh_c, grad_c_from_o, grad_o,
-                                             context.activated, context.c_children);
-    const auto& grad_gates = cell[0];
+    // Every internal level's gate gradients land in one buffer, in level order: W_h, W_c, W_co and b take them in
+    // one product each (param_grads).
+    if (!grad_gates_.defined()) grad_gates_ = torch::empty({children_h_.size(0), (N + 3) * d}, W_h_.options());
+    auto grad_gates = grad_gates_.narrow(0, offsets_[level.index], n);
+    auto grad_c_direct = peephole_level_cell_backward_into(grad_c, grad_h, context.o, context.tanh_c, grad_c_from_o,
+                                                           grad_o, context.activated, context.c_children, grad_gates);
     auto grad_if = grad_gates.narrow(1, 0, (N + 1) * d);  // the gates that also read W_c [c_1 .. c_N]
-    grad_gates_.push_back(grad_gates);
     if (lexicalized_) fold_lexical_terms(grad_gates, grad_x_terms_.narrow(0, level.begin - inner_begin_, n));
     auto grad_h_children = at::mm(grad_gates, W_h_);
-    auto grad_c_children = at::mm(grad_if, W_c_).view({n, N, d}).add_(cell[1]);
+    auto grad_c_children = at::mm(grad_if, W_c_).view({n, N, d}).add_(grad_c_direct);
     return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
   }
 
@@ -471,13 +496,11 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     const int64_t d = d_, N = N_;
     auto grad_W_x = torch::zeros_like(W_x_), grad_W_h = torch::zeros_like(W_h_), grad_W_c = torch::zeros_like(W_c_);
     auto grad_W_co = torch::zeros_like(W_co_), grad_b = torch::zeros_like(b_);
-    if (!grad_gates_.empty()) {
-      // The backward loop ran the levels top first: put the rows back in level order, as the saved inputs are.
-      auto grad_gates = cat_rows(reversed(grad_gates_));
-      TORCH_CHECK(grad_gates.size(0) == children_h_.size(0), "LexicalizedLevels: the backward loop skipped a level");
+    if (grad_gates_.defined() && grad_gates_.size(0) > 0) {
+      const auto& grad_gates = grad_gates_;
       grad_W_h.addmm_(grad_gates.t(), children_h_);
       grad_W_c.addmm_(grad_gates.narrow(1, 0, (N + 1) * d).t(), children_c_);
-      grad_W_co.addmm_(grad_gates.narrow(1, (N + 2) * d, d).t(), cells_);
+      grad_W_co.addmm_(grad_gates.narrow(1, (N + 2) * d, d).t(), c_buffer_.narrow(0, internal_begin_, grad_gates.size(0)));
       grad_b += grad_gates.sum(0);
       if (lexicalized_) grad_W_x.addmm_(grad_x_terms_.t(), x_.narrow(0, inner_begin_, grad_x_terms_.size(0)));
     }
@@ -499,12 +522,8 @@ class LexicalizedLevels : public graphtree::LevelKernel {
 
  private:
   struct Context {
-    torch::Tensor x, activated, c, o, tanh_c, c_children;  // x, c: a leaf's (internal cells are in cells_)
+    torch::Tensor x, activated, c, o, tanh_c, c_children;  // x, c: a leaf's (internal cells are in c_buffer_)
   };
-
-  static std::vector<torch::Tensor> reversed(const std::vector<torch::Tensor>& parts) {
-    return {parts.rbegin(), parts.rend()};
-  }
 
   // gates [n, (N + 3) d] += W_x x laid out as i, f_1 .. f_N, g, o: the W_xf block goes to every f_k.
   void add_lexical_terms(torch::Tensor& gates, const torch::Tensor& Wx) const {
@@ -554,12 +573,12 @@ class LexicalizedLevels : public graphtree::LevelKernel {
 
   torch::Tensor W_x_, W_h_, W_c_, W_co_, b_, W_x_t_, W_h_t_, W_c_t_, W_co_t_, W_igo_, W_igo_t_, b_igo_;
   bool lexicalized_;
-  int64_t d_ = 0, N_ = 0;
+  int64_t d_ = 0, N_ = 0, internal_begin_ = 0;
   bool save_ = false;
   std::vector<Context> contexts_;
-  std::vector<int64_t> offsets_;  // each level's first row in children_h_, children_c_ and cells_
-  torch::Tensor children_h_, children_c_, cells_;
-  std::vector<torch::Tensor> grad_gates_, leaf_grads_, leaf_inputs_, leaf_cells_;
+  std::vector<int64_t> offsets_;  // each level's first row in children_h_, children_c_ and grad_gates_
+  torch::Tensor children_h_, children_c_, c_buffer_, grad_gates_;
+  std::vector<torch::Tensor> leaf_grads_, leaf_inputs_, leaf_cells_;
   // Lexicalized: the level-sorted inputs, the inner rows' W_x x and its gradient, from row inner_begin_ on.
   torch::Tensor x_, x_terms_, grad_x_terms_;
   int64_t inner_begin_ = 0;
@@ -661,24 +680,24 @@ class TopDownLevels : public graphtree::LevelKernel {
         at::mm_out(c_terms_block, c_parent.narrow(0, begin, count), W_c_t_[p]);
       }
     }
-    auto cell = peephole_level_cell(a, c_terms.defined() ? std::optional<torch::Tensor>(c_terms) : std::nullopt,
-                                    c_parent.view({n, 1, d}));
-    const auto& c = cell[1];
+    auto c = buffers[1].narrow(0, level.begin, n), h = buffers[0].narrow(0, level.begin, n);
+    auto activated = torch::empty({n, 3 * d}, a.options());
+    peephole_level_cell_into(a, c_terms.defined() ? std::optional<torch::Tensor>(c_terms) : std::nullopt,
+                             c_parent.view({n, 1, d}), activated, c);
     auto co = torch::empty({n, d}, a.options());  // W_co c_t: the output gate peeks at the new cell
     for (const auto& [p, begin, count] : context.blocks) {
       auto co_block = co.narrow(0, begin, count);
       at::mm_out(co_block, c.narrow(0, begin, count), W_co_t_[p]);
     }
-    auto output = peephole_level_output(a, co, c);
-    buffers[0].narrow(0, level.begin, n).copy_(output[2]);
-    buffers[1].narrow(0, level.begin, n).copy_(c);
+    auto o = torch::empty({n, d}, a.options()), tanh_c = torch::empty({n, d}, a.options());
+    peephole_level_output_into(a, co, c, o, tanh_c, h);
     if (!save) return;
     context.h_parent = h_parent;
     context.c_parent = c_parent;
-    context.activated = cell[0];
+    context.activated = activated;
     context.c = c;
-    context.o = output[0];
-    context.tanh_c = output[1];
+    context.o = o;
+    context.tanh_c = tanh_c;
   }
 
   std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,

@@ -1,0 +1,110 @@
+// The leaf unit of the constituency Tree-LSTMs, c = W^(c) x + b^(c), h = sigmoid(W^(o) x + b^(o)) tanh(c)
+// (Tai et al. 2015, §5.1; the S-LSTM's "lstm" leaves take the same), for the level kernels whose leaves use it
+// (NaryLevels, SLSTMLevels). One product and one pass over the rows each way; the weight gradient is deferred to
+// param_grads, one product over every leaf level.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "common.h"
+#include "level_loop.h"
+
+namespace graphtree {
+
+class LeafUnit {
+ public:
+  // What backward needs of one leaf level: its inputs, the pre-activations with sigmoid(o) in the o block, tanh(c).
+  struct Saved {
+    torch::Tensor x, gates, tanh_c;
+  };
+
+  LeafUnit() = default;
+
+  // weight: [2 d, E] (rows c, then o) and bias: [2 d].
+  LeafUnit(const torch::Tensor& weight, const torch::Tensor& bias)
+      : weight_(weight.contiguous()), bias_(bias.contiguous()) {
+    check(weight_, "leaf_weight");
+    check(bias_, "leaf_bias");
+    TORCH_CHECK(weight_.dim() == 2 && weight_.size(0) % 2 == 0 && bias_.numel() == weight_.size(0),
+                "leaf_weight must be [2 d, E] and leaf_bias [2 d]");
+  }
+
+  bool defined() const { return weight_.defined(); }
+
+  // Forgets the gradients of an earlier pass (LevelKernel::begin).
+  void reset() {
+    grads_.clear();
+    inputs_.clear();
+  }
+
+  // Writes the level's h and c (contiguous [n, d] rows of the state buffers) from its inputs x [n, E].
+  Saved forward(const torch::Tensor& x_in, const torch::Tensor& h, const torch::Tensor& c, bool save) const {
+    auto x = x_in.contiguous();
+    check(x, "x");
+    const int64_t n = x.size(0), d = weight_.size(0) / 2;
+    check_destination(h, n, d, "h");
+    check_destination(c, n, d, "c");
+    auto gates = at::addmm(bias_, x, weight_.t());  // [c, o] pre-activations
+    auto tanh_c = torch::empty({n, d}, x.options());
+    float *G = gates.data_ptr<float>(), *H = h.data_ptr<float>(), *C = c.data_ptr<float>();
+    float* T = tanh_c.data_ptr<float>();
+    at::parallel_for(0, n, grain_rows(2 * d), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        float *g = G + r * 2 * d, *hr = H + r * d, *cr = C + r * d, *tr = T + r * d;
+#pragma omp simd
+        for (int64_t k = 0; k < d; ++k) {
+          const float o = sigmoid(g[d + k]);
+          g[d + k] = o;
+          cr[k] = g[k];
+          tr[k] = tanh_of(g[k]);
+          hr[k] = o * tr[k];
+        }
+      }
+    });
+    return save ? Saved{x, gates, tanh_c} : Saved{};
+  }
+
+  // Keeps the gradient of the level's pre-activations for param_grads, and adds that of x into grad_x when given.
+  void backward(const Saved& saved, const torch::Tensor& grad_h_in, const torch::Tensor& grad_c_in,
+                torch::Tensor* grad_x) {
+    TORCH_CHECK(saved.gates.defined(), "LeafUnit: backward after a forward that saved nothing");
+    auto grad_h = grad_h_in.contiguous(), grad_c = grad_c_in.contiguous();
+    const int64_t n = saved.x.size(0), d = weight_.size(0) / 2;
+    auto grad_gates = torch::empty({n, 2 * d}, saved.x.options());
+    const float *gH = grad_h.data_ptr<float>(), *gC = grad_c.data_ptr<float>();
+    const float *A = saved.gates.data_ptr<float>(), *T = saved.tanh_c.data_ptr<float>();
+    float* gG = grad_gates.data_ptr<float>();
+    at::parallel_for(0, n, grain_rows(2 * d), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float *gh = gH + r * d, *gc = gC + r * d, *o = A + r * 2 * d + d, *t = T + r * d;
+        float* gg = gG + r * 2 * d;
+#pragma omp simd
+        for (int64_t k = 0; k < d; ++k) {
+          gg[k] = gc[k] + gh[k] * o[k] * (1.f - t[k] * t[k]);  // c
+          gg[d + k] = gh[k] * t[k] * o[k] * (1.f - o[k]);      // o
+        }
+      }
+    });
+    grads_.push_back(grad_gates);
+    inputs_.push_back(saved.x);
+    if (grad_x != nullptr && grad_x->defined()) grad_x->addmm_(grad_gates, weight_);
+  }
+
+  // The gradients of the weight and the bias, over every leaf level that ran backward.
+  std::pair<torch::Tensor, torch::Tensor> param_grads() const {
+    auto grad_weight = torch::zeros_like(weight_), grad_bias = torch::zeros_like(bias_);
+    if (!grads_.empty()) {
+      auto grads = cat_rows(grads_);
+      grad_weight.addmm_(grads.t(), cat_rows(inputs_));
+      grad_bias += grads.sum(0);
+    }
+    return {grad_weight, grad_bias};
+  }
+
+ private:
+  torch::Tensor weight_, bias_;
+  std::vector<torch::Tensor> grads_, inputs_;
+};
+
+}  // namespace graphtree
