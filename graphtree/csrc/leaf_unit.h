@@ -1,7 +1,7 @@
 // The leaf unit of the constituency Tree-LSTMs, c = W^(c) x + b^(c), h = sigmoid(W^(o) x + b^(o)) tanh(c)
-// (Tai et al. 2015, §5.1; the S-LSTM's "lstm" leaves take the same), for the level kernels whose leaves use it
-// (NaryLevels, SLSTMLevels). One product and one pass over the rows each way; the weight gradient is deferred to
-// param_grads, one product over every leaf level.
+// (that of Tai et al. 2015's released code; the S-LSTM's "lstm" leaves take the same), for the level kernels whose
+// leaves use it (NaryLevels, SLSTMLevels). One product and one pass over the rows each way; the weight gradient
+// is deferred to param_grads, one product over every leaf level.
 #pragma once
 
 #include <utility>
