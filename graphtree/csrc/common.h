@@ -58,8 +58,8 @@ inline torch::Tensor transposed_at(const std::vector<torch::Tensor>& made, size_
 // [rows, cols] and contiguous, since the kernels write raw rows.
 inline void check_destination(const torch::Tensor& t, int64_t rows, int64_t cols, const char* name) {
   check(t, name);
-  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols && t.is_contiguous(), name, " must be a contiguous [",
-              rows, ", ", cols, "] tensor");
+  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols && t.is_contiguous(), name,
+              " must be a contiguous [", rows, ", ", cols, "] tensor");
 }
 
 // exp(x) that the compiler can vectorize (std::exp is a scalar libm call here): Cody-Waite range

@@ -6,7 +6,6 @@
 
 #include <torch/extension.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -74,9 +73,9 @@ inline int64_t internal_row_offsets(const std::vector<Level>& levels, std::vecto
   return rows;
 }
 
-// The first row of the internal levels in the level-sorted state buffers, checking that those levels follow one
-// another there, as a bottom-up plan's do (only its level 0 has no predecessors): a kernel that writes its new
-// states straight into the buffers can then read every internal node's state back as one block of rows.
+// The first row of the internal levels in the level-sorted state buffers (the end of the last level where there
+// are none), checking that those levels follow one another there, as a bottom-up plan's do (only its level 0 has
+// no predecessors): a kernel can then read every internal node's rows back as one block.
 inline int64_t internal_rows_begin(const std::vector<Level>& levels, const char* kernel) {
   int64_t begin = -1, next = -1;
   for (const auto& level : levels) {
@@ -85,7 +84,7 @@ inline int64_t internal_rows_begin(const std::vector<Level>& levels, const char*
     TORCH_CHECK(level.begin == next, kernel, ": the internal levels' rows are not consecutive");
     next = level.end;
   }
-  return std::max<int64_t>(begin, 0);
+  return begin >= 0 ? begin : (levels.empty() ? 0 : levels.back().end);
 }
 
 // Rows of several tensors, one after the other (no copy for one).

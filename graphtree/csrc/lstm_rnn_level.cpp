@@ -300,8 +300,8 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
     contexts_.assign(levels.size(), {});
     // Bottom-up, only the first level has no children, so the inner levels are one block of buffer rows:
     // an inner level's rows in grad_cell_ and grad_b_ start at its begin - inner_begin_.
-    inner_begin_ = levels.size() > 1 ? levels[1].begin : 0;
-    inner_rows_ = levels.size() > 1 ? levels.back().end - inner_begin_ : 0;
+    inner_begin_ = graphtree::internal_rows_begin(levels, "LSTMRNNLevels");
+    inner_rows_ = levels.empty() ? 0 : levels.back().end - inner_begin_;
     for (size_t l = 0; l < levels.size(); ++l) {
       TORCH_CHECK((levels[l].width > 0) == (l > 0), "LSTMRNNLevels: expected a bottom-up pass (leaves first, "
                   "then inner levels)");

@@ -135,8 +135,9 @@ torch::Tensor peephole_level_output_backward(torch::Tensor grad_h, torch::Tensor
 // and returns the children's cell gradients through c_t = sum_k f_k c_k + ... alone, [n, N, d] (the caller adds
 // the peepholes').
 torch::Tensor peephole_level_cell_backward_into(torch::Tensor grad_c, torch::Tensor grad_h, torch::Tensor o,
-                                                torch::Tensor tanh_c, torch::Tensor grad_c_from_o, torch::Tensor grad_o,
-                                                torch::Tensor activated, torch::Tensor c_children,
+                                                torch::Tensor tanh_c, torch::Tensor grad_c_from_o,
+                                                torch::Tensor grad_o, torch::Tensor activated,
+                                                torch::Tensor c_children,
                                                 const torch::Tensor& grad_pre) {
   check_all({&grad_c, &grad_h, &o, &tanh_c, &grad_c_from_o, &grad_o, &activated, &c_children});
   const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
@@ -401,9 +402,8 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     // one product here rather than one per level.
     x_ = inputs[0].contiguous();
     graphtree::check(x_, "x");
-    inner_begin_ = levels[0].end;
-    const int64_t rows = x_.size(0) - inner_begin_;
-    x_terms_ = at::mm(x_.narrow(0, inner_begin_, rows), W_x_t_);
+    const int64_t rows = x_.size(0) - internal_begin_;
+    x_terms_ = at::mm(x_.narrow(0, internal_begin_, rows), W_x_t_);
     grad_x_terms_ = save ? torch::empty({rows, 4 * d_}, x_.options()) : torch::Tensor();
   }
 
@@ -449,7 +449,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     c_buffer_ = buffers[1];
     auto h_cat = children[0].view({n, N * d}), c_cat = children[1].view({n, N * d});
     auto gates = at::addmm(b_, h_cat, W_h_t_);
-    if (lexicalized_) add_lexical_terms(gates, x_terms_.narrow(0, level.begin - inner_begin_, n));
+    if (lexicalized_) add_lexical_terms(gates, x_terms_.narrow(0, level.begin - internal_begin_, n));
     auto activated = torch::empty({n, (N + 2) * d}, W_h_.options());
     peephole_level_cell_into(gates, at::mm(c_cat, W_c_t_), children[1].view({n, N, d}), activated, c_out);
     peephole_level_output_into(gates, at::mm(c_out, W_co_t_), c_out, o, tanh_c, h_out);  // eq 11 peeks at c_t
@@ -481,7 +481,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     auto grad_c_direct = peephole_level_cell_backward_into(grad_c, grad_h, context.o, context.tanh_c, grad_c_from_o,
                                                            grad_o, context.activated, context.c_children, grad_gates);
     auto grad_if = grad_gates.narrow(1, 0, (N + 1) * d);  // the gates that also read W_c [c_1 .. c_N]
-    if (lexicalized_) fold_lexical_terms(grad_gates, grad_x_terms_.narrow(0, level.begin - inner_begin_, n));
+    if (lexicalized_) fold_lexical_terms(grad_gates, grad_x_terms_.narrow(0, level.begin - internal_begin_, n));
     auto grad_h_children = at::mm(grad_gates, W_h_);
     auto grad_c_children = at::mm(grad_if, W_c_).view({n, N, d}).add_(grad_c_direct);
     return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
@@ -489,7 +489,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
 
   void finish_backward(std::vector<torch::Tensor>& grad_inputs) override {
     if (!lexicalized_ || !grad_x_terms_.defined() || grad_inputs.empty() || !grad_inputs[0].defined()) return;
-    grad_inputs[0].narrow(0, inner_begin_, grad_x_terms_.size(0)).addmm_(grad_x_terms_, W_x_);
+    grad_inputs[0].narrow(0, internal_begin_, grad_x_terms_.size(0)).addmm_(grad_x_terms_, W_x_);
   }
 
   std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
@@ -500,9 +500,10 @@ class LexicalizedLevels : public graphtree::LevelKernel {
       const auto& grad_gates = grad_gates_;
       grad_W_h.addmm_(grad_gates.t(), children_h_);
       grad_W_c.addmm_(grad_gates.narrow(1, 0, (N + 1) * d).t(), children_c_);
-      grad_W_co.addmm_(grad_gates.narrow(1, (N + 2) * d, d).t(), c_buffer_.narrow(0, internal_begin_, grad_gates.size(0)));
+      auto c_internal = c_buffer_.narrow(0, internal_begin_, grad_gates.size(0));
+      grad_W_co.addmm_(grad_gates.narrow(1, (N + 2) * d, d).t(), c_internal);
       grad_b += grad_gates.sum(0);
-      if (lexicalized_) grad_W_x.addmm_(grad_x_terms_.t(), x_.narrow(0, inner_begin_, grad_x_terms_.size(0)));
+      if (lexicalized_) grad_W_x.addmm_(grad_x_terms_.t(), x_.narrow(0, internal_begin_, grad_x_terms_.size(0)));
     }
     if (!leaf_grads_.empty()) {
       auto grad_igo = cat_rows(leaf_grads_), x = cat_rows(leaf_inputs_);
@@ -579,9 +580,8 @@ class LexicalizedLevels : public graphtree::LevelKernel {
   std::vector<int64_t> offsets_;  // each level's first row in children_h_, children_c_ and grad_gates_
   torch::Tensor children_h_, children_c_, c_buffer_, grad_gates_;
   std::vector<torch::Tensor> leaf_grads_, leaf_inputs_, leaf_cells_;
-  // Lexicalized: the level-sorted inputs, the inner rows' W_x x and its gradient, from row inner_begin_ on.
+  // Lexicalized: the level-sorted inputs, the inner rows' W_x x and its gradient, from row internal_begin_ on.
   torch::Tensor x_, x_terms_, grad_x_terms_;
-  int64_t inner_begin_ = 0;
 };
 
 // Teng & Zhang's top-down cell (graphtree/nn/top_down.py, eqs 13-14) as a LevelKernel, for passes in which
