@@ -23,7 +23,7 @@ import scipy.stats
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sst import MODELS, PRESETS, SETTINGS_MODEL  # the paper's epochs and optimizer per model
 
-from graphtree.train.report import hardware, load_runs, mean_std, minutes, write_readme_section
+from graphtree.train.report import compute_used, hardware, load_runs, mean_std, minutes, write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
@@ -650,8 +650,8 @@ def report(runs: list[dict]) -> str:
               "Zhang and the 100d 6B vectors of Le & Zuidema are not available here; our GloVe rows use the "
               "50d 6B vectors, a smaller and weaker input. Zhu's Table 4 rows train and test on left- or "
               "right-recursive trees over the same words; only the words and the root keep labels.", "",
-              *target_lines(runs), *vectors_gain_lines(runs), *best_dev_lines(runs), *fitting_notes(runs),
-              *swapped_settings_lines(runs),
+              *compute_lines(runs), *target_lines(runs), *vectors_gain_lines(runs), *best_dev_lines(runs),
+              *fitting_notes(runs), *swapped_settings_lines(runs),
               "![accuracy by sentence length](sst_by_length.png)", "",
               "![accuracy by depth and phrase length](sst_by_depth.png)", "", *other_settings(runs), "## Runs", ""]
     lines += runs_table(runs) if runs else ["No runs yet."]
@@ -661,6 +661,21 @@ def report(runs: list[dict]) -> str:
             lines.append(f"{command_for(row, task, runs)}    # {row['name']}, {task}")
     lines += ["python experiments/report_sst.py", "```", ""]
     return "\n".join(lines)
+
+
+def compute_lines(runs: list[dict]) -> list[str]:
+    """What the runs cost: in all, and split between the papers' settings and the other settings."""
+    if not runs:
+        return []
+    varied = [r for r in runs if departures(r["config"])]
+
+    def hours(some: list[dict]) -> str:
+        return f"{len(some)} run{'s' if len(some) != 1 else ''} and {sum(r['wall_time_s'] for r in some) / 3600:.1f} h"
+
+    papers = [r for r in runs if not departures(r["config"])]
+    return [f"Compute: {compute_used(runs)}: {hours(papers)} in the papers' settings (the table above), "
+            f"{hours(varied)} in other settings (below). Wall time counts each epoch's dev evaluation and any "
+            "time lost to other jobs on the machine.", ""]
 
 
 def readme_section(runs: list[dict]) -> str:

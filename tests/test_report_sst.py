@@ -259,3 +259,18 @@ def test_a_minibatch_size_is_the_papers_only_where_the_paper_gives_one():
                optimizer={**report_sst.PRESETS["teng"].as_dict(), "batch_size": 10})
     assert report_sst.departures(tai["config"]) == ["batch size 10 (paper 25)"]
     assert report_sst.departures(teng["config"]) == ["batch size 10 (default 25)"]  # Teng & Zhang give none
+
+
+def test_compute_adds_wall_time_by_machine_and_by_setting():
+    def timed(record: dict, seconds: float, **where) -> dict:
+        return {**record, "wall_time_s": seconds, "threads": 1, "machine": "x86_64, 2 CPUs", **where}
+
+    runs = [timed(run("nary", True, 45.0, embeddings="random"), 1800),
+            timed(run("nary", True, 45.0, embeddings="random"), 3600),
+            timed(run("nary", True, 45.0, embeddings="random", dropout=0.2), 5400),  # another dropout
+            timed(run("nary", True, 45.0, embeddings="random"), 1800, device="cuda", machine="H100")]
+    (line, blank) = report_sst.compute_lines(runs)
+    assert line.startswith("Compute: 4 runs, 3.5 hours of wall time (3.0 h on 1 thread, x86_64, 2 CPUs; "
+                           "0.5 h on GPU: H100): 3 runs and 2.0 h in the papers' settings (the table above), "
+                           "1 run and 1.5 h in other settings") and blank == ""
+    assert report_sst.compute_lines([]) == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .checkpoint import atomic_write_text
 
-__all__ = ["hardware", "load_runs", "mean_std", "minutes", "write_readme_section"]
+__all__ = ["compute_used", "hardware", "load_runs", "mean_std", "minutes", "write_readme_section"]
 
 
 def load_runs(folder: Path, experiment: str, keep: Callable[[dict], bool] = lambda record: True) -> list[dict]:
@@ -36,6 +36,18 @@ def mean_std(values: Iterable[float], digits: int = 1, empty: str = "not run") -
 def minutes(runs: list[dict]) -> str:
     """Mean wall time of ``runs`` in minutes, ``—`` when there are none."""
     return f"{statistics.mean(r['wall_time_s'] for r in runs) / 60:.0f}" if runs else "—"
+
+
+def compute_used(runs: list[dict]) -> str:
+    """The wall time of ``runs`` in all and by where they ran, e.g. ``12 runs, 3.5 hours (3.5 h on 1 thread, ...)``."""
+    by_where: dict[str, float] = {}
+    for r in runs:
+        by_where[hardware(r)] = by_where.get(hardware(r), 0.0) + r["wall_time_s"]
+    parts = "; ".join(f"{seconds / 3600:.1f} h on {where}"
+                      for where, seconds in sorted(by_where.items(), key=lambda item: -item[1]))
+    total = sum(by_where.values()) / 3600
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}, {total:.1f} hours of wall time" + (
+        f" ({parts})" if parts else "")
 
 
 def hardware(record: dict) -> str:
