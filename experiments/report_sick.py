@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sick import EPOCHS, MODELS  # the models and their default epochs
 
-from graphtree.train.report import hardware, load_runs, mean_std, minutes, write_readme_section
+from graphtree.train.report import compute_used, hardware, load_runs, mean_std, minutes, write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
@@ -109,6 +109,7 @@ def report(runs: list[dict], plotted: bool) -> str:
               "Differences: GloVe 6B 50d vectors instead of 840B 300d; the Constituency Tree-LSTM runs on the "
               "Stanford dependency trees binarized (`graphtree.data.spacy.binarize`), not on constituency "
               "parses.", ""]
+    lines += [f"Compute: {compute_used(runs)}.", ""] if runs else []
     lines += ["![Pearson r by sentence length](sick_by_length.png)", ""] if plotted else \
         ["Plot of Pearson r by sentence length: no runs yet.", ""]
     lines += ["## Runs", ""] + (runs_table(runs) if runs else ["No runs yet."])

@@ -23,7 +23,7 @@ import scipy.stats
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sst import MODELS, PRESETS, SETTINGS_MODEL  # the paper's epochs and optimizer per model
 
-from graphtree.train.report import compute_used, hardware, load_runs, mean_std, minutes, write_readme_section
+from graphtree.train.report import compute_used, duration, hardware, load_runs, mean_std, minutes, write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
@@ -670,7 +670,7 @@ def compute_lines(runs: list[dict]) -> list[str]:
     varied = [r for r in runs if departures(r["config"])]
 
     def hours(some: list[dict]) -> str:
-        return f"{len(some)} run{'s' if len(some) != 1 else ''} and {sum(r['wall_time_s'] for r in some) / 3600:.1f} h"
+        return f"{len(some)} run{'s' if len(some) != 1 else ''} and {duration(sum(r['wall_time_s'] for r in some))}"
 
     papers = [r for r in runs if not departures(r["config"])]
     return [f"Compute: {compute_used(runs)}: {hours(papers)} in the papers' settings (the table above), "

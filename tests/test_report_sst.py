@@ -270,7 +270,7 @@ def test_compute_adds_wall_time_by_machine_and_by_setting():
             timed(run("nary", True, 45.0, embeddings="random", dropout=0.2), 5400),  # another dropout
             timed(run("nary", True, 45.0, embeddings="random"), 1800, device="cuda", machine="H100")]
     (line, blank) = report_sst.compute_lines(runs)
-    assert line.startswith("Compute: 4 runs, 3.5 hours of wall time (3.0 h on 1 thread, x86_64, 2 CPUs; "
-                           "0.5 h on GPU: H100): 3 runs and 2.0 h in the papers' settings (the table above), "
+    assert line.startswith("Compute: 4 runs, 3.5 h of wall time (3.0 h on 1 thread, x86_64, 2 CPUs; "
+                           "30 min on GPU: H100): 3 runs and 2.0 h in the papers' settings (the table above), "
                            "1 run and 1.5 h in other settings") and blank == ""
     assert report_sst.compute_lines([]) == []

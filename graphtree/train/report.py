@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .checkpoint import atomic_write_text
 
-__all__ = ["compute_used", "hardware", "load_runs", "mean_std", "minutes", "write_readme_section"]
+__all__ = ["compute_used", "duration", "hardware", "load_runs", "mean_std", "minutes", "write_readme_section"]
 
 
 def load_runs(folder: Path, experiment: str, keep: Callable[[dict], bool] = lambda record: True) -> list[dict]:
@@ -39,15 +39,20 @@ def minutes(runs: list[dict]) -> str:
 
 
 def compute_used(runs: list[dict]) -> str:
-    """The wall time of ``runs`` in all and by where they ran, e.g. ``12 runs, 3.5 hours (3.5 h on 1 thread, ...)``."""
+    """The wall time of ``runs`` in all and by where they ran, e.g. ``12 runs, 3.5 h of wall time (3.5 h on 1 thread,
+    x86_64, 2 CPUs)``."""
     by_where: dict[str, float] = {}
     for r in runs:
         by_where[hardware(r)] = by_where.get(hardware(r), 0.0) + r["wall_time_s"]
-    parts = "; ".join(f"{seconds / 3600:.1f} h on {where}"
+    parts = "; ".join(f"{duration(seconds)} on {where}"
                       for where, seconds in sorted(by_where.items(), key=lambda item: -item[1]))
-    total = sum(by_where.values()) / 3600
-    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}, {total:.1f} hours of wall time" + (
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}, {duration(sum(by_where.values()))} of wall time" + (
         f" ({parts})" if parts else "")
+
+
+def duration(seconds: float) -> str:
+    """``3.5 h`` from an hour on, ``12 min`` below."""
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
 def hardware(record: dict) -> str:
