@@ -34,8 +34,11 @@ def mean_std(values: Iterable[float], digits: int = 1, empty: str = "not run") -
 
 
 def minutes(runs: list[dict]) -> str:
-    """Mean wall time of ``runs`` in minutes, ``—`` when there are none."""
-    return f"{statistics.mean(r['wall_time_s'] for r in runs) / 60:.0f}" if runs else "—"
+    """Mean wall time of ``runs`` in minutes (one decimal below ten), ``—`` when there are none."""
+    if not runs:
+        return "—"
+    mean = statistics.mean(r["wall_time_s"] for r in runs) / 60
+    return f"{mean:.1f}" if mean < 10 else f"{mean:.0f}"
 
 
 def compute_used(runs: list[dict]) -> str:
