@@ -667,14 +667,14 @@ def compute_lines(runs: list[dict]) -> list[str]:
     """What the runs cost: in all, and split between the papers' settings and the other settings."""
     if not runs:
         return []
-    varied = [r for r in runs if departures(r["config"])]
 
-    def hours(some: list[dict]) -> str:
+    def cost(some: list[dict]) -> str:
         return f"{len(some)} run{'s' if len(some) != 1 else ''} and {duration(sum(r['wall_time_s'] for r in some))}"
 
     papers = [r for r in runs if not departures(r["config"])]
-    return [f"Compute: {compute_used(runs)}: {hours(papers)} in the papers' settings (the table above), "
-            f"{hours(varied)} in other settings (below). Wall time counts each epoch's dev evaluation and any "
+    varied = [r for r in runs if departures(r["config"])]
+    return [f"Compute: {compute_used(runs)}: {cost(papers)} in the papers' settings (the table above), "
+            f"{cost(varied)} in other settings (below). Wall time counts each epoch's dev evaluation and any "
             "time lost to other jobs on the machine.", ""]
 
 
