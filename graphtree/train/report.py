@@ -46,7 +46,8 @@ def compute_used(runs: list[dict]) -> str:
     x86_64, 2 CPUs)``."""
     by_where: dict[str, float] = {}
     for r in runs:
-        by_where[hardware(r)] = by_where.get(hardware(r), 0.0) + r["wall_time_s"]
+        where = hardware(r)
+        by_where[where] = by_where.get(where, 0.0) + r["wall_time_s"]
     parts = "; ".join(f"{duration(seconds)} on {where}"
                       for where, seconds in sorted(by_where.items(), key=lambda item: -item[1]))
     return f"{len(runs)} run{'s' if len(runs) != 1 else ''}, {duration(sum(by_where.values()))} of wall time" + (
