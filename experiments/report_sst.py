@@ -36,6 +36,9 @@ TENG = "Teng & Zhang 2017"
 PAPER_NAMES = {"tai": TAI, "zhu": ZHU, "le_zuidema": LZ, "teng": TENG}
 GLOVE_300 = "GloVe 840B 300d, tuned"
 GLOVE_50 = "GloVe 6B 50d, tuned"
+# A Teng & Zhang model on random vectors: the paper used GloVe 840B 300d, so this is a departure, listed
+# next to the model's GloVe row.
+RANDOM_FOR_GLOVE = "random 300d vectors U(±0.05) (paper GloVe 840B 300d)"
 
 # One row per result the issue asks for. match: the run config values that define the row (keys absent from
 # match must be at their defaults: see DEFAULTS). paper: (fine root, fine phrase, binary root, binary phrase).
@@ -131,6 +134,8 @@ def departures(config: dict) -> list[str]:
                 if config.get(key, paper[key]) != paper[key]]
     if config.get("random_init", "uniform") == "normal":
         changes.append("random vectors N(0, 1) (ours U(±0.05); the paper gives none)")
+    if config.get("embeddings") == "random" and config["paper"] == "teng":
+        changes.append(RANDOM_FOR_GLOVE)
     if config.get("share_input_weights"):
         changes.append("top-down input maps and biases shared by both positions (Table 4's count and the "
                        "released code; eq 14 gives each position its own)")
@@ -460,26 +465,31 @@ def format_p(p: float) -> str:
 
 
 def vectors_gain_lines(runs: list[dict]) -> list[str]:
-    """What pretrained vectors add over random ones for the Constituency Tree-LSTM: ours (50d) and Tai's (300d).
-
-    The one model with both rows gives the measured size of the input's effect, behind every GloVe row's gap.
-    """
+    """What GloVe 6B 50d adds over random vectors, for each model run with both, next to what Tai's 840B 300d
+    vectors add to theirs: the measured size of the input's effect, behind every GloVe row's gap."""
     rows = {row["name"]: row for row in ROWS}
-    random_row, glove_row = rows["Constituency Tree-LSTM, random vectors"], rows["Constituency Tree-LSTM, GloVe"]
+    tai_random, tai_glove = rows["Constituency Tree-LSTM, random vectors"], rows["Constituency Tree-LSTM, GloVe"]
     lines = []
-    for task in ("fine", "binary"):
-        random_acc, glove_acc = root_accuracies(random_row, runs, task), root_accuracies(glove_row, runs, task)
-        if not random_acc or not glove_acc:
-            continue
-        ours_random, ours_glove = statistics.mean(random_acc), statistics.mean(glove_acc)
-        tai_random, tai_glove = paper_root(random_row, task), paper_root(glove_row, task)
-        lines.append(f"- {task}: GloVe 6B 50d adds {ours_glove - ours_random:+.1f} points over random vectors "
-                     f"here ({ours_random:.1f} → {ours_glove:.1f}); Tai's 840B 300d vectors add "
-                     f"{tai_glove - tai_random:+.1f} ({tai_random:.1f} → {tai_glove:.1f}).")
+    for name, random_runs, glove_row in (
+            ("Constituency Tree-LSTM", row_runs(tai_random, runs), tai_glove),
+            ("BiConTree (gated heads)", [r for r in runs if departures(r["config"]) == [RANDOM_FOR_GLOVE]
+                                         and varied_row(r["config"]) is rows["BiConTree (gated heads)"]],
+             rows["BiConTree (gated heads)"])):
+        for task in ("fine", "binary"):
+            random_acc = [r["test"]["root"] for r in random_runs if task_of(r) == task]
+            glove_acc = root_accuracies(glove_row, runs, task)
+            if not random_acc or not glove_acc:
+                continue
+            ours_random, ours_glove = statistics.mean(random_acc), statistics.mean(glove_acc)
+            paper_random, paper_glove = paper_root(tai_random, task), paper_root(tai_glove, task)
+            lines.append(f"- {name}, {task}: GloVe 6B 50d adds {ours_glove - ours_random:+.1f} points over random "
+                         f"vectors here ({ours_random:.1f} → {ours_glove:.1f}, {len(random_acc)} and "
+                         f"{len(glove_acc)} seeds); Tai's 840B 300d vectors add {paper_glove - paper_random:+.1f} "
+                         f"to the Constituency Tree-LSTM ({paper_random:.1f} → {paper_glove:.1f}).")
     if not lines:
         return []
-    return ["What the vectors are worth, on the one model run with both (Constituency Tree-LSTM, root accuracy "
-            "over seeds):", "", *lines, ""]
+    return ["What the vectors are worth, on the models run with both (test root accuracy, mean over seeds):", "",
+            *lines, ""]
 
 
 # Papers that report one model picked by dev among several runs, not a mean: how many runs they pick from.
@@ -573,6 +583,14 @@ def swapped_settings_lines(runs: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def varied_row(config: dict) -> dict | None:
+    """The row a run outside the papers' settings varies: the one it matches but for those settings, or for a run
+    on random vectors where the paper used GloVe, the model's GloVe row."""
+    candidates = [config] + ([{**config, "embeddings": "glove50"}] if RANDOM_FOR_GLOVE in departures(config) else [])
+    return next((row for candidate in candidates for row in ROWS
+                 if matches(candidate, row["match"], paper_settings=False)), None)
+
+
 def variant_groups(runs: list[dict], split: str = "test") -> dict[tuple[str, str, str], list[float]]:
     """Root accuracies on ``split`` (at the dev-selected epoch) of the runs outside their paper's settings, keyed by
     (row they vary, task, change)."""
@@ -581,7 +599,7 @@ def variant_groups(runs: list[dict], split: str = "test") -> dict[tuple[str, str
         changes = departures(r["config"])
         if not changes:
             continue
-        row = next((row for row in ROWS if matches(r["config"], row["match"], paper_settings=False)), None)
+        row = varied_row(r["config"])
         name = row["name"] if row else r["config"]["model"]
         groups.setdefault((name, task_of(r), ", ".join(changes)), []).append(r[split]["root"])
     return groups
