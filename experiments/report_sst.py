@@ -485,7 +485,9 @@ def vectors_gain_lines(runs: list[dict]) -> list[str]:
             lines.append(f"- {name}, {task}: GloVe 6B 50d adds {ours_glove - ours_random:+.1f} points over random "
                          f"vectors here ({ours_random:.1f} → {ours_glove:.1f}, {len(random_acc)} and "
                          f"{len(glove_acc)} seeds); Tai's 840B 300d vectors add {paper_glove - paper_random:+.1f} "
-                         f"to the Constituency Tree-LSTM ({paper_random:.1f} → {paper_glove:.1f}).")
+                         f"to the Constituency Tree-LSTM ({paper_random:.1f} → {paper_glove:.1f}). Our random-vector "
+                         f"mean plus Tai's gain: {ours_random + paper_glove - paper_random:.1f}, against the "
+                         f"paper's {paper_root(glove_row, task):.1f} for this model.")
     if not lines:
         return []
     return ["What the vectors are worth, on the models run with both (test root accuracy, mean over seeds):", "",
