@@ -470,11 +470,10 @@ def vectors_gain_lines(runs: list[dict]) -> list[str]:
     rows = {row["name"]: row for row in ROWS}
     tai_random, tai_glove = rows["Constituency Tree-LSTM, random vectors"], rows["Constituency Tree-LSTM, GloVe"]
     lines = []
-    for name, random_runs, glove_row in (
-            ("Constituency Tree-LSTM", row_runs(tai_random, runs), tai_glove),
-            ("BiConTree (gated heads)", [r for r in runs if departures(r["config"]) == [RANDOM_FOR_GLOVE]
-                                         and varied_row(r["config"]) is rows["BiConTree (gated heads)"]],
-             rows["BiConTree (gated heads)"])):
+    on_random = [r for r in runs if departures(r["config"]) == [RANDOM_FOR_GLOVE]]
+    pairs = [("Constituency Tree-LSTM", row_runs(tai_random, runs), tai_glove)]
+    pairs += [(row["name"], [r for r in on_random if varied_row(r["config"]) is row], row) for row in ROWS]
+    for name, random_runs, glove_row in pairs:
         for task in ("fine", "binary"):
             random_acc = [r["test"]["root"] for r in random_runs if task_of(r) == task]
             glove_acc = root_accuracies(glove_row, runs, task)

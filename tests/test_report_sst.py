@@ -198,6 +198,10 @@ def test_teng_models_on_random_vectors_vary_their_glove_row():
         r.update(wall_time_s=60.0, threads=1, machine="x86_64, 2 CPUs")
     assert "2 runs and 2 min in the papers' settings (the table above), 2 runs and 2 min in other settings" in \
         report_sst.compute_lines(glove + rand)[0]
+    # every Teng & Zhang row with runs on both inputs gets its line: ConTree fine, 46.0 -> 49.0 is +3.0
+    contree = [run("contree", True, v, embeddings=e) for v, e in ((46.0, "random"), (49.0, "glove50"))]
+    assert line_of(report_sst.vectors_gain_lines(glove + rand + contree), "- ConTree, fine:").startswith(
+        "- ConTree, fine: GloVe 6B 50d adds +3.0 points over random vectors here (46.0 → 49.0, 1 and 1 seeds)")
     # Tai's random-vector row stays a reproduction
     assert report_sst.departures(run("nary", True, 45.0, embeddings="random")["config"]) == []
 
