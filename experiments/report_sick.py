@@ -1,28 +1,45 @@
 """Build experiments/results/sick.md, sick_by_length.png and the README's SICK section from the per-run JSON files.
 
-    python experiments/report_sick.py
+    python experiments/report_sick.py                  # the committed results, and README's SICK section
+    python experiments/report_sick.py --results runs   # your own runs: runs/sick.md and the plot, README untouched
 
-Every number of ours comes from ``experiments/results/sick/*.json`` (written by
+Every number of ours comes from ``<results>/sick/*.json`` (written by
 ``experiments/sick.py``); the only numbers typed here are Tai et al.'s (Table 3).
 A row pools the full runs of its model: mean ± sample standard deviation
 (n - 1) over seeds of the dev-selected test Pearson r, Spearman ρ and MSE. Rows
-without runs say "not run"; the plot shows only models with runs.
+without runs say "not run"; the plot shows only models with runs. Each row names
+the commits its runs come from, and a row whose runs predate the current
+numerics (``graphtree.train.provenance``) carries a stale mark.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sick import EPOCHS, MODELS  # the models and their default epochs
 
-from graphtree.train.report import compute_used, hardware, load_runs, mean_std, minutes, write_readme_section
+from graphtree.train.report import (
+    Provenance,
+    compute_used,
+    hardware,
+    load_runs,
+    mean_std,
+    minutes,
+    provenance_lines,
+    results_folder,
+    shown,
+    stale_footnote,
+    stale_mark,
+    target_line,
+    write_readme_section,
+)
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "experiments" / "results"
-RUNS = RESULTS / "sick"
+RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
 
 # Tai et al. 2015, Table 3 (mean over 5 runs, GloVe 840B 300d, fixed): Pearson r, Spearman ρ, MSE.
 PAPER = {
@@ -33,33 +50,54 @@ PAPER = {
     "mean": (0.7577, 0.6738, 0.4557),
 }
 METRICS = ("pearson", "spearman", "mse")
+# The target: the Dependency Tree-LSTM's mean test Pearson r over seeds (with our 50d vectors).
+TARGET = ("dependency", 0.85)
 
 
-def full_runs() -> list[dict]:
+def full_runs(results: Path = RESULTS) -> list[dict]:
     """Every full run at the default epochs."""
-    return load_runs(RUNS, "sick", lambda r: r["config"]["epochs"] == EPOCHS)
+    return load_runs(results / "sick", "sick", lambda r: r["config"]["epochs"] == EPOCHS)
 
 
-def table(runs: list[dict]) -> list[str]:
-    lines = ["| Model (Tai et al. Table 3) | Pearson r | Spearman ρ | MSE | Seeds | Minutes per run |",
-             "|---|---|---|---|---|---|"]
+def command_for(model: str) -> str:
+    return f"python experiments/sick.py --model {model} --seeds 1 2 3"
+
+
+def model_runs(runs: list[dict], model: str) -> list[dict]:
+    return [r for r in runs if r["config"]["model"] == model]
+
+
+def table(runs: list[dict], prov: Provenance | None = None) -> list[str]:
+    lines = ["| Model (Tai et al. Table 3) | Pearson r | Spearman ρ | MSE | Seeds | Minutes per run | Code |",
+             "|---|---|---|---|---|---|---|"]
     for model, spec in MODELS.items():
-        mine = [r for r in runs if r["config"]["model"] == model]
-        cells = [f"{mean_std([r['test'][m] for r in mine], 4)} ({paper:.4f})"
+        mine = model_runs(runs, model)
+        mark = stale_mark(prov, mine)
+        cells = [f"{mean_std([r['test'][m] for r in mine], 4)}{mark} ({paper:.4f})"
                  for m, paper in zip(METRICS, PAPER[model])]
         wall = mean_std([r["wall_time_s"] / 60 for r in mine], 1, empty="—")
-        lines.append(f"| {spec['name']} | " + " | ".join(cells) + f" | {len(mine)} | {wall} |")
+        code = prov.code(mine) if prov is not None and mine else "—"
+        lines.append(f"| {spec['name']} | " + " | ".join(cells) + f" | {len(mine)} | {wall} | {code} |")
     return lines
 
 
-def runs_table(runs: list[dict]) -> list[str]:
-    lines = ["| Run | Best epoch / epochs | Dev r | Test r | Test ρ | Test MSE | s per epoch (train) | Where |",
-             "|---|---|---|---|---|---|---|---|"]
+def runs_table(runs: list[dict], prov: Provenance | None = None) -> list[str]:
+    lines = ["| Run | Best epoch / epochs | Dev r | Test r | Test ρ | Test MSE | s per epoch (train) | Where | Code |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: r["run"]):
         lines.append(f"| {r['run']} | {r['best_epoch']} / {len(r['history'])} | {r['dev']['pearson']:.4f} | "
                      f"{r['test']['pearson']:.4f} | {r['test']['spearman']:.4f} | {r['test']['mse']:.4f} | "
-                     f"{r['train_seconds_per_epoch']:.0f} | {hardware(r)} |")
+                     f"{r['train_seconds_per_epoch']:.0f} | {hardware(r)} | "
+                     f"{prov.origin(r) if prov is not None else '—'} |")
     return lines
+
+
+def target(runs: list[dict], prov: Provenance | None = None) -> str:
+    """The target, checked on the mean over seeds: met or missed, with the figure."""
+    model, floor = TARGET
+    mine = model_runs(runs, model)
+    return target_line(f"{MODELS[model]['name']}, test Pearson r", floor, [r["test"]["pearson"] for r in mine], 4,
+                       floor_digits=2, mark=stale_mark(prov, mine))
 
 
 def by_length(run: dict) -> tuple[list[int], list[float]]:
@@ -68,7 +106,7 @@ def by_length(run: dict) -> tuple[list[int], list[float]]:
     return curve["length"], curve["pearson"]
 
 
-def plot(runs: list[dict]) -> bool:
+def plot(runs: list[dict], out: Path = RESULTS) -> bool:
     """Mean over seeds of r by length, one line per model with runs; False when there is nothing to draw."""
     series = []
     for model, spec in MODELS.items():
@@ -92,68 +130,104 @@ def plot(runs: list[dict]) -> bool:
     ax.set_title("SICK: Pearson r by sentence length (cf. Tai et al. Fig. 4)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "sick_by_length.png", dpi=120)
+    fig.savefig(out / "sick_by_length.png", dpi=120)
     plt.close(fig)
     return True
 
 
-def report(runs: list[dict], plotted: bool) -> str:
+def report(runs: list[dict], plotted: bool, prov: Provenance | None = None, results: str = "experiments/results",
+           others: Sequence[dict] = ()) -> str:
+    """sick.md. ``results``: the results folder as the report names it; ``others``: the runs at other epochs."""
+    script = "python experiments/report_sick.py" + ("" if results == "experiments/results" else f" --results {results}")
     lines = ["# SICK semantic relatedness: our runs next to Tai et al. (2015), Table 3", "",
-             "Generated by `python experiments/report_sick.py` from `experiments/results/sick/*.json`; do not edit.",
+             f"Generated by `{script}` from `{results}/sick/*.json`; do not edit.",
              "", "Test Pearson r, Spearman ρ and MSE of the epoch with the best dev Pearson r: mean ± sample "
-             "standard deviation over seeds, Tai et al.'s number (mean of 5 runs) in parentheses.", ""]
-    lines += table(runs)
+             "standard deviation over seeds, Tai et al.'s number (mean of 5 runs) in parentheses. Code: the commits "
+             "the row's runs come from (see Provenance below).", ""]
+    lines += table(runs, prov)
+    if any(stale_mark(prov, model_runs(runs, model)) for model in MODELS):
+        lines += ["", stale_footnote(commands="under Commands below")]
     lines += ["", "Settings: Tai et al.'s similarity network (eq 15, hidden layer 50), KL loss to the sparse "
               "target, AdaGrad 0.05, minibatch 25, per-minibatch L2 1e-4, no dropout, word vectors held fixed, "
               f"{EPOCHS} epochs; memory sizes of Tai's Table 1 (150; 142 for the Constituency Tree-LSTM). "
               "Differences: GloVe 6B 50d vectors instead of 840B 300d; the Constituency Tree-LSTM runs on the "
               "Stanford dependency trees binarized (`graphtree.data.spacy.binarize`), not on constituency "
               "parses.", ""]
+    lines += ["## Target", "", f"- {target(runs, prov)}", ""]
     lines += [f"Compute: {compute_used(runs)}.", ""] if runs else []
     lines += ["![Pearson r by sentence length](sick_by_length.png)", ""] if plotted else \
         ["Plot of Pearson r by sentence length: no runs yet.", ""]
-    lines += ["## Runs", ""] + (runs_table(runs) if runs else ["No runs yet."])
-    lines += other_epochs()
+    if prov is not None:
+        rows = [(spec["name"], model_runs(runs, model), command_for(model)) for model, spec in MODELS.items()]
+        rows += [(f"{name}, {epochs} epochs", mine, command) for name, epochs, mine, command in epoch_groups(others)]
+        lines += provenance_lines(prov, rows)
+    lines += ["## Runs", ""] + (runs_table(runs, prov) if runs else ["No runs yet."])
+    lines += other_epochs(others, prov)
     lines += ["", "## Commands", "", "```"]
-    lines += [f"python experiments/sick.py --model {m} --seeds 1 2 3    # {s['name']}" for m, s in MODELS.items()]
-    lines += ["python experiments/report_sick.py", "```", ""]
+    lines += [f"{command_for(m)}    # {s['name']}" for m, s in MODELS.items()]
+    lines += [script, "```", ""]
     return "\n".join(lines)
 
 
-def other_epochs() -> list[str]:
-    """Runs at other epoch counts than the default (checks of the training length), pooled by model and epochs."""
-    runs = load_runs(RUNS, "sick", lambda r: r["config"]["epochs"] != EPOCHS)
+def other_runs(results: Path = RESULTS) -> list[dict]:
+    """Runs at other epoch counts than the default (checks of the training length)."""
+    return load_runs(results / "sick", "sick", lambda r: r["config"]["epochs"] != EPOCHS)
+
+
+def epoch_groups(runs: Sequence[dict]) -> list[tuple[str, int, list[dict], str]]:
+    """``runs`` pooled by model and epochs: (model name, epochs, runs, the command of the first)."""
+    groups = []
+    for model, epochs in sorted({(r["config"]["model"], r["config"]["epochs"]) for r in runs}):
+        mine = [r for r in runs if (r["config"]["model"], r["config"]["epochs"]) == (model, epochs)]
+        groups.append((MODELS[model]["name"], epochs, mine, mine[0]["command"]))
+    return groups
+
+
+def other_epochs(runs: Sequence[dict], prov: Provenance | None = None) -> list[str]:
+    """Runs at other epoch counts than the default, pooled by model and epochs."""
     if not runs:
         return []
     lines = ["", f"## Other training lengths (not in the table above, which uses {EPOCHS} epochs)", "",
-             "| Model | Epochs | Pearson r | Spearman ρ | MSE | Seeds | Command |", "|---|---|---|---|---|---|---|"]
-    for model, epochs in sorted({(r["config"]["model"], r["config"]["epochs"]) for r in runs}):
-        mine = [r for r in runs if (r["config"]["model"], r["config"]["epochs"]) == (model, epochs)]
-        cells = " | ".join(mean_std([r["test"][m] for r in mine], 4) for m in METRICS)
-        lines.append(f"| {MODELS[model]['name']} | {epochs} | {cells} | {len(mine)} | `{mine[0]['command']}` |")
+             "| Model | Epochs | Pearson r | Spearman ρ | MSE | Seeds | Command | Code |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, epochs, mine, command in epoch_groups(runs):
+        mark = stale_mark(prov, mine)
+        cells = " | ".join(mean_std([r["test"][m] for r in mine], 4) + mark for m in METRICS)
+        code = prov.code(mine) if prov is not None else "—"
+        lines.append(f"| {name} | {epochs} | {cells} | {len(mine)} | `{command}` | {code} |")
     return lines
 
 
-def readme_section(runs: list[dict]) -> str:
+def readme_section(runs: list[dict], prov: Provenance | None = None) -> str:
     lines = ["## Results: SICK semantic relatedness", "",
              "Test Pearson r and MSE, mean ± std over seeds, Tai et al.'s Table 3 in parentheses; settings, "
-             "differences, Spearman ρ, the by-length plot and every run in `experiments/results/sick.md`.", "",
+             "differences, Spearman ρ, the by-length plot, every run and the commits the runs come from in "
+             "`experiments/results/sick.md`.", "",
              "| Model | Pearson r | MSE | Minutes per run (1 thread) | Command |", "|---|---|---|---|---|"]
+    marked = False
     for model, spec in MODELS.items():
-        mine = [r for r in runs if r["config"]["model"] == model]
+        mine = model_runs(runs, model)
         r_paper, _, mse_paper = PAPER[model]
-        lines.append(f"| {spec['name']} | {mean_std([r['test']['pearson'] for r in mine], 4)} ({r_paper:.4f}) | "
-                     f"{mean_std([r['test']['mse'] for r in mine], 4)} ({mse_paper:.4f}) | {minutes(mine)} | "
-                     f"`python experiments/sick.py --model {model} --seeds 1 2 3` |")
+        mark = stale_mark(prov, mine)
+        marked = marked or bool(mark)
+        lines.append(f"| {spec['name']} | {mean_std([r['test']['pearson'] for r in mine], 4)}{mark} ({r_paper:.4f}) "
+                     f"| {mean_std([r['test']['mse'] for r in mine], 4)}{mark} ({mse_paper:.4f}) | {minutes(mine)} | "
+                     f"`{command_for(model)}` |")
+    if marked:
+        lines += ["", stale_footnote("experiments/results/reproduced.json")]
+    lines += ["", f"Target: {target(runs, prov)}"]
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    runs = full_runs()
-    plotted = plot(runs)
-    (RESULTS / "sick.md").write_text(report(runs, plotted))
-    readme = write_readme_section(REPO / "README.md", "sick", readme_section(runs))
-    print(f"{len(runs)} runs -> {RESULTS / 'sick.md'}" + (", sick_by_length.png" if plotted else "")
+def main(argv: Sequence[str] | None = None) -> None:
+    results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
+    runs, others = full_runs(results), other_runs(results)
+    prov = Provenance.of(results, "sick")
+    plotted = plot(runs, results)
+    (results / "sick.md").write_text(report(runs, plotted, prov, shown(results, REPO), others))
+    # Only the committed results speak for the README: a report on one's own runs stays in their folder.
+    readme = committed and write_readme_section(REPO / "README.md", "sick", readme_section(runs, prov))
+    print(f"{len(runs)} runs -> {results / 'sick.md'}" + (", sick_by_length.png" if plotted else "")
           + (", README.md" if readme else ""))
 
 

