@@ -1,0 +1,60 @@
+"""What a results file records about the code and machine that produced it, and when its numbers went stale.
+
+A run's numbers are reproducible only together with the code that made them:
+the graphtree commit (and whether the work tree had uncommitted changes), the
+PyTorch version, the thread count and the path the cells' level math took
+(compiled kernels or PyTorch operators round differently). :func:`provenance`
+collects these for a results file.
+
+:data:`NUMERICS_VERSION` counts the changes to graphtree that alter the
+numbers a run produces (rounding included). Every results file records the
+version it ran at; the reports flag a row whose runs were made at an older
+version (or before runs recorded one) as stale, until it is rerun or one of
+its runs is shown to reproduce bit for bit at the current version
+(``experiments/reproduce.py``). Bump it, with a line in
+:data:`NUMERICS_HISTORY`, in the commit that changes the numbers; the slow test
+that reruns one committed run per task catches a change that forgets to.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import torch
+
+__all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "git_state", "provenance"]
+
+NUMERICS_VERSION = 1
+NUMERICS_HISTORY = {
+    1: "first recorded version: compiled level kernels and level loop for every cell (graphtree/csrc), "
+       "torch.addmm products, fused optimizer steps with weight copies remade every training pass",
+}
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_state(root: Path = PACKAGE_ROOT) -> tuple[str | None, bool | None]:
+    """``(commit, dirty)`` of the git work tree holding ``root``; ``(None, None)`` outside git."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        # Only tracked files count: untracked run outputs or caches do not change the code that ran.
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return commit or None, bool(status.strip())
+
+
+def provenance(threads: int, kernels: str) -> dict:
+    """The provenance block of a results file.
+
+    Args:
+        threads: The number of CPU threads the run used.
+        kernels: ``"compiled"`` where the cells ran on graphtree's compiled
+            kernels, ``"pytorch"`` where on PyTorch operators only.
+    """
+    commit, dirty = git_state()
+    return {"commit": commit, "dirty": dirty, "torch": torch.__version__, "threads": threads,
+            "kernels": kernels, "numerics": NUMERICS_VERSION}
