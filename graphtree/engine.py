@@ -283,9 +283,17 @@ class _LevelPass(torch.autograd.Function):
         return (None, None, None, None, *grad_inputs, *grad_params)
 
 
-def _native_kernels(*tensors: Tensor) -> ModuleType | None:
-    from .nn.native import native_kernels  # graphtree.nn imports this module
-    return native_kernels(*tensors)
+def _native_kernels(cell: torch.nn.Module, *tensors: Tensor) -> ModuleType | None:
+    """The compiled kernels for the backward pass's own helpers (the children's gradient scatter-add).
+
+    Built here only for a cell with compiled level math of its own (as :func:`_compiled_level_kernel` asks
+    for); for any other cell they are used only if this process has loaded them already, so a cell written
+    in PyTorch alone never waits minutes for a compiler on its first backward pass.
+    """
+    from .nn.native import native_kernels, native_kernels_if_loaded  # graphtree.nn imports this module
+    if getattr(cell, "native_level_kernel", None) is not None and _has_fused_backward(cell):
+        return native_kernels(*tensors)
+    return native_kernels_if_loaded(*tensors)
 
 
 def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequence[Tensor | None],
@@ -350,7 +358,7 @@ def _fused_backward(ctx, inputs, grad_states, grad_inputs) -> list[Tensor]:
     names = {id(p): name for name, p in cell.named_parameters()}
     grad_params = ParamGrads({names[id(p)]: torch.zeros_like(p) for p in ctx.params})
     needs_input_grad = tuple(g is not None for g in grad_inputs)
-    kernels = _native_kernels(*grad_states)
+    kernels = _native_kernels(cell, *grad_states)
     for level in reversed(range(plan.num_levels)):
         a, b = plan.ptr[level], plan.ptr[level + 1]
         level_grads = tuple(g[a:b] for g in grad_states)
@@ -383,7 +391,7 @@ def _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs) -> list[
     cell, plan, levels, params = ctx.cell, ctx.plan, ctx.levels, ctx.params
     grad_params = [torch.zeros_like(p) for p in params]
     detached = [buf.detach() for buf in buffers]
-    kernels = _native_kernels(*grad_states)  # the gradients below come from autograd.grad without a graph
+    kernels = _native_kernels(cell, *grad_states)  # the gradients below come from autograd.grad without a graph
     for level in reversed(range(plan.num_levels)):
         a, b = plan.ptr[level], plan.ptr[level + 1]
         with torch.enable_grad():

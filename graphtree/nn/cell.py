@@ -101,6 +101,8 @@ class TreeCell(MessagePassing):
         tensors. A kernel with a static ``derive`` (its transposed and rearranged weights) gets them from
         :meth:`derived_weights`: once per training pass, once in all in inference."""
         detached = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
+        # May build the kernels: only a cell's own native_level_kernel gets here, naming the compiled kernel it
+        # runs on (a cell written in PyTorch alone has none, and never causes a build).
         kernels = native_kernels(*inputs, *(a for a in detached if isinstance(a, Tensor)))
         if kernels is None:
             return None

@@ -7,25 +7,30 @@ kernels in ``graphtree/csrc`` do that work in one pass over the level's rows
 Teng & Zhang's lexicalized and top-down cells), and the propagation engine's
 level loop itself, for the cells whose whole level math is compiled (the
 N-ary, Child-Sum, S-LSTM and LSTM-RNN cells; see :mod:`graphtree.engine`). They are compiled with
-:func:`torch.utils.cpp_extension.load` the first time they are needed (about a
-minute, once per machine and PyTorch build; the result is kept in PyTorch's
-extension cache) and used for float32 CPU tensors outside autograd. Everything
-else, and every machine without a C++ compiler and ninja, takes the
-pure-PyTorch path, which computes the same function.
+:func:`torch.utils.cpp_extension.load` the first time one of these cells needs them (minutes on a small
+machine, once per install; one line on stderr says so when it starts and when it ends) and used for float32
+CPU tensors outside autograd. The build goes to a folder of its own under :func:`cache_root`, named by a
+hash of everything it depends on (:func:`build_directory`): installs that differ in any of it never touch
+each other's build, identical ones share it. Everything else, and every machine without a C++ compiler
+and ninja, takes the pure-PyTorch path, which computes the same function. A cell with no compiled kernel
+of its own never causes a build.
 
 ``GRAPHTREE_NATIVE`` chooses: ``auto`` (default: use the kernels if they build,
 otherwise warn once and fall back), ``1`` (use them; a failed build is an
-error) or ``0`` (never). :func:`use_native` overrides it in code.
+error) or ``0`` (never). :func:`use_native` overrides it in code; :func:`ensure_built` builds them up front,
+and :func:`build_seconds` says how long this process spent on it (so that a run can leave it out of its
+timings).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -33,18 +38,22 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-__all__ = ["native_kernels", "native_mode", "use_native"]
+__all__ = ["build_directory", "build_seconds", "cache_root", "ensure_built", "native_kernels",
+           "native_kernels_if_loaded", "native_mode", "use_native"]
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "csrc"
 SOURCES = ("bindings.cpp", "child_sum_level.cpp", "engine_ops.cpp", "head_level.cpp", "lstm_rnn_level.cpp",
            "nary_level.cpp", "peephole_level.cpp")
 STALE_LOCK_SECONDS = 600
 CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd"]
+BUILD_MINUTES = 6  # the first build, measured on a 2-core machine busy with two training runs (said when it starts)
+_LIBRARY_SUFFIX = ".pyd" if sys.platform == "win32" else ".so"  # what cpp_extension.load leaves in the folder
 
 _kernels: ModuleType | None = None
 _failed: str | None = None
 _override: bool | None = None
 _env_mode: str | None = None  # GRAPHTREE_NATIVE, read on first use
+_build_seconds = 0.0
 
 
 def native_mode() -> str:
@@ -69,7 +78,11 @@ def use_native(enabled: bool) -> Iterator[None]:
 
 
 def native_kernels(*tensors: Tensor) -> ModuleType | None:
-    """The compiled kernels if they should be used for ``tensors``, else ``None`` (take the PyTorch path)."""
+    """The compiled kernels if they should be used for ``tensors``, else ``None`` (take the PyTorch path).
+
+    Builds them on first use: only code that has a compiled kernel of its own calls this. Generic code
+    (the engine's backward for any cell) calls :func:`native_kernels_if_loaded`.
+    """
     # Called once or twice per level: kept to plain attribute reads (the variable is read once per process).
     global _env_mode
     if _override is not None:
@@ -89,36 +102,138 @@ def native_kernels(*tensors: Tensor) -> ModuleType | None:
     return _kernels if _kernels is not None else _load(strict=mode == "1")
 
 
+def native_kernels_if_loaded(*tensors: Tensor) -> ModuleType | None:
+    """:func:`native_kernels` where this process has loaded them already, else ``None``; never a build.
+
+    For helpers that serve every cell, such as the engine's scatter-add of children's gradients: a cell
+    written in PyTorch alone must not wait minutes for a compiler on its first backward pass.
+    """
+    return native_kernels(*tensors) if _kernels is not None else None
+
+
+def ensure_built() -> bool:
+    """Build (or load) the kernels now, where the mode allows; whether they are available.
+
+    For scripts and warm-ups that would rather pay the first build up front than inside a timed loop.
+    With ``GRAPHTREE_NATIVE=1`` a failed build raises; with ``auto`` it warns and returns ``False``.
+    """
+    mode = native_mode()
+    if mode == "0":
+        return False
+    return _load(strict=mode == "1") is not None
+
+
+def build_seconds() -> float:
+    """Seconds this process has spent building, waiting for or loading the kernels (failed attempts too)."""
+    return _build_seconds
+
+
+def cache_root() -> Path:
+    """graphtree's cache folder: ``$GRAPHTREE_CACHE``, else ``$XDG_CACHE_HOME/graphtree`` or ``~/.cache/graphtree``."""
+    explicit = os.environ.get("GRAPHTREE_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphtree"
+
+
+def _build_hash(*, executable: str, prefix: str, torch_version: str, torch_path: str, cpu: Sequence[str],
+                flags: Sequence[str], sources: Mapping[str, str]) -> str:
+    """The digest that names a build: equal inputs, equal name (identical installs share one build).
+
+    The interpreter and its prefix are in it because build.ninja embeds the environment's include and
+    library paths: two venvs sharing one folder rebuild each other's kernels in turn. -march=native code
+    is only valid on the processor it was built for. ``sources`` maps each file name to its text.
+    """
+    identity = {"executable": executable, "prefix": prefix, "torch_version": torch_version,
+                "torch_path": torch_path, "cpu": list(cpu), "flags": list(flags), "sources": dict(sources)}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _build_name() -> str:
-    # -march=native code is only valid on the processor it was built for: the name (and so the cache
-    # folder) depends on the processor, the PyTorch build and the sources.
+    """The extension's module name for this install (its build folder is :func:`build_directory`)."""
     from .functional import _cpu_description
-    identity = "\n".join([torch.__version__, *_cpu_description(), *CFLAGS,
-                          *(path.read_text() for path in sorted(SOURCE_DIR.glob("*.[ch]*")))])
-    return f"graphtree_native_{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+    # Every file of csrc (headers too) by content, and which of them are compiled.
+    sources = {path.name: path.read_text() for path in sorted(SOURCE_DIR.glob("*.[ch]*"))}
+    sources["compiled"] = "\n".join(SOURCES)
+    digest = _build_hash(executable=str(Path(sys.executable).resolve()), prefix=sys.prefix,
+                         torch_version=torch.__version__, torch_path=str(Path(torch.__file__).resolve().parent),
+                         cpu=_cpu_description(), flags=CFLAGS, sources=sources)
+    return f"graphtree_native_{digest}"
+
+
+def build_directory() -> Path:
+    """Where this install's kernels are built: its own folder under :func:`cache_root` (safe to delete)."""
+    return cache_root() / _build_name()
+
+
+def _say(message: str) -> None:
+    # tqdm.write clears any bar drawn on stderr (the trainer's), writes the line and redraws the bar, so the
+    # message stands on a line of its own instead of being overwritten or hidden behind a frozen bar.
+    from tqdm import tqdm
+    tqdm.write(message, file=sys.stderr)
+    sys.stderr.flush()
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{seconds:.1f} s"
+
+
+@contextmanager
+def _build_lock(folder: Path, name: str) -> Iterator[None]:
+    """Hold ``folder``'s build to this process; clear a lock file that a killed build left behind."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): PyTorch's lock file alone, taken as stale once no build could last
+        lock = folder / "lock"
+        if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
+            lock.unlink(missing_ok=True)
+        yield
+        return
+    # An advisory lock the operating system drops when its holder dies, however it dies: PyTorch's own lock
+    # file survives a killed build, and every later build would wait on it forever.
+    with open(folder / "graphtree.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not (folder / f"{name}{_LIBRARY_SUFFIX}").exists():  # not merely loading a finished build
+                _say(f"graphtree: waiting for another process's build of the same kernels in {folder}")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        # Every graphtree build of this folder holds the flock first: a PyTorch lock file seen now is stale.
+        (folder / "lock").unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _load(strict: bool) -> ModuleType | None:
-    global _kernels, _failed
+    global _kernels, _failed, _build_seconds
     if _kernels is not None:
         return _kernels
     if _failed is not None and not strict:
         return None
+    start = time.perf_counter()
     try:
         from torch.utils import cpp_extension
 
+        sources = [SOURCE_DIR / s for s in SOURCES]
+        missing = [path.name for path in sources if not path.is_file()]
+        if missing:  # an install without graphtree/csrc: nothing to announce, no folder to leave behind
+            raise FileNotFoundError(f"the kernels' sources are missing from {SOURCE_DIR}: {', '.join(missing)}")
         name = _build_name()
-        build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
-        lock = build_dir / "lock"
-        if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
-            # PyTorch's build lock, left by a process killed while compiling: every later build would wait on it
-            # forever. No build takes this long, so nobody holds it.
-            lock.unlink(missing_ok=True)
-        if not any(build_dir.glob(f"{name}*.so")):
-            print(f"graphtree: compiling the native kernels into {build_dir} (once, about a minute; "
-                  "GRAPHTREE_NATIVE=0 skips them)", file=sys.stderr, flush=True)
-        _kernels = cpp_extension.load(name=name, sources=[str(SOURCE_DIR / s) for s in SOURCES],
-                                      extra_cflags=CFLAGS, verbose=False)
+        folder = build_directory()
+        with _build_lock(folder, name):
+            compiling = not (folder / f"{name}{_LIBRARY_SUFFIX}").exists()
+            if compiling:
+                _say(f"graphtree: compiling the C++ kernels into {folder} (first use of this install; about "
+                     f"{BUILD_MINUTES} minutes on 2 cores; GRAPHTREE_NATIVE=0 skips them)")
+            # build_directory: PyTorch's shared extension cache would hold one build for every venv and checkout.
+            _kernels = cpp_extension.load(name=name, sources=[str(path) for path in sources],
+                                          extra_cflags=CFLAGS, build_directory=str(folder), verbose=False)
+        if compiling:
+            _say(f"graphtree: compiled the C++ kernels in {_duration(time.perf_counter() - start)}")
         return _kernels
     except Exception as error:  # no compiler, no ninja, a failed build: all mean "use PyTorch"
         if strict:
@@ -129,3 +244,5 @@ def _load(strict: bool) -> ModuleType | None:
                           RuntimeWarning, stacklevel=3)
         _failed = str(error)
         return None
+    finally:
+        _build_seconds += time.perf_counter() - start
