@@ -2,17 +2,19 @@
 
 One run per seed: encode both sentences, predict the rating with the similarity
 network of eq 15, train on the KL divergence to the sparse target, keep the
-epoch with the best dev Pearson r, test it, and write
-``experiments/results/sick/<run>.json`` (config, per-epoch metrics, test Pearson r,
-Spearman ρ and MSE, the test predictions with each pair's mean sentence length
-for the plot by length, wall time) with the per-epoch ``<run>.csv`` beside it.
-Checkpoints go to ``experiments/checkpoints/sick/<run>.pt``; running the same
-command again resumes a killed run and skips a finished one.
+epoch with the best dev Pearson r, test it, and write ``runs/sick/<run>.json``
+(config, per-epoch metrics, test Pearson r, Spearman ρ and MSE, Pearson r by
+sentence length for the plot, wall time, provenance) with the per-epoch
+``<run>.csv`` beside it; ``--out DIR`` writes under ``DIR`` instead. Checkpoints
+go to ``runs/checkpoints/sick/<run>.pt``; running the same command again resumes
+a killed run and skips a finished one. The committed reference results are in
+``experiments/results/sick/``; ``python experiments/report_sick.py --results runs``
+reports on yours.
 
     python experiments/sick.py --model dependency --seeds 1 2 3
     python experiments/sick.py --model constituency --seeds 1 2 3
     python experiments/sick.py --model lstm --seeds 1 2 3
-    python experiments/sick.py --model mean --quick           # a few minutes, results under experiments/runs/
+    python experiments/sick.py --model mean --quick           # a minute, results under runs/quick/
 
 Trees are the Stanford dependency parses of Tai et al.'s preprocessing. The
 "constituency" model is the binary N-ary Tree-LSTM on those dependency trees
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from dataclasses import replace
@@ -53,12 +54,15 @@ from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, seed_everything
 from graphtree.train.pairs import PairTrainer, pearson_by_length
 from graphtree.train.runs import (
+    RunPaths,
     add_run_arguments,
+    check_embeddings,
     default_mirror,
     finished_run,
-    machine_description,
+    main_guard,
     quick_sample,
     resolve_device,
+    run_record,
 )
 from graphtree.vocab import Vocab
 
@@ -79,9 +83,6 @@ EPOCHS = 10              # Tai et al.'s code trains relatedness models for 10 ep
 OPTIMIZER = replace(PRESETS["tai"], embedding_lr=0.0)
 QUICK = dict(train=300, dev=100, test=200, epochs=2)   # --quick: a smoke run of the whole pipeline
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "experiments" / "results" / "sick"
-CHECKPOINTS = REPO / "experiments" / "checkpoints" / "sick"
-QUICK_DIR = REPO / "experiments" / "runs" / "quick" / "sick"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -89,8 +90,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--model", choices=list(MODELS), default="dependency")
     p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
     add_run_arguments(p, REPO, epochs_help=f"default {EPOCHS}",
-                      quick_help="small subset, 2 epochs; results under experiments/runs/")
-    return p.parse_args(argv)
+                      quick_help="small subset, 2 epochs; results under OUT/quick/")
+    args = p.parse_args(argv)
+    check_embeddings(args.embeddings, ("glove50",))
+    return args
 
 
 def side(pair: Data, which: str) -> Data:
@@ -146,7 +149,7 @@ def main(args: argparse.Namespace) -> None:
     cfg = dict(model=args.model, trees=spec["trees"], parses="stanford", embeddings=args.embeddings,
                freeze_embeddings=True, dim=vectors.dim, hidden=spec["hidden"], sim_hidden=SIM_HIDDEN,
                epochs=epochs, optimizer=OPTIMIZER.as_dict(), quick=args.quick)
-    results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
+    paths = RunPaths.under(args.out, "sick", args.quick)
 
     mirror = default_mirror(REPO)
     raw = {s: list(SICK(args.data_root, s, mirror=mirror, log=False)) for s in ("train", "dev", "test")}
@@ -164,16 +167,16 @@ def main(args: argparse.Namespace) -> None:
     for seed in args.seeds:
         name = f"{args.model}_{args.embeddings if args.embeddings == 'glove50' else Path(args.embeddings).stem}"
         name += (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + f"_s{seed}"
-        if finished_run(results, name, cfg) is not None:
-            print(f"{name}: finished earlier ({results.name}/{name}.json), skipped", file=sys.stderr)
+        if finished_run(paths.results, name, cfg) is not None:
+            print(f"{name}: finished earlier ({paths.results / name}.json), skipped", file=sys.stderr)
             continue
         seed_everything(seed)
         model = build_model(args.model, len(vocab), vectors.dim, embedding_matrix(vocab, vectors, missing="mean"))
         model.to(device)
         optimizer = PaperOptimizer.for_model(model, model.encoder.embedding, OPTIMIZER)
         trainer = PairTrainer(model, optimizer, epochs=epochs, batch_size=OPTIMIZER.batch_size, seed=seed,
-                              loss_fn=similarity_loss, checkpoint=checkpoints / f"{name}.pt",
-                              metrics_csv=results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
+                              loss_fn=similarity_loss, checkpoint=paths.checkpoints / f"{name}.pt",
+                              metrics_csv=paths.results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
                               progress=not args.no_progress, desc=name, device=device)
         fit = trainer.fit(train_set, dev_set)
         test, pred, gold = trainer.evaluate(test_set)
@@ -187,10 +190,9 @@ def main(args: argparse.Namespace) -> None:
             "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
             "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
                                                      if not n.startswith("encoder.embedding.")),
-            "threads": args.threads, "device": str(device), "torch": torch.__version__,
-            "python": platform.python_version(), "machine": machine_description(device),
+            **run_record(args.threads, device),
         }
-        atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
+        atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
         began = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
         print(f"{name}: best dev epoch {fit.best_epoch}, dev r {fit.best_dev['pearson']:.4f}, test r "
               f"{test['pearson']:.4f}, ρ {test['spearman']:.4f}, MSE {test['mse']:.4f}, {fit.seconds:.0f} s{began}",
@@ -199,5 +201,5 @@ def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     start = time.perf_counter()
-    main(parse_args(sys.argv[1:]))
+    main_guard(lambda: main(parse_args(sys.argv[1:])), "sick.py")
     print(f"wall time {time.perf_counter() - start:.0f} s", file=sys.stderr)

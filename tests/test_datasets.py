@@ -1,7 +1,7 @@
 """SST, SICK and TREC datasets: download path (served from a local HTTP mirror), processing, bad input.
 
 Synthetic corpora are built here, with expected labels written out by hand;
-the real corpora are read from ``../shared/data`` when present.
+the real corpora are read from ``$GRAPHTREE_MIRROR`` or ``../shared/data`` when present.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from corpora import CORPORA, needs_corpora
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
@@ -35,8 +36,6 @@ from graphtree.datasets import (
 )
 from graphtree.engine import schedule_of
 from graphtree.vocab import Vocab
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)
@@ -452,13 +451,12 @@ def test_sick_parsed_with_spacy_from_semeval_zip(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- the real corpora
 
-needs_data = pytest.mark.skipif(not SHARED_DATA.is_dir(),
-                                reason=f"real corpora not found at {SHARED_DATA} (see its README.md)")
+needs_data = needs_corpora
 
 
 def _root_labels(split: str) -> list[int]:
     # Independent of the PTB reader: the root label is the number after the first bracket.
-    with zipfile.ZipFile(SHARED_DATA / "sst" / "trainDevTestTrees_PTB.zip") as zf:
+    with zipfile.ZipFile(CORPORA / "sst" / "trainDevTestTrees_PTB.zip") as zf:
         lines = zf.read(f"trees/{split}.txt").decode().splitlines()
     return [int(re.match(r"\((\d)", line).group(1)) for line in lines if line.strip()]
 
@@ -466,8 +464,8 @@ def _root_labels(split: str) -> list[int]:
 @needs_data
 @pytest.mark.parametrize("split", ["dev", pytest.param("test", marks=pytest.mark.slow)])
 def test_real_sst(tmp_path, split):
-    fine = SST(tmp_path, split, mirror=SHARED_DATA)
-    binary = SST(tmp_path, split, fine_grained=False, mirror=SHARED_DATA)
+    fine = SST(tmp_path, split, mirror=CORPORA)
+    binary = SST(tmp_path, split, fine_grained=False, mirror=CORPORA)
     roots = _root_labels(split)
     assert len(fine) == len(roots) == {"dev": 1101, "test": 2210}[split]
     assert len(binary) == sum(r != 2 for r in roots) == {"dev": 872, "test": 1821}[split]
@@ -482,8 +480,8 @@ def test_real_sst(tmp_path, split):
 
 @needs_data
 def test_real_sick_dev(tmp_path):
-    dev = SICK(tmp_path, "dev", mirror=SHARED_DATA)
-    folder = SHARED_DATA / "sick" / "dependency_parses" / "dev"
+    dev = SICK(tmp_path, "dev", mirror=CORPORA)
+    folder = CORPORA / "sick" / "dependency_parses" / "dev"
     scores = [float(x) for x in (folder / "sim.txt").read_text().split()]
     assert len(dev) == 500
     torch.testing.assert_close(dev.score, torch.tensor(scores))
@@ -495,8 +493,8 @@ def test_real_sick_dev(tmp_path):
 @needs_data
 @pytest.mark.usefixtures("nlp")
 def test_real_trec_test(tmp_path):
-    test = TREC(tmp_path, "test", mirror=SHARED_DATA)
-    lines = (SHARED_DATA / "trec" / "TREC_10.label").read_text(encoding="latin-1").splitlines()
+    test = TREC(tmp_path, "test", mirror=CORPORA)
+    lines = (CORPORA / "trec" / "TREC_10.label").read_text(encoding="latin-1").splitlines()
     assert len(test) == 500
     assert test.coarse.view(-1).tolist() == [COARSE.index(line.split(":")[0]) for line in lines]
     assert int(test.is_root.sum()) == 500
@@ -507,10 +505,10 @@ def test_real_trec_test(tmp_path):
 @pytest.mark.usefixtures("nlp")
 def test_real_full_counts(tmp_path):
     for split, n, n_binary in (("train", 8544, 6920), ("dev", 1101, 872), ("test", 2210, 1821)):
-        assert len(SST(tmp_path, split, mirror=SHARED_DATA, log=False)) == n
-        assert len(SST(tmp_path, split, fine_grained=False, mirror=SHARED_DATA, log=False)) == n_binary
+        assert len(SST(tmp_path, split, mirror=CORPORA, log=False)) == n
+        assert len(SST(tmp_path, split, fine_grained=False, mirror=CORPORA, log=False)) == n_binary
     for split, n in (("train", 4500), ("dev", 500), ("test", 4927)):
-        assert len(SICK(tmp_path, split, mirror=SHARED_DATA, log=False)) == n
-    sizes = {split: len(TREC(tmp_path, split, tree="binary", mirror=SHARED_DATA, log=False))
+        assert len(SICK(tmp_path, split, mirror=CORPORA, log=False)) == n
+    sizes = {split: len(TREC(tmp_path, split, tree="binary", mirror=CORPORA, log=False))
              for split in ("train", "dev", "test")}
     assert sizes == {"train": 4952, "dev": 500, "test": 500}

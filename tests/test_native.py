@@ -10,10 +10,7 @@ built (no C++ compiler or ninja).
 from __future__ import annotations
 
 import copy
-import os
 import random
-import time
-from pathlib import Path
 
 import pytest
 import test_lstm_rnn
@@ -554,17 +551,3 @@ def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
     assert native.native_kernels(torch.zeros(2, 2)) is None  # no second attempt, no second warning
     with native.use_native(True), pytest.raises(RuntimeError, match="could not be built"):
         native.native_kernels(torch.zeros(2, 2))
-
-
-def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_one(kernels, monkeypatch):
-    from torch.utils import cpp_extension
-
-    name = native._build_name()
-    lock = Path(cpp_extension._get_build_directory(name, verbose=False)) / "lock"
-    lock.write_text("")
-    old = time.time() - native.STALE_LOCK_SECONDS - 60
-    os.utime(lock, (old, old))
-    monkeypatch.setattr(native, "_kernels", None)
-    with native.use_native(True):
-        assert native._load(strict=True) is not None  # would wait forever on the lock
-    assert not lock.exists()

@@ -11,6 +11,7 @@ from graphtree.data import from_ptb
 from graphtree.models import NodeEmbedding, TreeClassifier
 from graphtree.nn import NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer
+from graphtree.train.runs import main_guard
 from graphtree.vocab import Vocab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
@@ -19,14 +20,36 @@ import sst
 CLASSES = ["negative", "positive"]
 
 
-def test_predict_names_a_missing_or_foreign_checkpoint(tmp_path, capsys):
+def predict_error(argv: list[str], capsys) -> str:
+    """The one line ``sst.py predict`` prints for a user error (exit status 2, no traceback)."""
     with pytest.raises(SystemExit) as exit_info:
-        sst.predict([str(tmp_path / "absent.pt"), "A film."])
-    assert exit_info.value.code == 2 and f"no checkpoint at {tmp_path / 'absent.pt'}" in capsys.readouterr().err
+        main_guard(lambda: sst.main(["predict", *argv]), "sst.py")
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_predict_names_a_missing_or_foreign_checkpoint(tmp_path, capsys):
+    assert f"no checkpoint at {tmp_path / 'absent.pt'}" in predict_error([str(tmp_path / "absent.pt"), "A film."],
+                                                                          capsys)
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
-    with pytest.raises(SystemExit):
-        sst.predict([str(tmp_path / "other.pt"), "A film."])
-    assert "is not a checkpoint of experiments/sst.py" in capsys.readouterr().err
+    assert "is not a checkpoint of experiments/sst.py" in predict_error([str(tmp_path / "other.pt"), "A film."],
+                                                                         capsys)
+    (tmp_path / "text.pt").write_text("not a checkpoint at all")
+    assert "does not load" in predict_error([str(tmp_path / "text.pt"), "A film."], capsys)
+    # A TREC run's checkpoint: a Trainer checkpoint, but of another experiment.
+    trec_cfg = dict(model="bicontree", trees="binary", parser="spacy", supervision="root")
+    torch.save({"config": trec_cfg, "extra": {}, "best": {"model": None}}, tmp_path / "trec.pt")
+    assert "checkpoint of another experiment" in predict_error([str(tmp_path / "trec.pt"), "A film."], capsys)
+
+
+def test_predict_names_an_empty_sentence_and_a_missing_picture_folder(tmp_path, capsys):
+    path = str(_checkpoint(tmp_path, Vocab(["a", "film"])))
+    capsys.readouterr()  # the training's own lines
+    assert "the sentence is empty" in predict_error([path, "   "], capsys)
+    missing = tmp_path / "no" / "such" / "tree.png"
+    assert f"the folder {missing.parent} does not exist" in predict_error([path, "A film.", "--png", str(missing)],
+                                                                         capsys)
 
 
 def _checkpoint(tmp_path: Path, vocab: Vocab) -> Path:

@@ -38,7 +38,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-__all__ = ["build_directory", "build_seconds", "cache_root", "ensure_built", "native_kernels",
+__all__ = ["build_directory", "build_seconds", "cache_root", "ensure_built", "kernels_loaded", "native_kernels",
            "native_kernels_if_loaded", "native_mode", "use_native"]
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "csrc"
@@ -121,6 +121,11 @@ def ensure_built() -> bool:
     if mode == "0":
         return False
     return _load(strict=mode == "1") is not None
+
+
+def kernels_loaded() -> bool:
+    """Whether this process has loaded the compiled kernels (so float32 CPU work of the cells ran on them)."""
+    return _kernels is not None
 
 
 def build_seconds() -> float:

@@ -135,10 +135,11 @@ class PairTrainer(Trainer):
                  checkpoint: str | os.PathLike | None = None, metrics_csv: str | os.PathLike | None = None,
                  config: dict[str, Any] | None = None, eval_batch_size: int = 256, progress: bool = True,
                  desc: str = "", extra: dict[str, Any] | None = None,
-                 device: str | torch.device | None = None) -> None:
+                 device: str | torch.device | None = None, verbose: bool = True) -> None:
         super().__init__(model, optimizer, epochs=epochs, batch_size=batch_size, seed=seed, checkpoint=checkpoint,
                          metrics_csv=metrics_csv, config=config, loss_fn=loss_fn,
-                         eval_batch_size=eval_batch_size, progress=progress, desc=desc, extra=extra, device=device)
+                         eval_batch_size=eval_batch_size, progress=progress, desc=desc, extra=extra, device=device,
+                         verbose=verbose)
 
     def _batch_loss(self, batch: Batch) -> Tensor:
         return self.loss_fn(self.model(batch), batch.target)
@@ -156,6 +157,9 @@ class PairTrainer(Trainer):
 
     def _last_dev(self, history: list[dict]) -> str:
         return f"{history[-1]['dev_pearson']:.3f}" if history else "-"
+
+    def _dev_summary(self, columns: dict[str, float]) -> str:
+        return f"dev r {columns['dev_pearson']:.4f}, dev MSE {columns['dev_mse']:.4f}"
 
     def evaluate(self, data: Sequence[Data]) -> tuple[dict[str, float], list[float], list[float]]:
         """Metrics, predictions and gold ratings of the current model on ``data`` (in order)."""

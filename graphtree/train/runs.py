@@ -1,4 +1,20 @@
-"""Run set-up shared by the experiment scripts: common flags, where the data comes from, quick subsets."""
+"""Run set-up shared by the experiment scripts: common flags, where runs go, where the data comes from, errors.
+
+Where runs go: every script writes under an output folder, ``runs/`` beside the
+experiments (ignored by git) unless ``--out DIR`` says otherwise, laid out as
+
+    DIR/<task>/<run>.json, <run>.csv            results and per-epoch metrics
+    DIR/checkpoints/<task>/<run>.pt             resumable checkpoints (the best-dev model inside)
+    DIR/quick/<task>/...                        --quick smoke runs, kept apart from full runs
+
+The committed reference results (``experiments/results``) have the same
+layout, so ``--out experiments/results`` adds a run to them; no ordinary run
+writes there.
+
+Errors: :func:`main_guard` turns the errors a user can act on (graphtree's input
+errors, a missing file, an unknown name) into one line on stderr and exit status
+2, as argparse does for a bad flag.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +22,73 @@ import argparse
 import json
 import os
 import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn, TypeVar
 
 import torch
 
 from ..datasets import MIRROR_ENV
+from ..errors import GraphtreeError
+from .provenance import provenance
 
-__all__ = ["add_run_arguments", "default_mirror", "finished_run", "machine_description", "quick_sample",
-           "resolve_device"]
+__all__ = ["RunError", "RunPaths", "add_run_arguments", "check_embeddings", "default_mirror", "fail",
+           "finished_run", "machine_description", "main_guard", "quick_sample", "resolve_device", "run_record"]
+
+T = TypeVar("T")
+
+
+class RunError(GraphtreeError):
+    """Something a user of the experiment scripts can fix: the message says what and how."""
+
+
+def fail(message: str) -> NoReturn:
+    """Stop a script with ``message`` as a user error (one line, exit status 2)."""
+    raise RunError(message)
+
+
+def main_guard(main: Callable[[], T], prog: str) -> T:
+    """Run ``main`` and return what it returns; a user error ends it with one line ``prog: error: ...`` and exit
+    status 2, no traceback."""
+    try:
+        return main()
+    except (GraphtreeError, FileNotFoundError) as error:
+        text = str(error) if not isinstance(error, FileNotFoundError) or not error.filename else (
+            f"no such file: {error.filename}")
+        print(f"{prog}: error: {' '.join(text.split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; the same command resumes from the last finished epoch", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, epochs_help: str, quick_help: str) -> None:
-    """The flags every experiment has: seeds, epochs, quick mode, threads, data root, progress bar."""
+    """The flags every experiment has: seeds, epochs, quick mode, output folder, threads, data root, progress bar."""
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--epochs", type=int, default=None, help=epochs_help)
     parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--out", default=str(repo / "runs"),
+                        help="output folder: results in OUT/<task>/, checkpoints in OUT/checkpoints/<task>/ "
+                             "(default: runs/ beside the experiments, ignored by git)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the same code runs on either)")
     parser.add_argument("--data-root", default=str(repo / "datasets"))
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (one line per epoch stays)")
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where the runs of one task go, under an output folder (see the module docstring)."""
+
+    results: Path
+    checkpoints: Path
+
+    @classmethod
+    def under(cls, out: str | os.PathLike, task: str, quick: bool = False) -> RunPaths:
+        root = Path(out) / "quick" if quick else Path(out)
+        return cls(root / task, root / "checkpoints" / task)
 
 
 def default_mirror(repo: Path) -> str | None:
@@ -35,6 +99,13 @@ def default_mirror(repo: Path) -> str | None:
     return str(shared) if shared.is_dir() else None
 
 
+def check_embeddings(name: str, allowed: tuple[str, ...]) -> None:
+    """A user error unless ``--embeddings`` is one of ``allowed`` or an existing GloVe text file."""
+    if name not in allowed and not Path(name).is_file():
+        fail(f"--embeddings {name}: not one of {', '.join(allowed)} and no such file; give one of those, or the "
+             "path of a GloVe text file (e.g. glove.840B.300d.txt)")
+
+
 def quick_sample(data: list, size: int) -> list:
     """A fixed random subset in corpus order (corpus files are often sorted by label, so not the first rows)."""
     keep = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:size]
@@ -43,9 +114,12 @@ def quick_sample(data: list, size: int) -> list:
 
 def resolve_device(name: str) -> torch.device:
     """The ``--device`` flag as a device, with a clear error when CUDA is asked for but absent."""
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        fail(f"--device {name}: not a device name; use cpu, cuda or cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit(f"--device {name}: this PyTorch sees no CUDA device (torch {torch.__version__})")
+        fail(f"--device {name}: this PyTorch sees no CUDA device (torch {torch.__version__}); use --device cpu")
     return device
 
 
@@ -58,13 +132,27 @@ def machine_description(device: torch.device | str = "cpu") -> str:
     return text
 
 
+def kernels_used(device: torch.device | str) -> str:
+    """``"compiled"`` where this process ran the cells on graphtree's compiled kernels, else ``"pytorch"``."""
+    from ..nn import native
+
+    return "compiled" if torch.device(device).type == "cpu" and native.kernels_loaded() else "pytorch"
+
+
+def run_record(threads: int, device: torch.device | str = "cpu") -> dict:
+    """The fields every results file ends with: threads, device, versions, machine and provenance."""
+    return {"threads": threads, "device": str(device), "torch": torch.__version__,
+            "python": platform.python_version(), "machine": machine_description(device),
+            "provenance": provenance(threads, kernels_used(device))}
+
+
 def finished_run(results: Path, name: str, config: dict) -> dict | None:
     """The record of run ``name`` if ``results/<name>.json`` holds it, written with these settings; else ``None``.
 
     Results files are what a run leaves behind for good (checkpoints are
     scratch and may be gone), so a script skips a seed whose results file
     exists rather than training it again. A file written with other settings
-    is an error, not something to overwrite.
+    is a user error, not something to overwrite.
     """
     path = Path(results) / f"{name}.json"
     if not path.is_file():
@@ -73,6 +161,6 @@ def finished_run(results: Path, name: str, config: dict) -> dict | None:
     stored, wanted = record.get("config", {}), json.loads(json.dumps(config))
     if stored != wanted:
         changed = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
-        raise ValueError(f"{path} holds a run with other settings (differing: {', '.join(changed)}); "
-                         "delete it to run again, or give this run another name")
+        fail(f"{path} holds a run with other settings (differing: {', '.join(changed)}); delete it to run again, "
+             "or write this run elsewhere with --out DIR")
     return record

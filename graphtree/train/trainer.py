@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from ..engine import schedule_of
 from ..models.classifier import node_loss
+from ..nn import native
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, set_rng_state
 from .metrics import Tally, evaluate
 from .optim import PaperOptimizer
@@ -99,6 +100,8 @@ class Trainer:
         desc: Label of the bar.
         extra: JSON-able extras stored in the checkpoint (e.g. the vocabulary).
         on_step: Called after every optimizer step with the global step number.
+        verbose: Print one line per epoch (loss, dev metrics, time) on stderr,
+            above the progress bar, which is cleared each epoch.
         device: Where batches are sent (default: the device of the model's
             first parameter). Each batch's level schedule is built on the CPU
             before the batch moves, so the level loop never waits on the device
@@ -110,7 +113,8 @@ class Trainer:
                  metrics_csv: str | os.PathLike | None = None, config: dict[str, Any] | None = None,
                  loss_fn: Callable[[Tensor, Tensor], Tensor] = node_loss, eval_batch_size: int = 256,
                  progress: bool = True, desc: str = "", extra: dict[str, Any] | None = None,
-                 on_step: Callable[[int], None] | None = None, device: str | torch.device | None = None) -> None:
+                 on_step: Callable[[int], None] | None = None, device: str | torch.device | None = None,
+                 verbose: bool = True) -> None:
         if epochs < 1 or batch_size < 1:
             raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
         self.model, self.optimizer = model, optimizer
@@ -120,6 +124,7 @@ class Trainer:
         self.config = config or {}
         self.loss_fn, self.eval_batch_size = loss_fn, eval_batch_size
         self.progress, self.desc, self.extra, self.on_step = progress, desc, extra or {}, on_step
+        self.verbose = verbose
         if device is None:
             device = next((p.device for p in model.parameters()), torch.device("cpu"))
         self.device = torch.device(device)
@@ -152,6 +157,10 @@ class Trainer:
 
     def _last_dev(self, history: list[dict]) -> str:
         return f"{history[-1]['dev_root']:.1f}" if history else "-"
+
+    def _dev_summary(self, columns: dict[str, float]) -> str:
+        """The dev metrics of one epoch, for its line on screen."""
+        return f"dev root {columns['dev_root']:.2f}, dev phrase {columns['dev_phrase']:.2f}"
 
     # -- checkpoints -------------------------------------------------------------------------------
 
@@ -205,19 +214,26 @@ class Trainer:
         dev_batches = [self.to_device(b) for b in collate(dev, self.eval_batch_size)]
         steps_per_epoch = math.ceil(len(train) / self.batch_size)
         for epoch in range(start, self.epochs):
-            began = time.perf_counter()
+            # A first use of the compiled kernels builds them (minutes, once per install): that is set-up, not
+            # training, so it is left out of the epoch's recorded time.
+            began, building = time.perf_counter(), native.build_seconds()
             train_loss = self._train_epoch(train, epoch, epoch * steps_per_epoch, history)
-            trained = time.perf_counter() - began
+            trained = time.perf_counter() - began - (native.build_seconds() - building)
             columns, dev_metrics = self._validate(dev_batches)
-            took = time.perf_counter() - began
+            took = time.perf_counter() - began - (native.build_seconds() - building)
             seconds += took
             history.append({"epoch": epoch + 1, "train_loss": train_loss, **columns,
                             "train_seconds": trained, "seconds": took})
-            if self._improves(dev_metrics, best["dev"]):
+            improved = self._improves(dev_metrics, best["dev"])
+            if improved:
                 best = {"epoch": epoch + 1, "dev": dev_metrics,
                         "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()}}
             self._save(epoch + 1, history, best, seconds)
             self._write_csv(history, best["epoch"])
+            if self.verbose:  # one line per epoch stays on screen above the progress bar
+                tqdm.write(f"{self.desc + ' ' if self.desc else ''}epoch {epoch + 1}/{self.epochs}: loss "
+                           f"{train_loss:.4f}, {self._dev_summary(columns)}{' (best)' if improved else ''}, "
+                           f"{took:.1f} s", file=sys.stderr)
         if start == self.epochs:  # finished before: the CSV may predate a kill right after the last save
             self._write_csv(history, best["epoch"])
         self.model.load_state_dict(best["model"])

@@ -1,0 +1,185 @@
+"""Every command README prints runs, in a short form: the same flags plus a one-epoch quick switch.
+
+The set-up and test commands are the ones CI runs (``.ci/run``), so CI fails
+when they drift apart. The main job, the report on one's own runs and
+``predict`` run in the default suite, with one training command of each
+experiment script; every other command of the results tables runs under
+``--runslow``. Nothing here writes into the repository: runs go to a temporary
+``--out`` folder.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from corpora import CORPORA, HOW_TO_SUPPLY
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text()
+TRAINING_SCRIPTS = ("sst", "sick", "trec")
+SHORT = ["--quick", "--epochs", "1", "--threads", "1", "--no-progress"]
+
+
+def shell_lines() -> list[str]:
+    """The command lines of README's ``bash`` blocks, without comments."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+        for line in block.splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                lines.append(line)
+    return lines
+
+
+def table_commands() -> list[str]:
+    """The commands in README's results tables (backticked, one or more per cell)."""
+    return re.findall(r"`(python experiments/\w+\.py [^`]*)`", "\n".join(
+        line for line in README.splitlines() if line.startswith("|")))
+
+
+def training_commands() -> list[str]:
+    """Every README command that trains (sst.py, sick.py, trec.py; not predict), in order, without repeats."""
+    seen: dict[str, None] = {}
+    for line in shell_lines() + table_commands():
+        words = shlex.split(line)
+        if (words[:1] == ["python"] and len(words) > 1 and words[1] in {f"experiments/{s}.py" for s in
+                                                                           TRAINING_SCRIPTS}
+                and "predict" not in words and "--device" not in words):
+            seen.setdefault(line)
+    return list(seen)
+
+
+def short_form(command: str, out: Path) -> list[str]:
+    """``command`` with its first seed only, one quick epoch, and its output under ``out``."""
+    words = shlex.split(command)
+    if "--seeds" in words:
+        k = words.index("--seeds")
+        end = k + 1
+        while end < len(words) and not words[end].startswith("--"):
+            end += 1
+        words[k + 2:end] = []  # keep the first seed
+    return [sys.executable, *words[1:], *SHORT, "--out", str(out)]
+
+
+def run(argv: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{shlex.join(argv)}\n{result.stderr[-3000:]}"
+    return result
+
+
+def main_job() -> str:
+    """README's main job: the first command of its Run section."""
+    run_section = README.split("## Run", 1)[1]
+    return next(line for line in shell_lines() if line in run_section and line.startswith("python experiments/"))
+
+
+def first_of(script: str) -> str:
+    return next(c for c in training_commands() if c.split()[1] == f"experiments/{script}.py")
+
+
+# ------------------------------------------------------------------------------------------ without running
+
+
+def test_ci_runs_the_readme_setup_and_test_commands():
+    readme = [line.replace("python -m pip ", "pip ") for line in shell_lines()
+              if line.startswith(("pip ", "python -m pip ", "python -m pytest"))]
+    ci = [line.strip().replace("python -m pip ", "pip ")
+          for line in (REPO / ".ci" / "run").read_text().splitlines()
+          if line.strip().startswith(("pip ", "python -m pip ", "python -m pytest"))]
+    assert readme == ci, "README's set-up and test commands must be exactly what CI runs"
+
+
+def test_every_training_command_names_a_script_flags_it_knows():
+    # Parsing alone catches a renamed or removed flag in a table cell without training anything.
+    sys.path.insert(0, str(REPO / "experiments"))
+    import sick
+    import sst
+    import trec
+
+    commands = training_commands()
+    assert len(commands) >= 20
+    for command in commands:
+        words = shlex.split(command)
+        module = {"experiments/sst.py": sst, "experiments/sick.py": sick, "experiments/trec.py": trec}[words[1]]
+        module.parse_args(words[2:])
+
+
+def test_short_form_keeps_the_flags_and_the_first_seed(tmp_path):
+    argv = short_form("python experiments/sst.py --model slstm --seeds 4 5 6 --structure left", tmp_path)
+    assert argv[1:] == ["experiments/sst.py", "--model", "slstm", "--seeds", "4", "--structure", "left", *SHORT,
+                        "--out", str(tmp_path)]
+
+
+# ------------------------------------------------------------------------------------------ running
+
+needs_data = pytest.mark.skipif(CORPORA is None, reason=HOW_TO_SUPPLY)
+
+
+def committed_state() -> dict[str, bytes]:
+    """README and every committed result file, as they are now."""
+    paths = [REPO / "README.md", *sorted((REPO / "experiments" / "results").rglob("*"))]
+    return {str(p.relative_to(REPO)): p.read_bytes() for p in paths if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def main_job_out(tmp_path_factory) -> Path:
+    """The main job, run in its short form: its output folder."""
+    if CORPORA is None:
+        pytest.skip(HOW_TO_SUPPLY)
+    out = tmp_path_factory.mktemp("runs")
+    before = committed_state()
+    result = run(short_form(main_job(), out))
+    assert re.search(r"epoch 1/1: loss [\d.]+, dev root [\d.]+", result.stderr), result.stderr
+    assert committed_state() == before, "a run wrote into README or the committed results"
+    return out
+
+
+@needs_data
+def test_the_main_job_trains_and_writes_outside_the_repository(main_job_out):
+    (record,) = (main_job_out / "quick" / "sst").glob("*.json")
+    assert (main_job_out / "quick" / "checkpoints" / "sst" / f"{record.stem}.pt").is_file()
+
+
+@needs_data
+def test_predict_as_readme_prints_it(main_job_out, tmp_path, nlp):
+    pytest.importorskip("matplotlib")
+    (command,) = [line for line in shell_lines() if " predict " in line]
+    words = shlex.split(command)
+    # README's checkpoint is under runs/; the short-form run's is under <out>/quick/.
+    words[3] = str(main_job_out / "quick" / Path(words[3]).relative_to("runs"))
+    picture = tmp_path / "tree.png"
+    result = run([sys.executable, *words[1:], "--png", str(picture)])
+    assert result.stdout.count("\n") >= 3 and picture.is_file()
+
+
+@needs_data
+def test_reports_on_ones_own_runs_leave_the_committed_ones_alone(main_job_out):
+    reports = [line for line in shell_lines() if line.startswith("python experiments/report_")]
+    assert reports
+    before = committed_state()
+    for command in reports:
+        words = shlex.split(command)
+        words[words.index("--results") + 1] = str(main_job_out)
+        run([sys.executable, *words[1:]])
+    assert committed_state() == before, "a report on one's own runs wrote into README or the committed results"
+
+
+@needs_data
+@pytest.mark.parametrize("script", ["sick", "trec"])
+def test_one_command_of_each_experiment_runs(script, tmp_path):
+    result = run(short_form(first_of(script), tmp_path))
+    assert "epoch 1/1: loss" in result.stderr
+    assert len(list((tmp_path / "quick" / script).glob("*.json"))) == 1
+
+
+@pytest.mark.slow
+@needs_data
+@pytest.mark.parametrize("command", training_commands())
+def test_every_readme_training_command_runs(command, tmp_path):
+    run(short_form(command, tmp_path))
+    assert list((tmp_path / "quick").glob("*/*.json"))
