@@ -31,6 +31,7 @@ per level to cut the edge list into per-level matrices.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -87,9 +88,11 @@ class Schedule:
         edge_index: ``[2, E]`` edges, row 0 the child, row 1 the parent.
         num_nodes: number of nodes.
         height, depth: precomputed levels (as stored by graphtree's converters);
-            computed here when omitted. They are checked against the edges.
-        edge_pos: position of each edge's child among its parent's children;
-            when omitted, children are numbered in edge order.
+            computed here when omitted. Stored ones must be exact (leaves and
+            roots 0, every other node 1 + its highest child or deepest parent):
+            a :class:`ScheduleError` names the first node that is not.
+        edge_pos: position of each edge's child among its parent's children, one
+            non-negative integer per edge; when omitted, children are numbered in edge order.
         batch: optional graph id per node, used only to name nodes in errors.
 
     Plans are built lazily, the first time a direction is asked for.
@@ -100,27 +103,66 @@ class Schedule:
                  batch: Tensor | None = None) -> None:
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ScheduleError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
-        edge_index = edge_index.detach().cpu().long()
-        if height is None or depth is None:
-            height, depth = topological_levels(edge_index, num_nodes)
-        self.edge_index = edge_index
+        _require_integers("edge_index", edge_index)
         self.num_nodes = int(num_nodes)
-        self.height = height.detach().cpu().long()
-        self.depth = depth.detach().cpu().long()
-        if self.height.numel() != self.num_nodes or self.depth.numel() != self.num_nodes:
-            raise ScheduleError(f"height/depth have {self.height.numel()}/{self.depth.numel()} entries "
-                                f"for {self.num_nodes} nodes")
-        self.edge_pos = (edge_pos.detach().cpu().long() if edge_pos is not None
-                         else _rank_within_groups(edge_index[1]))
-        self.batch = batch.detach().cpu() if batch is not None else None
+        if self.num_nodes < 0:
+            raise ScheduleError(f"num_nodes must be non-negative, got {self.num_nodes}")
+        # Private host copies, not views of the caller's tensors: plans are built lazily from these, so an
+        # in-place edit of the caller's tensors must not reach a schedule that is already in use (a cached
+        # one is replaced instead: engine.schedule_of keys its cache by the tensors' version counters).
+        self.batch = _host_long(batch) if batch is not None else None
+        if self.batch is not None and self.batch.numel() != self.num_nodes:
+            raise ScheduleError(f"batch has {self.batch.numel()} entries for {self.num_nodes} nodes "
+                                "(one graph id per node)")
+        self.edge_index = edge_index = _host_long(edge_index)
+        _check_edge_range(edge_index, self.num_nodes)
+        num_edges = edge_index.size(1)
+        if edge_pos is not None:
+            # Checked here, up front: a wrong length used to fail deep inside the plan build, a float one
+            # was truncated by .long() (0.5 became a second position 0).
+            if edge_pos.dim() != 1:
+                raise ScheduleError(f"edge_pos must have shape [{num_edges}] (one entry per edge: the child's "
+                                    f"position under its parent), got {tuple(edge_pos.shape)}")
+            if edge_pos.numel() != num_edges:
+                raise ScheduleError(f"edge_pos has {edge_pos.numel()} entries, expected {num_edges} (one per edge "
+                                    "of edge_index); rebuild it with edge_index, e.g. child_pos[edge_index[0]]")
+            _require_integers("edge_pos", edge_pos)
+            self.edge_pos = _host_long(edge_pos)
+            negative = (self.edge_pos < 0).nonzero()
+            if negative.numel():
+                e = int(negative[0])
+                raise ScheduleError(f"edge_pos[{e}] is {int(self.edge_pos[e])} on edge {e} "
+                                    f"({int(edge_index[0, e])} -> {int(edge_index[1, e])}), into "
+                                    f"{self.describe_node(int(edge_index[1, e]))}; positions count from 0")
+        else:
+            self.edge_pos = _rank_within_groups(edge_index[1])
+        computed = topological_levels(edge_index, self.num_nodes) if height is None or depth is None else None
+        self.height = self._stored_levels("height", height) if height is not None else computed[0]
+        self.depth = self._stored_levels("depth", depth) if depth is not None else computed[1]
         self._plans: dict[str, LevelPlan] = {}
+
+    def _stored_levels(self, name: str, level: Tensor) -> Tensor:
+        """A caller's ``height`` or ``depth``, checked to be exactly what the edges give (see :func:`_check_levels`)."""
+        if level.numel() != self.num_nodes:
+            raise ScheduleError(f"{name} has {level.numel()} entries for {self.num_nodes} nodes")
+        _require_integers(name, level)
+        level = _host_long(level).reshape(-1)
+        child, parent = self.edge_index
+        if name == "height":  # leaves 0, a parent 1 + its highest child
+            _check_levels(name, level, receiver=parent, sender=child, describe=self.describe_node)
+        else:  # roots 0, a child 1 + its deepest parent
+            _check_levels(name, level, receiver=child, sender=parent, describe=self.describe_node)
+        return level
 
     @classmethod
     def from_data(cls, data) -> Schedule:
         """Schedule of a ``Data``/``Batch`` (uses its ``height``, ``depth``, ``edge_pos`` when present)."""
         if getattr(data, "edge_index", None) is None:
             raise ScheduleError("the graph has no edge_index; build it with graphtree.data converters")
-        return cls(data.edge_index, data.num_nodes, getattr(data, "height", None), getattr(data, "depth", None),
+        num_nodes = data.num_nodes
+        if num_nodes is None:
+            raise ScheduleError("the graph's number of nodes is unknown; set data.num_nodes")
+        return cls(data.edge_index, num_nodes, getattr(data, "height", None), getattr(data, "depth", None),
                    getattr(data, "edge_pos", None), getattr(data, "batch", None))
 
     def plan(self, direction: str) -> LevelPlan:
@@ -164,6 +206,60 @@ class Schedule:
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, num_edges={self.edge_index.size(1)}, "
                 f"height={int(self.height.max()) + 1 if self.num_nodes else 0} levels)")
+
+
+def _require_integers(name: str, tensor: Tensor) -> None:
+    """Refuse a float, complex or bool tensor where node ids, positions or levels belong: ``.long()`` would
+    truncate it silently."""
+    if tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
+        raise ScheduleError(f"{name} must hold integers, got {tensor.dtype}; convert it with .long() if its "
+                            "values are whole numbers")
+
+
+def _host_long(tensor: Tensor) -> Tensor:
+    """A private ``long`` copy on the CPU (``copy=True``: never a view of the caller's storage)."""
+    return tensor.detach().to(device="cpu", dtype=torch.long, copy=True)
+
+
+def _check_edge_range(edge_index: Tensor, num_nodes: int) -> None:
+    """Every edge must join two of the ``num_nodes`` nodes (stored levels skip topological_levels' check)."""
+    if not edge_index.numel():
+        return
+    low, high = torch.aminmax(edge_index)
+    if low >= 0 and high < num_nodes:  # the common case: one reduction, no index tensor
+        return
+    e = int(((edge_index < 0) | (edge_index >= num_nodes)).any(dim=0).nonzero()[0])
+    child, parent = int(edge_index[0, e]), int(edge_index[1, e])
+    node = child if not 0 <= child < num_nodes else parent
+    raise ScheduleError(f"edge {e} ({child} -> {parent}) refers to node {node}, but the graph has {num_nodes} "
+                        f"nodes (0..{num_nodes - 1}); set num_nodes or fix edge_index")
+
+
+def _check_levels(name: str, level: Tensor, receiver: Tensor, sender: Tensor,
+                  describe: Callable[[int], str]) -> None:
+    """Check stored levels against their definition, for every node: ``level[v]`` is 0 where ``v`` receives
+    no edge, else 1 + the highest ``level`` among the nodes it receives from (children for ``height``,
+    parents for ``depth``).
+
+    Checking only that levels rise along each edge let a leaf stored above 0 through: it then ran on a
+    level with slots for children, and the N-ary and S-LSTM cells ignored its input. One scatter over the
+    edges, once per schedule build. Exact levels also rule out cycles (they strictly rise along each edge).
+    """
+    expected = torch.zeros_like(level)
+    if receiver.numel():
+        expected = expected.scatter_reduce(0, receiver, level[sender] + 1, "amax", include_self=False)
+    if torch.equal(expected, level):  # the common case: no index tensor built
+        return
+    node = int((expected != level).nonzero()[0])
+    want, given = int(expected[node]), int(level[node])
+    has_input = bool((receiver == node).any())
+    if name == "height":
+        why = f"1 + the highest height of its children, {want - 1}" if has_input else "it has no children"
+    else:
+        why = f"1 + the deepest depth of its parents, {want - 1}" if has_input else "it has no parents"
+    raise ScheduleError(f"stored {name} does not fit the edges: {describe(node)} has {name} {given}, expected "
+                        f"{want} ({why}); recompute the levels with graphtree.data.topological_levels, or drop "
+                        "height and depth so that the schedule computes them")
 
 
 def _rank_within_groups(group: Tensor) -> Tensor:

@@ -7,8 +7,12 @@ several parents (it then feeds all of them) and several children.
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 from typing import Any
 
+import numpy as np
 import torch
 from torch_geometric.data import Data
 
@@ -23,20 +27,25 @@ def from_networkx(graph: Any, position: str = "position") -> Data:
 
     Node ``k`` of the result is the ``k``-th node of ``graph.nodes``; the
     original node names are kept in ``data.node_names``. Every node attribute
-    that all nodes carry is carried over: numbers and tensors are stacked into a
-    tensor (so ``x`` becomes node features and ``y`` labels), anything else is
-    kept as a list.
+    that all nodes carry is carried over: numbers, (nested) lists or tuples of
+    numbers, and tensors are stacked into a tensor (so ``x`` becomes node
+    features and ``y`` labels), so every node's value must have the same shape;
+    anything else (strings, say) is kept as a list.
 
     Args:
         graph: A directed acyclic ``networkx.DiGraph``.
         position: Edge attribute giving the child's position among its parent's
-            children. Without it, children are ordered as the parent's in-edges
-            were inserted.
+            children: a non-negative integer (Python or NumPy; a float only if it
+            is a whole number). Without it, children are ordered as the parent's
+            in-edges were inserted.
 
     Raises:
         TypeError: if ``graph`` is not a directed simple graph.
-        TreeFormatError: if some nodes lack an attribute that others carry, or
-            edge positions are missing on some edges or repeat under one parent.
+        TreeFormatError: if some nodes lack an attribute that others carry, a
+            numeric attribute has different shapes on different nodes (naming
+            the node and its index, also the error's ``position``), edge
+            positions are missing on some edges, are not non-negative integers,
+            or repeat under one parent.
         CycleError: if the graph has a cycle (names the nodes on it).
     """
     import networkx as nx
@@ -59,12 +68,14 @@ def from_networkx(graph: Any, position: str = "position") -> Data:
             if any(p is None for p in explicit):
                 raise TreeFormatError(f"some edges into node {parent!r} have the attribute {position!r} and "
                                       "some do not")
+            # Checked before the duplicate test: int() used to turn 0.5 into 0 and True into 1 silently.
+            explicit = [_position(p, child, parent, position) for p, (child, _, _) in zip(explicit, in_edges)]
             if len(set(explicit)) != len(explicit):
                 raise TreeFormatError(f"two children of node {parent!r} share {position!r}")
         for k, (child, _, _) in enumerate(in_edges):
             src.append(index[child])
             dst.append(index[parent])
-            pos.append(int(explicit[k]) if explicit[k] is not None else k)
+            pos.append(explicit[k] if explicit[k] is not None else k)
 
     edge_index = torch.tensor([src, dst], dtype=torch.long).view(2, -1)
     try:
@@ -88,6 +99,23 @@ def from_networkx(graph: Any, position: str = "position") -> Data:
     return data
 
 
+def _position(value: Any, child: Any, parent: Any, attribute: str) -> int:
+    """The child position ``value`` of edge ``child -> parent`` as an ``int``, or a located error."""
+    number = None
+    if isinstance(value, (float, np.floating)):
+        if math.isfinite(value) and float(value).is_integer():
+            number = int(value)
+    elif not isinstance(value, (bool, np.bool_, str)):  # int(True) is 1; a string is text, not a position
+        try:
+            number = operator.index(value)  # Python and NumPy integers
+        except TypeError:
+            number = None
+    if number is None or number < 0:
+        raise TreeFormatError(f"edge {child!r} -> {parent!r} has {attribute!r} {value!r}, which is not a "
+                              "non-negative integer (the child's position among its parent's children, 0 = first)")
+    return number
+
+
 def _node_attributes(graph: Any, names: list) -> dict[str, Any]:
     keys: set[str] = set()
     for name in names:
@@ -98,13 +126,52 @@ def _node_attributes(graph: Any, names: list) -> dict[str, Any]:
         if missing:
             raise TreeFormatError(f"node {missing[0]!r} lacks the attribute {key!r} that other nodes carry")
         values = [graph.nodes[name][key] for name in names]
-        try:
-            if all(isinstance(v, torch.Tensor) for v in values):
-                out[key] = torch.stack(values)
-            elif all(isinstance(v, (int, float, bool, list, tuple)) for v in values):
+        if all(isinstance(v, torch.Tensor) for v in values):
+            # A ragged attribute used to come back as a plain list (the stack failed and was caught), so node
+            # features went missing without a word; now the first node that differs is named.
+            _check_shapes(key, names, [tuple(v.shape) for v in values])
+            out[key] = torch.stack(values)
+        elif all(isinstance(v, (int, float, bool, list, tuple)) for v in values):
+            shapes = [_numeric_shape(v) for v in values]
+            if all(shape is not None for shape in shapes):  # numbers all the way down: must stack
+                for k, shape in enumerate(shapes):
+                    if shape is _RAGGED:
+                        raise TreeFormatError(f"node {names[k]!r} (index {k}) has a ragged {key!r}: its nested "
+                                              "lists differ in length, so it cannot become a tensor", position=k)
+                _check_shapes(key, names, shapes)
                 out[key] = torch.tensor(values)
-            else:
-                out[key] = values
-        except (TypeError, ValueError, RuntimeError):
+            else:  # lists holding strings or other objects: a tensor if torch takes them, else a list, as before
+                try:
+                    out[key] = torch.tensor(values)
+                except (TypeError, ValueError, RuntimeError):
+                    out[key] = values
+        else:
             out[key] = values
     return out
+
+
+_RAGGED = (-1,)  # _numeric_shape's answer for nested lists of unequal lengths
+
+
+def _numeric_shape(value: Any) -> tuple[int, ...] | None:
+    """Shape of a number or nested list/tuple of numbers; ``_RAGGED`` if the nesting is uneven, ``None`` if
+    something other than a number (a string, a tensor) is inside."""
+    if isinstance(value, numbers.Number):  # Python and NumPy scalars alike
+        return ()
+    if not isinstance(value, (list, tuple)):
+        return None
+    inner = [_numeric_shape(v) for v in value]
+    if any(shape is None for shape in inner):
+        return None
+    if any(shape is _RAGGED or shape != inner[0] for shape in inner):
+        return _RAGGED
+    return (len(value), *(inner[0] if inner else ()))
+
+
+def _check_shapes(key: str, names: list, shapes: list[tuple[int, ...]]) -> None:
+    """Every node's value of ``key`` must have the first node's shape, to stack into one tensor."""
+    for k, shape in enumerate(shapes):
+        if shape != shapes[0]:
+            raise TreeFormatError(f"node {names[k]!r} (index {k}) has {key!r} of shape {shape}, but node "
+                                  f"{names[0]!r} (index 0) has shape {shapes[0]}; every node's {key!r} needs the "
+                                  "same shape to become one tensor", position=k)

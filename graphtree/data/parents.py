@@ -8,8 +8,13 @@ tokens outside the tree, which stay in ``data.tokens`` so the sentence is whole.
 
 from __future__ import annotations
 
+import math
+import operator
+import re
 from collections.abc import Sequence
 
+import numpy as np
+import torch
 from torch_geometric.data import Data
 
 from ..errors import CycleError, TreeFormatError
@@ -17,6 +22,9 @@ from .levels import topological_levels
 from .tree import NO_LABEL, Vocabulary, tree_data
 
 __all__ = ["from_parents"]
+
+_INT_TEXT = re.compile(r"-?[0-9]+")  # ASCII digits only: int() also takes '٣', '３', '1_0' and '+3'
+_INT64_MAX = 2**63 - 1
 
 
 def from_parents(
@@ -31,13 +39,16 @@ def from_parents(
         parents: Head of each token, 1-based; ``0`` root, ``-1`` outside the tree.
             A whitespace-separated string (a line of ``a.parents``) is accepted.
         tokens: The tokens (a list, or a whitespace-separated line of ``a.toks``).
-        labels: Optional label per token (``None`` or ``-1`` for unlabelled).
+        labels: Optional label per token: an integer ``>= 0`` (Python, NumPy or a
+            one-element tensor; a float only if it is a whole number), ``None``
+            or ``-1`` for unlabelled.
         vocab: Optional token -> id mapping filling ``data.word``.
 
     Raises:
-        TreeFormatError: a non-integer entry, an index out of range, no root or
-            two roots, a head outside the tree, mismatched lengths (with the
-            1-based token index).
+        TreeFormatError: a non-integer entry (bools and non-ASCII digits
+            included), an index out of range, no root or two roots, a head
+            outside the tree, mismatched lengths, a label that is not an integer
+            ``>= -1`` within int64 (with the 1-based token index).
         CycleError: the heads form a cycle (names the 1-based tokens on it).
     """
     heads = _parse_ints(parents)
@@ -50,6 +61,9 @@ def from_parents(
         raise TreeFormatError(f"{len(tokens)} tokens but {n} parent entries")
     if labels is not None and len(labels) != n:
         raise TreeFormatError(f"{len(labels)} labels but {n} parent entries")
+    # Every label is checked, those of tokens outside the tree too: int() used to turn 1.5 into 1, True into
+    # 1 and "3" into 3 without a word, and to fail on "a" without naming the token.
+    token_labels = [_label(value, i) for i, value in enumerate(labels, start=1)] if labels is not None else None
 
     roots = []
     for i, head in enumerate(heads, start=1):
@@ -91,8 +105,8 @@ def from_parents(
                          ) from None
 
     node_labels = None
-    if labels is not None:
-        node_labels = [NO_LABEL if labels[t - 1] is None else int(labels[t - 1]) for t in kept]
+    if token_labels is not None:
+        node_labels = [token_labels[t - 1] for t in kept]
     return tree_data(parent, child_pos, node_labels, [t - 1 for t in kept], tokens, vocab, levels)
 
 
@@ -100,10 +114,48 @@ def _parse_ints(values: Sequence[int] | str) -> list[int]:
     items = values.split() if isinstance(values, str) else list(values)
     out = []
     for i, item in enumerate(items, start=1):
-        try:
-            if isinstance(item, float) and not item.is_integer():
-                raise ValueError
-            out.append(int(item))
-        except (TypeError, ValueError):
-            raise TreeFormatError(f"parent entry {item!r} of token {i} is not an integer", position=i) from None
+        value = _as_int(item)
+        if value is None:
+            raise TreeFormatError(f"parent entry {item!r} of token {i} is not an integer", position=i)
+        out.append(value)
     return out
+
+
+def _as_int(value: object) -> int | None:
+    """``value`` as an ``int`` if it is exactly one, else ``None``.
+
+    Accepts Python and NumPy integers, one-element integer tensors, whole floats (``2.0``) and ASCII integer
+    strings (``"-1"``, as in ``a.parents``). Refuses bools (``int(True)`` is 1), fractional and non-finite
+    floats (``int()`` truncates) and other scripts' digits.
+    """
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            return None
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, str):
+        return int(value) if _INT_TEXT.fullmatch(value) else None
+    if isinstance(value, (float, np.floating)):
+        return int(value) if math.isfinite(value) and float(value).is_integer() else None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _label(value: object, token: int) -> int:
+    """The label of 1-based ``token``: ``NO_LABEL`` for ``None``, else an integer in ``-1..int64 max``."""
+    if value is None:
+        return NO_LABEL
+    number = None if isinstance(value, str) else _as_int(value)  # "3" is text, not a label
+    if number is None:
+        raise TreeFormatError(f"label {value!r} of token {token} is not an integer; labels are integers >= 0, "
+                              f"None or {NO_LABEL} for unlabelled", position=token)
+    if number < NO_LABEL:
+        raise TreeFormatError(f"label {value!r} of token {token} is negative; labels are integers >= 0, None or "
+                              f"{NO_LABEL} for unlabelled", position=token)
+    if number > _INT64_MAX:  # the labels become an int64 tensor
+        raise TreeFormatError(f"label {value!r} of token {token} is larger than the int64 maximum {_INT64_MAX}",
+                              position=token)
+    return number

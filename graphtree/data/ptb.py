@@ -20,6 +20,8 @@ from .tree import NO_WORD, Vocabulary, tree_data
 __all__ = ["from_ptb", "ptb_unescape", "read_ptb", "to_ptb"]
 
 _WHITESPACE = " \t\r\n"
+_ASCII_DIGITS = frozenset("0123456789")
+_INT64_MAX = 2**63 - 1
 _UNESCAPE = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}"}
 
 
@@ -41,8 +43,9 @@ def from_ptb(line: str, vocab: Vocabulary | None = None) -> Data:
         holds the words exactly as written, so :func:`to_ptb` can restore the line.
 
     Raises:
-        TreeFormatError: empty input, unbalanced brackets, a non-integer label,
-            a node without word or children, text after the tree; the error
+        TreeFormatError: empty input, unbalanced brackets, a label that is not
+            ASCII digits (other scripts' digits included) or exceeds int64, a
+            node without word or children, text after the tree; the error
             carries the character offset.
     """
     if not isinstance(line, str):
@@ -126,8 +129,17 @@ def _read_label(line: str, pos: int, labels: list[int]) -> int:
     text = line[pos:end]
     if not text:
         raise TreeFormatError("missing label after '('", position=pos)
-    if not text.isdigit():
-        raise TreeFormatError(f"label {text!r} is not a non-negative integer", position=pos)
+    # ASCII digits only: str.isdigit() and int() also take other scripts' digits ('٣', '３'), which would turn
+    # a corrupt label into a valid-looking number, and isdigit() takes superscripts ('²') that int() refuses.
+    if not (text.isascii() and text.isdigit()):  # both C-level: the common case stays as cheap as before
+        bad = next(k for k, char in enumerate(text) if char not in _ASCII_DIGITS)
+        # The error's position stays the label's start, as for every label error; the message adds the
+        # offending character's own offset.
+        raise TreeFormatError(f"label {text!r} is not a non-negative integer: {text[bad]!r} at position {pos + bad} "
+                              "is not an ASCII digit 0-9; write labels like (3 word)", position=pos)
+    # The labels become an int64 tensor. Length first: int() refuses strings of over 4300 digits on its own.
+    if len(text.lstrip("0")) > len(str(_INT64_MAX)) or int(text) > _INT64_MAX:
+        raise TreeFormatError(f"label {text} is larger than the int64 maximum {_INT64_MAX}", position=pos)
     labels.append(int(text))
     return end
 

@@ -1,0 +1,330 @@
+"""Wrong inputs that used to pass silently (or fail without saying where) are located errors or correct results.
+
+Every expectation here is worked out by hand from the tree in the test, not
+taken from the code under test: node numbers are pre-order for PTB strings and
+token order for parent arrays, character offsets are counted in the string.
+"""
+
+from __future__ import annotations
+
+import timeit
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+
+import graphtree.schedule as schedule_module
+from graphtree.data import from_networkx, from_parents, from_ptb
+from graphtree.engine import schedule_of
+from graphtree.errors import ScheduleError, TreeFormatError
+from graphtree.nn import NaryTreeLSTM
+from graphtree.schedule import Schedule
+
+# Two binary trees with the same node and edge counts (5 and 4) but different shapes. Pre-order numbering:
+#   LEFT:  0 = root, 1 = (1 (1 a) (1 b)), 2 = a, 3 = b, 4 = c    edges 1->0, 2->1, 3->1, 4->0
+#   RIGHT: 0 = root, 1 = a, 2 = (1 (1 b) (1 c)), 3 = b, 4 = c    edges 1->0, 2->0, 3->2, 4->2
+LEFT = "(1 (1 (1 a) (1 b)) (1 c))"
+RIGHT = "(1 (1 a) (1 (1 b) (1 c)))"
+RIGHT_HEIGHT = [2, 0, 1, 0, 0]
+RIGHT_LEAVES = [1, 3, 4]
+
+
+def _cell_and_input() -> tuple[NaryTreeLSTM, torch.Tensor]:
+    torch.manual_seed(0)
+    return NaryTreeLSTM(4, 3), torch.randn(5, 4)
+
+
+def _check_right_result(cell: NaryTreeLSTM, x: torch.Tensor, got: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """``got`` must be RIGHT's states: every leaf's equals a one-leaf tree's on its own row of ``x`` (a leaf
+    depends on nothing else), and the whole equals a freshly parsed RIGHT."""
+    for leaf in RIGHT_LEAVES:
+        alone = cell(x[leaf:leaf + 1], from_ptb("(1 w)"))
+        torch.testing.assert_close(got[0][leaf], alone[0][0])
+        torch.testing.assert_close(got[1][leaf], alone[1][0])
+    fresh = cell(x, from_ptb(RIGHT))
+    torch.testing.assert_close(got[0], fresh[0])
+    torch.testing.assert_close(got[1], fresh[1])
+
+
+# -- 1. the cached schedule follows the graph ---------------------------------------------------------------
+
+
+def test_cached_schedule_is_rebuilt_when_edges_are_reassigned_with_the_same_counts():
+    cell, x = _cell_and_input()
+    left, right = from_ptb(LEFT), from_ptb(RIGHT)
+    d = left.clone()
+    cell(x, d)
+    d.edge_index, d.edge_pos, d.height, d.depth = right.edge_index, right.edge_pos, right.height, right.depth
+    assert schedule_of(d).height.tolist() == RIGHT_HEIGHT
+    _check_right_result(cell, x, cell(x, d))
+
+
+def test_cached_schedule_is_rebuilt_after_an_in_place_edit():
+    cell, x = _cell_and_input()
+    left, right = from_ptb(LEFT), from_ptb(RIGHT)
+    d = left.clone()
+    cell(x, d)
+    for key in ("edge_index", "edge_pos", "height", "depth"):
+        d[key].copy_(right[key])  # same tensors, new contents: only their version counters tell
+    assert schedule_of(d).height.tolist() == RIGHT_HEIGHT
+    _check_right_result(cell, x, cell(x, d))
+
+
+def test_clone_does_not_carry_a_stale_schedule():
+    cell, x = _cell_and_input()
+    left, right = from_ptb(LEFT), from_ptb(RIGHT)
+    cell(x, left)  # left now caches its schedule; clone() copies the object's __dict__ along with it
+    d = left.clone()
+    d.edge_index, d.edge_pos, d.height, d.depth = right.edge_index, right.edge_pos, right.height, right.depth
+    _check_right_result(cell, x, cell(x, d))
+    # The original keeps its own, correct schedule (LEFT's heights: 2, 1, 0, 0, 0).
+    assert schedule_of(left).height.tolist() == [2, 1, 0, 0, 0]
+
+
+def test_schedule_is_rebuilt_when_only_the_node_count_changes():
+    d = from_ptb("(1 (1 a) (1 b))")
+    assert schedule_of(d).num_nodes == 3
+    d.num_nodes = 4  # an isolated extra node: a leaf and a root, height 0 and depth 0
+    d.height, d.depth = torch.tensor([1, 0, 0, 0]), torch.tensor([0, 1, 1, 0])
+    assert schedule_of(d).num_nodes == 4 and schedule_of(d).bottom_up.level_sizes() == [3, 1]
+
+
+@pytest.fixture
+def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    builds = [0]
+    original = schedule_module.Schedule.__init__
+
+    def counting(self, *args, **kwargs) -> None:
+        builds[0] += 1
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(schedule_module.Schedule, "__init__", counting)
+    return builds
+
+
+def test_trainer_flow_builds_each_schedule_once(count_builds: list[int]):
+    """The trainer builds a batch's schedule on the host, then moves the batch (new tensors, same values):
+    the passes after the move reuse that schedule instead of building it again."""
+    torch.manual_seed(0)
+    cell = NaryTreeLSTM(4, 3)
+    batch = Batch.from_data_list([from_ptb(LEFT), from_ptb(RIGHT)])
+    schedule_of(batch)  # Trainer.to_device
+    assert count_builds[0] == 1
+    batch.apply(lambda t: t.clone())  # what batch.to(device) does to every tensor, here without a GPU
+    x = torch.randn(10, 4, requires_grad=True)
+    h, c = cell(x, batch)
+    (h.sum() + c.sum()).backward()
+    cell(x, batch)
+    assert count_builds[0] == 1
+
+
+def test_plain_forward_builds_each_schedule_once(count_builds: list[int]):
+    torch.manual_seed(0)
+    cell = NaryTreeLSTM(4, 3)
+    batch = Batch.from_data_list([from_ptb(LEFT), from_ptb(RIGHT)])
+    x = torch.randn(10, 4)
+    for _ in range(3):
+        cell(x, batch)
+    assert count_builds[0] == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_trainer_to_device_keeps_the_host_schedule(count_builds: list[int]):
+    from graphtree.train.trainer import Trainer
+
+    trainer = Trainer.__new__(Trainer)
+    trainer.device = torch.device("cuda")
+    batch = trainer.to_device(Batch.from_data_list([from_ptb(LEFT), from_ptb(RIGHT)]))
+    cell = NaryTreeLSTM(4, 3).cuda()
+    cell(torch.randn(10, 4, device="cuda"), batch)
+    cell(torch.randn(10, 4, device="cuda"), batch)
+    assert count_builds[0] == 1
+
+
+def test_cache_hit_is_cheap():
+    """A hit runs once per forward: it must stay a few attribute reads (generous bound for a loaded machine)."""
+    batch = Batch.from_data_list([from_ptb(LEFT)] * 25)
+    schedule_of(batch)
+    seconds = min(timeit.repeat(lambda: schedule_of(batch), number=2000, repeat=5)) / 2000
+    assert seconds < 50e-6
+
+
+# -- 2. stored levels must be exact -------------------------------------------------------------------------
+
+
+def test_leaf_with_a_stored_height_above_zero_is_an_error():
+    # (1 (1 a) (1 b)): 0 = root, 1 = a, 2 = b. Node 1 is a leaf, so its height must be 0; the root's 2 still
+    # sits above both children, which is all the old check looked at.
+    d = from_ptb("(1 (1 a) (1 b))")
+    d.height = torch.tensor([2, 1, 0])
+    with pytest.raises(ScheduleError, match=r"node 1 has height 1, expected 0 \(it has no children\)"):
+        schedule_of(d)
+
+
+def test_parent_height_must_be_one_above_its_highest_child():
+    d = from_ptb("(1 (1 a) (1 b))")
+    d.height = torch.tensor([3, 0, 0])  # children at 0, so the root must be at 1
+    with pytest.raises(ScheduleError, match=r"node 0 has height 3, expected 1 "):
+        schedule_of(d)
+
+
+def test_stored_depth_must_be_exact():
+    d = from_ptb("(1 (1 a) (1 b))")
+    d.depth = torch.tensor([0, 1, 2])  # node 2's only parent is the root (depth 0), so it must be at 1
+    with pytest.raises(ScheduleError, match=r"node 2 has depth 2, expected 1 "):
+        schedule_of(d)
+    d.depth = torch.tensor([1, 2, 2])  # the root has no parent: depth 0
+    with pytest.raises(ScheduleError, match=r"node 0 has depth 1, expected 0 \(it has no parents\)"):
+        schedule_of(d)
+
+
+def test_level_error_names_the_node_in_the_batch():
+    second = from_ptb("(1 (1 a) (1 b))")
+    second.height = torch.tensor([2, 1, 0])
+    batch = Batch.from_data_list([from_ptb("(1 (1 a) (1 b))"), second])
+    with pytest.raises(ScheduleError, match=r"node 4 \(node 1 of graph 1 in the batch\) has height 1, expected 0"):
+        schedule_of(batch)
+
+
+def test_exact_levels_are_accepted_on_trees_and_dags():
+    g = nx.DiGraph([("a", "r"), ("b", "r"), ("s", "a"), ("s", "b"), ("t", "b")])
+    for data in (from_ptb(LEFT), from_ptb(RIGHT), from_networkx(g), from_parents([2, 3, 0, 3, -1])):
+        assert Schedule.from_data(data).num_nodes == data.num_nodes
+
+
+# -- 3. PTB labels ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "start", "offending"), [
+    ("(٣ a)", 1, 1),              # Arabic-Indic three: str.isdigit() and int() take it
+    ("(３ a)", 1, 1),             # fullwidth three
+    ("(² a)", 1, 1),              # superscript two: isdigit() takes it, int() does not
+    ("(1 (1٣ a))", 4, 5),         # the label starts at 4, the bad character is at 5
+    ("(1 (2 a) (۴ b))", 10, 10),
+])
+def test_ptb_labels_are_ascii_digits_only(line: str, start: int, offending: int):
+    with pytest.raises(TreeFormatError) as info:
+        from_ptb(line)
+    assert info.value.position == start  # every label error points at the label's start
+    assert f"{line[offending]!r} at position {offending} is not an ASCII digit" in str(info.value)
+
+
+def test_ptb_label_past_int64_is_located():
+    with pytest.raises(TreeFormatError, match="int64") as info:
+        from_ptb("(1 (9223372036854775808 a))")
+    assert info.value.position == 4
+    assert from_ptb("(9223372036854775807 a)").y.tolist() == [2**63 - 1]
+
+
+def test_ptb_valid_labels_still_parse():
+    assert from_ptb("(10 (007 a) (2 b))").y.tolist() == [10, 7, 2]
+    with pytest.raises(TreeFormatError) as info:
+        from_ptb("(1 (-1 a))")  # negative labels were never allowed
+    assert info.value.position == 4
+
+
+# -- 4. parent-array labels and networkx attributes ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("labels", "token", "shown"), [
+    ([1, 1.5, 2], 2, "1.5"),
+    ([1, 2, True], 3, "True"),
+    (["3", 1, 2], 1, "'3'"),
+    ([1, "a", 2], 2, "'a'"),
+    ([1, 2, -2], 3, "-2"),
+    ([2**63, 1, 2], 1, str(2**63)),
+    ([1, float("nan"), 2], 2, "nan"),
+])
+def test_parent_array_labels_must_be_integers(labels: list, token: int, shown: str):
+    with pytest.raises(TreeFormatError) as info:
+        from_parents([2, 0, 2], tokens="a b c", labels=labels)
+    assert info.value.position == token
+    assert f"label {shown} of token {token}" in str(info.value)
+
+
+def test_parent_array_valid_labels_still_work():
+    labels = [np.int64(4), None, -1]
+    assert from_parents([2, 0, 2], labels=labels).y.tolist() == [4, -1, -1]
+    assert from_parents([2, 0, 2], labels=torch.tensor([1, 2, 3])).y.tolist() == [1, 2, 3]
+    assert from_parents([2, 0, 2], labels=[1.0, 0, 2]).y.tolist() == [1, 0, 2]
+
+
+def test_parent_entries_reject_bools():
+    with pytest.raises(TreeFormatError, match="parent entry True of token 1") as info:
+        from_parents([True, 0])
+    assert info.value.position == 1
+
+
+@pytest.mark.parametrize("bad", [0.5, "a", "1", True, -1])
+def test_networkx_positions_must_be_non_negative_integers(bad):
+    g = nx.DiGraph()
+    g.add_edge("x", "p", position=bad)
+    g.add_edge("y", "p", position=1)
+    with pytest.raises(TreeFormatError) as info:
+        from_networkx(g)
+    assert f"edge 'x' -> 'p' has 'position' {bad!r}" in str(info.value)
+
+
+def test_networkx_valid_positions_still_work():
+    g = nx.DiGraph()
+    g.add_edge("x", "p", position=np.int64(1))
+    g.add_edge("y", "p", position=0.0)
+    assert from_networkx(g).edge_pos.tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_networkx_ragged_features_name_the_node(as_tensor: bool):
+    g = nx.DiGraph([("a", "r"), ("b", "r")])
+    for name, x in (("a", [1.0, 0.0]), ("r", [0.0, 1.0]), ("b", [1.0])):
+        g.nodes[name]["x"] = torch.tensor(x) if as_tensor else x
+    # graph.nodes order: a, r, b; b (index 2) is the odd one out
+    with pytest.raises(TreeFormatError, match=r"node 'b' \(index 2\) has 'x' of shape \(1,\), but node 'a' "
+                                              r"\(index 0\) has shape \(2,\)") as info:
+        from_networkx(g)
+    assert info.value.position == 2
+
+
+def test_networkx_ragged_within_one_node_is_an_error():
+    g = nx.DiGraph([("a", "r")])
+    g.nodes["a"]["x"] = [[1.0, 2.0], [3.0]]
+    g.nodes["r"]["x"] = [[1.0, 2.0], [3.0, 4.0]]
+    with pytest.raises(TreeFormatError, match=r"node 'a' \(index 0\) has a ragged 'x'"):
+        from_networkx(g)
+
+
+def test_networkx_non_numeric_attributes_stay_lists():
+    g = nx.DiGraph([("a", "r")])
+    g.nodes["a"]["words"], g.nodes["r"]["words"] = ["the", "cat"], ["sat"]
+    g.nodes["a"]["x"], g.nodes["r"]["x"] = [1, 2], [3.5, 4]
+    data = from_networkx(g)
+    assert data.words == [["the", "cat"], ["sat"]]
+    assert data.x.dtype == torch.float32 and data.x.tolist() == [[1.0, 2.0], [3.5, 4.0]]
+
+
+# -- 5. edge_pos shape and dtype ----------------------------------------------------------------------------
+
+
+def test_edge_pos_of_the_wrong_length_is_named():
+    d = from_ptb("(1 (1 a) (1 b))")  # 2 edges
+    d.edge_pos = torch.tensor([0, 1, 0])
+    with pytest.raises(ScheduleError, match=r"edge_pos has 3 entries, expected 2 \(one per edge of edge_index\)"):
+        schedule_of(d)
+    d.edge_pos = torch.tensor([[0, 1]])
+    with pytest.raises(ScheduleError, match=r"edge_pos must have shape \[2\].*got \(1, 2\)"):
+        schedule_of(d)
+
+
+def test_edge_pos_must_be_integer():
+    d = from_ptb("(1 (1 a) (1 b))")
+    d.edge_pos = torch.tensor([0.0, 0.5])  # .long() used to turn 0.5 into a second position 0
+    with pytest.raises(ScheduleError, match=r"edge_pos must hold integers, got torch\.float32"):
+        schedule_of(d)
+
+
+def test_edge_index_out_of_range_with_stored_levels_is_named():
+    d = Data(edge_index=torch.tensor([[1, 3], [0, 0]]), num_nodes=3, height=torch.tensor([1, 0, 0]),
+             depth=torch.tensor([0, 1, 1]))
+    with pytest.raises(ScheduleError, match=r"edge 1 \(3 -> 0\) refers to node 3, but the graph has 3 nodes"):
+        schedule_of(d)
