@@ -155,6 +155,24 @@ def test_a_reproduced_run_makes_its_legacy_row_current(tmp_path: Path):
     assert MARK in row_of(report_sick.table(runs + lstm, prov), "| LSTM |")
 
 
+def test_a_check_vouches_only_for_runs_made_by_the_same_code():
+    # Seeds 1-2 recorded in one commit, seed 3 in another: a check of seed 1 says nothing of seed 3's code.
+    runs = [sick_run("dependency", s, 0.85) for s in (1, 2, 3)]
+    added = {"sick/dependency_glove50_s1.json": "a" * 40, "sick/dependency_glove50_s2.json": "a" * 40,
+             "sick/dependency_glove50_s3.json": "b" * 40}
+    prov = Provenance("sick", added, [check("dependency_glove50_s1", True, commit="c" * 40)])
+    standing = prov.standing(runs)
+    assert not standing.current
+    assert standing.reason == "1 run without provenance (legacy), not reproduced"
+    prov = Provenance("sick", added, [check("dependency_glove50_s1", True, commit="c" * 40),
+                                      check("dependency_glove50_s3", True, commit="c" * 40)])
+    assert prov.standing(runs).current
+    assert prov.standing(runs).note == "reproduced at ccccccc (seed 1, 1 epoch), ccccccc (seed 3, 1 epoch)"
+    # Runs that ran at the current numerics need no check.
+    fresh = [sick_run("dependency", 4, 0.85, provenance())]
+    assert Provenance("sick", added, []).standing(fresh).current
+
+
 def test_a_reproduction_that_differs_keeps_the_row_stale(tmp_path: Path):
     legacy = [sick_run("dependency", s, 0.85) for s in (1, 2)]
     # identical: true for seed 1 but false for seed 2: the difference wins.

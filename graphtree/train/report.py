@@ -157,10 +157,10 @@ class Provenance:
 
     A run's JSON names the commit it ran at (its ``provenance`` block); a JSON from before that block existed is
     dated by the commit that added it to git, which came after the run, hence "recorded in" rather than "ran at".
-    A group of runs (a row of a table: one model, task and setting over seeds) is current when every run ran at the
-    current numerics version, or when a check in ``reproduced.json`` reran one of its runs at that version and found
-    every compared epoch identical: the seeds of a row were made by one version of the code, so one reproduced
-    seed vouches for the rest. A check that found a difference keeps the row stale whatever its runs record.
+    A group of runs (a row of a table: one model, task and setting over seeds) is current when each of its runs
+    ran at the current numerics version or was made by the same code (commit) as a run that a check in
+    ``reproduced.json`` reran at that version with every compared epoch identical. A check that found a
+    difference keeps the row stale whatever its runs record.
     """
 
     def __init__(self, task: str, added: Mapping[str, str] | None = None, checks: Iterable[dict] = ()) -> None:
@@ -196,30 +196,45 @@ class Provenance:
                          for kind, by in counts.items()) or "—"
 
     def standing(self, runs: Sequence[dict]) -> Standing:
-        """Whether the numbers of ``runs`` (one row) hold at the current numerics version, and why (not)."""
+        """Whether the numbers of ``runs`` (one row) hold at the current numerics version, and why (not).
+
+        Runs that ran at the current numerics version hold. The others are grouped by the code that made them (the
+        commit they ran at, or for a legacy JSON the commit that recorded it): a group holds when a check at the
+        current version reran one of its runs and found every compared epoch identical, since one code makes the
+        same numbers for every seed; a check that found a difference makes the row stale whatever else holds.
+        """
         seeds = {r.get("run"): r.get("seed") for r in runs}
-        at_current = sorted((c for c in self.checks if c.get("run") in seeds and c.get("numerics") == NUMERICS_VERSION),
-                            key=lambda c: str(c.get("run")))
+        at_current = {c.get("run"): c for c in self.checks
+                      if c.get("run") in seeds and c.get("numerics") == NUMERICS_VERSION}
 
         def described(check: dict) -> str:
             return (f"{short(check.get('commit'))} (seed {seeds[check['run']]}, "
                     f"{plural(int(check.get('epochs_compared', 0)), 'epoch')})")
 
-        failed = [c for c in at_current if not c.get("identical")]
+        failed = sorted((c for c in at_current.values() if not c.get("identical")), key=lambda c: str(c.get("run")))
         if failed:  # a difference found at the current code outweighs anything the files record
             return Standing(False, f"reproduced check failed: differs at HEAD (rerun at {described(failed[0])})")
-        if all(self.numerics(r) == NUMERICS_VERSION for r in runs):
-            return Standing(True)
-        passed = [c for c in at_current if c.get("identical")]
-        if passed:
-            return Standing(True, note=f"reproduced at {described(passed[0])}")
-        legacy = sum(self.numerics(r) is None for r in runs)
-        other = sorted({v for r in runs if (v := self.numerics(r)) is not None and v != NUMERICS_VERSION})
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for r in runs:
+            if self.numerics(r) != NUMERICS_VERSION:
+                groups.setdefault(self._origin(r), []).append(r)
+        notes, unverified = [], []
+        for group in groups.values():
+            passed = sorted((at_current[r["run"]] for r in group if r.get("run") in at_current),
+                            key=lambda c: str(c.get("run")))
+            if passed:
+                notes.append(described(passed[0]))
+            else:
+                unverified.extend(group)
+        if not unverified:
+            return Standing(True, note=f"reproduced at {', '.join(notes)}" if notes else "")
+        legacy = sum(self.numerics(r) is None for r in unverified)
+        other = sorted({v for r in unverified if (v := self.numerics(r)) is not None})
         reasons = []
         if legacy:
             reasons.append(f"{plural(legacy, 'run')} without provenance (legacy), not reproduced")
         if other:
-            count = sum(self.numerics(r) in other for r in runs)
+            count = sum(self.numerics(r) in other for r in unverified)
             # A version above this checkout's: runs made by newer code than the one reporting on them.
             which = "an older" if other[-1] < NUMERICS_VERSION else "another"
             versions = ", ".join(map(str, other))
