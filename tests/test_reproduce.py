@@ -1,0 +1,61 @@
+"""``experiments/reproduce.py``: the rerun command it builds, the comparison, and (slow) committed runs reproducing.
+
+The slow tests rerun one cheap committed run per task with its recorded command and require every epoch's
+metrics to equal the committed ones exactly: a change that alters the numbers without bumping
+``graphtree.train.provenance.NUMERICS_VERSION`` (and rerunning the results) fails here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from corpora import needs_corpora
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "experiments"))
+import reproduce  # noqa: E402
+
+
+def test_rerun_command_keeps_the_settings_and_sets_seed_output_and_length(tmp_path):
+    record = {"experiment": "sst", "run": "slstm_random_fine_sup-root_s4", "seed": 4, "threads": 1,
+              "command": "python experiments/sst.py --threads 1 --no-progress --model slstm --supervision root "
+                         "--seeds 4 5 6 7 --epochs 20 --out experiments/results"}
+    argv = reproduce.rerun_command(record, tmp_path, 1)
+    assert argv[1:] == ["experiments/sst.py", "--model", "slstm", "--supervision", "root", "--seeds", "4",
+                        "--out", str(tmp_path), "--threads", "1", "--no-progress", "--epochs", "1"]
+    assert "--epochs" not in reproduce.rerun_command(record, tmp_path, None)
+
+
+def test_rerun_command_refuses_a_command_of_another_script(tmp_path):
+    record = {"experiment": "sick", "run": "x_s1", "seed": 1, "command": "python experiments/sst.py --model nary"}
+    with pytest.raises(ValueError, match="not one of experiments"):
+        reproduce.rerun_command(record, tmp_path, None)
+
+
+def test_differences_compare_every_metric_exactly_but_not_times():
+    committed = [{"epoch": 1, "train_loss": 1.5, "dev_root": 40.0, "seconds": 3.0},
+                 {"epoch": 2, "train_loss": 1.25, "dev_root": 41.0, "seconds": 3.0}]
+    same = [dict(row, seconds=9.0) for row in committed]
+    assert reproduce.differences(committed, same) == []
+    off = [dict(committed[0]), dict(committed[1], train_loss=1.25 + 2 ** -40)]
+    assert reproduce.differences(committed, off) == [
+        f"epoch 2: train_loss 1.25 committed, {1.25 + 2 ** -40!r} now"]
+
+
+# One cheap committed run per task, rerun whole with its recorded command.
+CHEAP_RUNS = ["experiments/results/sick/dependency_glove50_s1.json",
+              "experiments/results/trec/childsum_glove50_s1.json",
+              "experiments/results/sst/nary_random_binary_s1.json"]
+
+
+@pytest.mark.slow
+@needs_corpora
+@pytest.mark.parametrize("result", CHEAP_RUNS)
+def test_a_committed_run_reproduces_at_this_checkout(result):
+    done = subprocess.run([sys.executable, "experiments/reproduce.py", result], cwd=REPO, capture_output=True,
+                          text=True, timeout=3600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "identical" in done.stdout
