@@ -156,6 +156,7 @@ def stub_build(tmp_path, monkeypatch):
     def load(name: str, sources: list[str], extra_cflags: list[str], build_directory: str,
              verbose: bool) -> ModuleType:
         folder = Path(build_directory)
+        assert all(Path(source).parent == folder / "src" for source in sources)
         assert not (folder / "lock").exists()  # a lock left behind would make PyTorch wait on it forever
         folders.append(folder)
         time.sleep(0.2)
@@ -234,3 +235,29 @@ def test_the_lines_stand_outside_a_progress_bar(monkeypatch):
         bar.update(1)
     # The bar is cleared before the line is written and redrawn after it: the line is whole, on its own.
     assert any(line.split("\r")[-1] == "graphtree: compiling" for line in stream.getvalue().split("\n"))
+
+
+def test_checkouts_with_the_same_sources_compile_the_same_files(stub_build, tmp_path, monkeypatch):
+    # build.ninja names the files it compiles: were they each checkout's own, two checkouts of the same sources
+    # would share a folder yet rebuild each other's kernels in turn.
+    from torch.utils import cpp_extension
+
+    compiled: list[list[str]] = []
+    stub = cpp_extension.load
+    monkeypatch.setattr(cpp_extension, "load", lambda **kw: compiled.append(kw["sources"]) or stub(**kw))
+    for checkout in ("one", "two"):
+        copy = tmp_path / checkout / "csrc"
+        copy.mkdir(parents=True)
+        for path in native.SOURCE_DIR.glob("*.[ch]*"):
+            (copy / path.name).write_bytes(path.read_bytes())
+        monkeypatch.setattr(native, "SOURCE_DIR", copy)
+        monkeypatch.setattr(native, "_kernels", None)  # another process, in effect
+        with native.use_native(True):
+            assert native.ensure_built()
+    assert compiled[0] == compiled[1]
+    assert all(Path(source).is_relative_to(native.build_directory()) for source in compiled[0])
+    stamps = [p.stat().st_mtime_ns for p in sorted((native.build_directory() / "src").iterdir())]
+    with native.use_native(True):  # a third load rewrites no copy: ninja sees nothing new
+        monkeypatch.setattr(native, "_kernels", None)
+        native.ensure_built()
+    assert [p.stat().st_mtime_ns for p in sorted((native.build_directory() / "src").iterdir())] == stamps

@@ -213,6 +213,20 @@ def _build_lock(folder: Path, name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _source_copies(folder: Path) -> list[Path]:
+    """The compiled sources, copied (with the headers they include) into ``folder/src``; the compiled ones.
+
+    A copy is written only where its text differs, so an unchanged file keeps the time stamp ninja compares.
+    """
+    copies = folder / "src"
+    copies.mkdir(parents=True, exist_ok=True)
+    for path in sorted(SOURCE_DIR.glob("*.[ch]*")):
+        text, copy = path.read_bytes(), copies / path.name
+        if not copy.is_file() or copy.read_bytes() != text:
+            copy.write_bytes(text)
+    return [copies / name for name in SOURCES]
+
+
 def _load(strict: bool) -> ModuleType | None:
     global _kernels, _failed, _build_seconds
     if _kernels is not None:
@@ -235,7 +249,9 @@ def _load(strict: bool) -> ModuleType | None:
                 _say(f"graphtree: compiling the C++ kernels into {folder} (first use of this install; about "
                      f"{BUILD_MINUTES} minutes on 2 cores; GRAPHTREE_NATIVE=0 skips them)")
             # build_directory: PyTorch's shared extension cache would hold one build for every venv and checkout.
-            _kernels = cpp_extension.load(name=name, sources=[str(path) for path in sources],
+            # The sources are compiled from copies inside the folder: build.ninja names the files it compiles,
+            # so two checkouts with the same sources would otherwise rebuild each other's kernels in turn.
+            _kernels = cpp_extension.load(name=name, sources=[str(path) for path in _source_copies(folder)],
                                           extra_cflags=CFLAGS, build_directory=str(folder), verbose=False)
         if compiling:
             _say(f"graphtree: compiled the C++ kernels in {_duration(time.perf_counter() - start)}")
