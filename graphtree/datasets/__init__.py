@@ -16,7 +16,10 @@ see :mod:`graphtree.datasets.download` and ``datasets/README.md``).
 """
 
 from .base import DEFAULT_ROOT, CorpusDataset
+from .circuits import BooleanCircuits
 from .download import MIRROR_ENV, CorruptFileError, DatasetError, DownloadError, RemoteFile
+from .files import GraphFiles
+from .listops import ListOps
 from .sick import SICK, PairData, pair_side, sick_target
 from .sst import SST
 from .trec import TREC
@@ -27,10 +30,13 @@ __all__ = [
     "SICK",
     "SST",
     "TREC",
+    "BooleanCircuits",
     "CorpusDataset",
     "CorruptFileError",
     "DatasetError",
     "DownloadError",
+    "GraphFiles",
+    "ListOps",
     "PairData",
     "RemoteFile",
     "pair_side",
