@@ -48,7 +48,7 @@ def test_differences_compare_every_metric_exactly_but_not_times():
 # One cheap committed run per task, rerun whole with its recorded command.
 CHEAP_RUNS = ["experiments/results/sick/dependency_glove50_s1.json",
               "experiments/results/trec/childsum_glove50_s1.json",
-              "experiments/results/sst/nary_random_binary_s1.json"]
+              "experiments/results/sst/slstm_random_fine_sup-root_s4.json"]
 
 
 @pytest.mark.slow
