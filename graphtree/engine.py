@@ -2,51 +2,45 @@
 
 A pass visits the levels of a :class:`~graphtree.schedule.LevelPlan` in order.
 At each level it gathers the states of the nodes' predecessors (children
-bottom-up, parents top-down) into dense ``[n, K, d]`` slots (the messages) and
-calls the cell's ``update`` on that level's nodes only; the cell aggregates the
-slots (a sum, or by position) and applies its gates. States live in
-level-sorted buffers, so a level is a contiguous slice and nothing is scattered.
+bottom-up, parents top-down) into dense ``[n, K, d]`` slots, the aggregated
+messages of PyG's terms, and calls the cell's ``update(children, **inputs)``
+on that level's nodes only, which applies the cell's equations. States live in
+level-sorted buffers, so a level is a contiguous slice and nothing is
+scattered.
 
 Backward is one custom autograd function for the whole pass. It walks the
-levels in reverse and accumulates the children's gradients with one indexed
-add per state, so a pass costs time linear in the number of nodes (autograd's
-usual in-place buffer bookkeeping would copy the whole buffer at every level)
-and a 10,000-deep chain backpropagates with no recursion. Per level it either
+levels in reverse, re-runs each level's ``update`` under autograd on that
+level's slice alone and differentiates it, and accumulates the children's
+gradients with one indexed add per state: a pass costs time linear in the
+number of nodes (autograd's usual in-place buffer bookkeeping would copy the
+whole buffer at every level), any cell works (``update`` must be
+deterministic), and a 10,000-deep chain backpropagates with no recursion.
 
-* calls the cell's hand-written ``backward_level`` with what ``forward_level``
-  saved, when the cell sets ``fused_backward`` (no recomputation, no autograd
-  graph: the fast path; it is told which inputs need a gradient, so that
-  frozen word vectors cost no matmul), or
-* re-runs the cell's ``update`` under autograd on that level's slice alone and
-  differentiates it (any cell works; ``update`` must then be deterministic).
-
-The exactness tests check both paths against per-node recursive references.
-
-A fused cell may also offer its level math compiled (``native_level_kernel``,
-a ``LevelKernel`` of ``graphtree/csrc/level_loop.h``). The engine then runs the
-same two loops in C++ (``run_levels_forward`` and ``run_levels_backward`` in
-``graphtree/csrc/engine_ops.cpp``): the same levels, buffers, slot gathers and
-child-gradient accumulation, without the interpreter between a level's
-operators, which on a tree level's few rows costs as much as its arithmetic.
-The N-ary (constituency setting), Child-Sum, S-LSTM, LSTM-RNN and lexicalized
-cells do, the gated binary head lexicalization, and the top-down cell where no
-node has several parents, on CPU in float32 where oneDNN's products are not
-preferred; all else takes the Python loop.
+The paper cells have one fast path beside their ``update``: their level math
+compiled (:mod:`graphtree.backend.compiled`). Where it applies (CPU, float32,
+kernels built; :func:`graphtree.backend.compiled.level_kernel` decides, once
+per pass), the engine runs the same two loops in C++ (``run_levels_forward``
+and ``run_levels_backward`` in ``graphtree/csrc/engine_ops.cpp``) over the
+cell's kernel, which saves what its hand-written derivatives need. The
+exactness tests check both against per-node recursive references.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
 
+from .backend import native
+from .backend.compiled import LevelKernel, level_kernel
 from .errors import ScheduleError
 from .schedule import LevelPlan, Schedule
 
-__all__ = ["Children", "ParamGrads", "propagate", "schedule_of"]
+__all__ = ["Children", "propagate", "schedule_of"]
 
 
 class Children(NamedTuple):
@@ -87,10 +81,13 @@ class _CachedSchedule(NamedTuple):
     schedule: Schedule
 
 
-def schedule_of(data: Any) -> Schedule:
+def schedule_of(data: Any, num_nodes: int | None = None, edge_pos: Tensor | None = None) -> Schedule:
     """Return the :class:`Schedule` of ``data``, building and caching it on first use.
 
-    ``data`` may be a ``Schedule`` already, or a ``Data``/``Batch``. The cached
+    ``data`` may be a ``Schedule`` already, a ``Data``/``Batch``, or a bare
+    ``edge_index`` (``[2, E]``, child -> parent) with ``num_nodes`` and
+    optionally ``edge_pos`` (each child's position under its parent), as
+    PyG layers are called: ``cell(x, edge_index)``. The cached
     schedule is keyed by the tensors it was built from (``edge_index``,
     ``edge_pos``, ``height``, ``depth``, ``batch``: each one's identity, version
     counter and storage) and ``num_nodes``, so a cache hit costs a few attribute
@@ -106,6 +103,8 @@ def schedule_of(data: Any) -> Schedule:
     """
     if isinstance(data, Schedule):
         return data
+    if isinstance(data, Tensor):
+        return _schedule_of_edges(data, num_nodes, edge_pos)
     if not hasattr(data, "edge_index"):
         raise ScheduleError(
             f"expected a graphtree Schedule or a torch_geometric Data/Batch, got {type(data).__name__}")
@@ -123,6 +122,24 @@ def schedule_of(data: Any) -> Schedule:
         data.__dict__["_schedule"] = _CachedSchedule(key, tensors, schedule)
     else:
         data.__dict__.pop("_schedule", None)
+    return schedule
+
+
+# Schedules of bare edge_index tensors, held as long as the tensor lives, keyed like a Data's cached schedule.
+_EDGE_SCHEDULES: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _schedule_of_edges(edge_index: Tensor, num_nodes: int | None, edge_pos: Tensor | None) -> Schedule:
+    """The schedule of a bare ``edge_index``, cached on that tensor (weakly: it goes with the tensor)."""
+    if num_nodes is None:
+        raise ScheduleError("a bare edge_index needs num_nodes (a cell passes x.size(0))")
+    key = _schedule_key((edge_index, edge_pos), num_nodes)
+    cached = _EDGE_SCHEDULES.get(edge_index) if key is not None else None
+    if cached is not None and cached.key == key:
+        return cached.schedule
+    schedule = Schedule(edge_index, num_nodes, edge_pos=edge_pos)
+    if key is not None:
+        _EDGE_SCHEDULES[edge_index] = _CachedSchedule(key, (edge_index, edge_pos), schedule)
     return schedule
 
 
@@ -185,19 +202,20 @@ def _same_graph(cached: _CachedSchedule, tensors: tuple, key: tuple) -> bool:
     return torch.equal(values, torch.cat([t.reshape(-1) for t in expected]))
 
 
-def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor], schedule: Schedule | Any,
+def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tensor], schedule: Schedule | Any,
               direction: str = "bottom_up") -> tuple[Tensor, ...]:
     """Run ``cell`` over all levels of ``schedule`` in ``direction``.
 
     Args:
         cell: A module with ``state_channels`` (the width of each state
-            component), ``update(inputs, children) -> states`` for one level, and
+            component), ``update(children, *inputs) -> states`` for one level, and
             optionally ``max_children`` (fixed-arity cells get exactly that many
             slots; a node with more children is an error) and ``output_states``
             (how many leading state components are returned; the others are
             internal, carried from level to level only).
         inputs: Per-node tensors, first dimension ``num_nodes`` (node order of
-            the batch), handed to ``update`` sliced to the level's nodes.
+            the batch), handed to ``update`` sliced to the level's nodes: by
+            position, or by keyword where given as a mapping of names.
         schedule: A :class:`Schedule`, or a ``Data``/``Batch`` to take it from.
         direction: ``"bottom_up"`` (children before parents) or ``"top_down"``.
 
@@ -205,12 +223,17 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor], schedule: Schedul
         One ``[num_nodes, d]`` tensor per returned state component, in the batch's node order.
     """
     schedule = schedule_of(schedule)
+    names = tuple(inputs) if isinstance(inputs, Mapping) else None
+    inputs = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs)
     if not inputs:
         raise ValueError("propagate needs at least one per-node input tensor")
     for k, x in enumerate(inputs):
+        if not isinstance(x, Tensor) or x.dim() == 0:
+            raise TypeError(f"input {names[k] if names else k} must be a per-node tensor, got "
+                            f"{type(x).__name__ if not isinstance(x, Tensor) else 'a scalar tensor'}")
         if x.size(0) != schedule.num_nodes:
-            raise ScheduleError(f"input {k} has {x.size(0)} rows but the batch has {schedule.num_nodes} nodes; "
-                                "was the schedule built for another batch?")
+            raise ScheduleError(f"input {names[k] if names else k} has {x.size(0)} rows but the batch has "
+                                f"{schedule.num_nodes} nodes; was the schedule built for another batch?")
     device = inputs[0].device
     host_plan = schedule.plan(direction)
     plan = host_plan.to(device)
@@ -220,12 +243,32 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor], schedule: Schedul
     sorted_inputs = [x.index_select(0, plan.order) for x in inputs]
     params = [p for p in cell.parameters() if p.requires_grad]
     needs_grad = torch.is_grad_enabled() and (bool(params) or any(x.requires_grad for x in sorted_inputs))
+    call = _Update(cell, names)
     if needs_grad:
-        buffers = _LevelPass.apply(cell, plan, levels, len(sorted_inputs), *sorted_inputs, *params)
+        buffers = _LevelPass.apply(call, plan, levels, len(sorted_inputs), *sorted_inputs, *params)
     else:
-        buffers, _ = _run_levels(cell, plan, levels, sorted_inputs, save=False)
+        buffers, _ = _run_levels(call, plan, levels, sorted_inputs, save=False)
         buffers = buffers[:_num_outputs(cell)]
     return tuple(buf.index_select(0, plan.rank) for buf in buffers)  # rank < num_nodes: the padding row stays out
+
+
+class _Update(NamedTuple):
+    """A cell and how its ``update`` takes the per-node inputs (by position, or by these names)."""
+
+    cell: torch.nn.Module
+    names: tuple[str, ...] | None
+
+    def __call__(self, children: Children, inputs: Sequence[Tensor]) -> tuple[Tensor, ...]:
+        if self.names is None:
+            states = self.cell.update(children, *inputs)
+        else:
+            states = self.cell.update(children, **dict(zip(self.names, inputs)))
+        if isinstance(states, Tensor):
+            states = (states,)
+        if len(states) != len(self.cell.state_channels):
+            raise ValueError(f"{type(self.cell).__name__}.update returned {len(states)} states, but its "
+                             f"state_channels has {len(self.cell.state_channels)}")
+        return tuple(states)
 
 
 def _num_outputs(cell: torch.nn.Module) -> int:
@@ -283,52 +326,29 @@ def _gather(buffers: list[Tensor], slots: _Slots) -> Children:
                     slots.mask, slots.position, slots.position_counts)
 
 
-def _compiled_level_kernel(cell: torch.nn.Module, inputs: list[Tensor]) -> tuple[ModuleType, Any] | None:
-    """The cell's compiled level math for this pass and the kernels module, or ``None`` (the Python loop)."""
-    from .nn.functional import onednn_preferred  # graphtree.nn imports this module
-    make = getattr(cell, "native_level_kernel", None)
-    # Where oneDNN's prepacked products are preferred (a per-machine verdict), they run from the Python loop:
-    # the compiled loop multiplies with ATen's own matmul.
-    if make is None or not _has_fused_backward(cell) or onednn_preferred():
-        return None
-    return make(tuple(inputs))
+def _run_levels(call: _Update, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor],
+                save: bool) -> tuple[list[Tensor], LevelKernel | None]:
+    """Forward through all levels: the cell's compiled levels where they apply, else its ``update``.
 
-
-def _has_fused_backward(cell: torch.nn.Module) -> bool:
-    return bool(getattr(cell, "fused_backward", False))
-
-
-def _run_levels(cell, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor],
-                save: bool) -> tuple[list[Tensor], list[Any] | tuple[ModuleType, Any]]:
-    """Forward through all levels; with ``save`` and a fused cell, keep what its backward needs.
-
-    Returns the buffers and the per-level contexts, or, where the cell's level math is compiled, the
-    ``(kernels, kernel)`` pair whose kernel object keeps them.
+    Returns the buffers and, where the compiled loop ran, its :class:`LevelKernel` (which holds, with
+    ``save``, what its backward needs).
     """
+    cell = call.cell
     reference = next((x for x in inputs if x.is_floating_point()), None)
     dtype = reference.dtype if reference is not None else next(cell.parameters()).dtype
     buffers = [torch.zeros(plan.num_nodes + 1, d, dtype=dtype, device=inputs[0].device)
                for d in cell.state_channels]
-    compiled = _compiled_level_kernel(cell, inputs)
+    compiled = level_kernel(cell, inputs, plan)
     if compiled is not None:
-        kernels, kernel = compiled
-        kernels.run_levels_forward(kernel, buffers, inputs, plan.ptr, [s.flat_index for s in levels],
-                                   plan.position_groups, save)
+        compiled.kernels.run_levels_forward(compiled.kernel, buffers, inputs, plan.ptr,
+                                            [s.flat_index for s in levels], plan.position_groups, save)
         return buffers, compiled
-    fused = save and _has_fused_backward(cell)
-    saved: list[Any] = []
     for level in range(plan.num_levels):
         a, b = plan.ptr[level], plan.ptr[level + 1]
-        children = _gather(buffers, levels[level])
-        level_inputs = tuple(x[a:b] for x in inputs)
-        if fused:
-            states, context = cell.forward_level(level_inputs, children)
-            saved.append(context)
-        else:
-            states = cell.update(level_inputs, children)
+        states = call(_gather(buffers, levels[level]), [x[a:b] for x in inputs])
         for buf, value in zip(buffers, states):
             buf[a:b] = value
-    return buffers, saved
+    return buffers, None
 
 
 _RELEASED = "released"  # ctx.compiled after the compiled backward has run and let its kernel go
@@ -336,20 +356,18 @@ _RELEASED = "released"  # ctx.compiled after the compiled backward has run and l
 
 class _LevelPass(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, cell, plan, levels, num_inputs, *tensors):
+    def forward(ctx, call, plan, levels, num_inputs, *tensors):
         inputs = list(tensors[:num_inputs])
-        buffers, saved = _run_levels(cell, plan, levels, inputs, save=True)
-        ctx.cell, ctx.plan, ctx.levels, ctx.num_inputs = cell, plan, levels, num_inputs
+        buffers, compiled = _run_levels(call, plan, levels, inputs, save=True)
+        ctx.call, ctx.plan, ctx.levels, ctx.num_inputs = call, plan, levels, num_inputs
         # Parameters are kept as they are (not via save_for_backward) so that the
         # recomputation in backward differentiates with respect to these very objects.
         ctx.params = tensors[num_inputs:]
-        # A compiled level loop leaves (kernels module, kernel object): the object holds every level's context.
-        ctx.compiled = saved if isinstance(saved, tuple) else None
-        ctx.level_context = saved
+        ctx.compiled = compiled  # the kernel object holds every level's context
         # Internal states are never returned, so no gradient arrives for them: they are kept as plain
         # attributes, and skipping them spares a permutation of their buffers both ways and a zero
         # gradient of their size. Unused outputs get None rather than a materialized zero gradient.
-        outputs = _num_outputs(cell)
+        outputs = _num_outputs(call.cell)
         ctx.internal = buffers[outputs:]
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(*inputs, *buffers[:outputs])
@@ -370,29 +388,14 @@ class _LevelPass(torch.autograd.Function):
                 "GRAPHTREE_NATIVE=0 for the Python level loop, which keeps it.")
         if ctx.compiled is not None:
             grad_params = _compiled_backward(ctx, grad_states, grad_inputs)
-        elif _has_fused_backward(ctx.cell):
-            grad_params = _fused_backward(ctx, inputs, grad_states, grad_inputs)
         else:
             grad_params = _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs)
         return (None, None, None, None, *grad_inputs, *grad_params)
 
 
-def _native_kernels(cell: torch.nn.Module, *tensors: Tensor) -> ModuleType | None:
-    """The compiled kernels for the backward pass's own helpers (the children's gradient scatter-add).
-
-    Built here only for a cell with compiled level math of its own (as :func:`_compiled_level_kernel` asks
-    for); for any other cell they are used only if this process has loaded them already, so a cell written
-    in PyTorch alone never waits minutes for a compiler on its first backward pass.
-    """
-    from .nn.native import native_kernels, native_kernels_if_loaded  # graphtree.nn imports this module
-    if getattr(cell, "native_level_kernel", None) is not None and _has_fused_backward(cell):
-        return native_kernels(*tensors)
-    return native_kernels_if_loaded(*tensors)
-
-
 def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequence[Tensor | None],
                          kernels: ModuleType | None) -> None:
-    """Add each slot's gradient into its child's row; ``kernels``: the compiled ones, decided once per pass."""
+    """Add each slot's gradient into its child's row; ``kernels``: the compiled ones, if loaded already."""
     flat_index = slots.flat_index
     if not flat_index.numel():
         return
@@ -407,92 +410,36 @@ def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequen
                 grad_state.index_put_((flat_index,), g, accumulate=True)
 
 
-class ParamGrads(dict):
-    """Parameter gradients of one backward pass, keyed by parameter name.
-
-    A cell's ``backward_level`` may add into the tensors directly, or hand its
-    weight and bias terms to :meth:`add_outer` and :meth:`add_sum`: those are
-    collected over all levels and applied in :meth:`flush` as one large matrix
-    product and one sum, rather than one small product per level (small
-    products run far below the machine's matmul rate). Names of parameters
-    that need no gradient are absent, and adding to them does nothing.
-    """
-
-    def __init__(self, grads: dict[str, Tensor]) -> None:
-        super().__init__(grads)
-        self._outer: dict[str, list[tuple[Tensor, Tensor]]] = {}
-        self._sums: dict[str, list[Tensor]] = {}
-
-    def add_outer(self, name: str, grad_out: Tensor, x: Tensor) -> None:
-        r"""Add :math:`\text{grad\_out}^\top x` to ``self[name]`` (a weight used as :math:`x W^\top`)."""
-        if name in self and grad_out.numel():
-            self._outer.setdefault(name, []).append((grad_out, x))
-
-    def add_sum(self, name: str, grad_out: Tensor) -> None:
-        """Add the column sums of ``grad_out`` (a bias added to every row) to ``self[name]``."""
-        if name in self and grad_out.numel():
-            self._sums.setdefault(name, []).append(grad_out)
-
-    def flush(self) -> None:
-        """Apply everything collected by :meth:`add_outer` and :meth:`add_sum`."""
-        from .nn.functional import add_outer_  # graphtree.nn imports this module
-        for name, pairs in self._outer.items():
-            grad_out = torch.cat([g for g, _ in pairs]) if len(pairs) > 1 else pairs[0][0]
-            x = torch.cat([x for _, x in pairs]) if len(pairs) > 1 else pairs[0][1]
-            add_outer_(self[name], grad_out, x)
-        for name, terms in self._sums.items():
-            self[name] += (torch.cat(terms) if len(terms) > 1 else terms[0]).sum(0)
-        self._outer.clear()
-        self._sums.clear()
-
-
-def _fused_backward(ctx, inputs, grad_states, grad_inputs) -> list[Tensor]:
-    """Backward with the cell's hand-written per-level derivatives (no recomputation)."""
-    cell, plan, levels = ctx.cell, ctx.plan, ctx.levels
-    names = {id(p): name for name, p in cell.named_parameters()}
-    grad_params = ParamGrads({names[id(p)]: torch.zeros_like(p) for p in ctx.params})
-    needs_input_grad = tuple(g is not None for g in grad_inputs)
-    kernels = _native_kernels(cell, *grad_states)
-    for level in reversed(range(plan.num_levels)):
-        a, b = plan.ptr[level], plan.ptr[level + 1]
-        level_grads = tuple(g[a:b] for g in grad_states)
-        input_grads, child_grads = cell.backward_level(ctx.level_context[level], level_grads, grad_params,
-                                                        needs_input_grad)
-        for k, g in enumerate(input_grads):
-            if g is not None and grad_inputs[k] is not None:
-                grad_inputs[k][a:b] += g
-        _accumulate_children(grad_states, levels[level], child_grads, kernels)
-    grad_params.flush()
-    return [grad_params[names[id(p)]] for p in ctx.params]
-
-
 def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
     """Backward through the compiled level loop, over the kernel object its forward loop filled."""
-    kernels, kernel = ctx.compiled  # the module the forward loop ran on, whatever the settings are by now
-    grads = dict(kernels.run_levels_backward(kernel, grad_states, grad_inputs, ctx.plan.ptr,
-                                             [s.flat_index for s in ctx.levels], ctx.plan.position_groups))
+    compiled = ctx.compiled  # the module the forward loop ran on, whatever the settings are by now
+    grads = dict(compiled.kernels.run_levels_backward(compiled.kernel, grad_states, grad_inputs, ctx.plan.ptr,
+                                                      [s.flat_index for s in ctx.levels],
+                                                      ctx.plan.position_groups))
     # The kernel holds every level's saved tensors. The autograd graph, and with it this ctx, outlives the
     # backward pass until the caller drops the outputs, usually during the next batch's forward pass: freed
     # here, that memory is reused by the next pass instead of fresh pages.
-    ctx.compiled = ctx.level_context = _RELEASED
-    names = {id(p): name for name, p in ctx.cell.named_parameters()}
+    ctx.compiled = _RELEASED
+    by_parameter = {id(p): grads[name] for name, p in compiled.parameters.items() if name in grads}
     # A parameter used outside the pass (an input projection hoisted before it) gets no gradient here.
-    return [grads[names[id(p)]] if names[id(p)] in grads else torch.zeros_like(p) for p in ctx.params]
+    return [by_parameter[id(p)] if id(p) in by_parameter else torch.zeros_like(p) for p in ctx.params]
 
 
 def _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs) -> list[Tensor]:
     """Backward for any cell: re-run each level's ``update`` under autograd, on that level alone."""
-    cell, plan, levels, params = ctx.cell, ctx.plan, ctx.levels, ctx.params
+    plan, levels, params = ctx.plan, ctx.levels, ctx.params
     grad_params = [torch.zeros_like(p) for p in params]
     detached = [buf.detach() for buf in buffers]
-    kernels = _native_kernels(cell, *grad_states)  # the gradients below come from autograd.grad without a graph
+    # The compiled scatter-add only if this process has the kernels already: a cell written in PyTorch alone
+    # must never wait minutes for a compiler on its first backward pass.
+    kernels = native.native_kernels_if_loaded(*grad_states)
     for level in reversed(range(plan.num_levels)):
         a, b = plan.ptr[level], plan.ptr[level + 1]
         with torch.enable_grad():
             level_inputs = [x[a:b].detach().requires_grad_(x.requires_grad) for x in inputs]
             children = _gather(detached, levels[level])
             child_states = tuple(s.requires_grad_() for s in children.states)
-            states = cell.update(tuple(level_inputs), children._replace(states=child_states))
+            states = ctx.call(children._replace(states=child_states), level_inputs)
             pairs = [(s, g[a:b]) for s, g in zip(states, grad_states) if s.requires_grad]
             if not pairs:
                 continue

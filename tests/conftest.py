@@ -1,19 +1,12 @@
-"""Shared pytest setup: the ``slow`` marker, oneDNN on wherever it exists, and the spaCy parser.
+"""Shared pytest setup: the ``slow`` marker and the spaCy parser.
 
 Tests marked ``slow`` (full passes over the real corpora) are skipped unless
 ``--runslow`` is given or the marker is selected explicitly (``-m slow``).
-
-The cells use oneDNN products only where asked to
-(:func:`graphtree.nn.functional.onednn_preferred`). The tests do not depend on
-that setting: they take the oneDNN path wherever the build has one, and the
-tests named ``*with_and_without_onednn`` compare it to the plain one.
 """
 
 from __future__ import annotations
 
 import pytest
-
-from graphtree.nn import functional
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,11 +24,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
-
-
-@pytest.fixture(autouse=True)
-def onednn_wherever_available(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(functional, "_ONEDNN_PAYS", functional.onednn_available())
 
 
 @pytest.fixture(scope="session")

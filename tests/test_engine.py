@@ -22,8 +22,7 @@ class InternalStateCell(torch.nn.Module):
         super().__init__()
         self.W = torch.nn.Parameter(torch.randn(3, 5, dtype=torch.float64) * 0.5)
 
-    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, Tensor]:
-        (x,) = inputs
+    def update(self, children: Children, x: Tensor) -> tuple[Tensor, Tensor]:
         s = torch.tanh(torch.cat([x, children.states[1].sum(dim=1)], dim=1) @ self.W.t())
         return s.sum(dim=1, keepdim=True), s
 

@@ -21,7 +21,8 @@ import torch
 from torch_geometric.data import Batch, Data
 from trees import random_ptb
 
-import graphtree.nn.native as native
+import graphtree.backend.native as native
+from graphtree.backend import compiled as makers
 from graphtree.data import from_ptb
 from graphtree.nn import (
     LSTMRNN,
@@ -31,7 +32,6 @@ from graphtree.nn import (
     LexicalizedTreeLSTM,
     NaryTreeLSTM,
     TopDownTreeLSTM,
-    functional,
 )
 
 
@@ -46,13 +46,6 @@ def _kernels_or_skip():
 @pytest.fixture(scope="module")
 def kernels():
     return _kernels_or_skip()
-
-
-@pytest.fixture(autouse=True)
-def plain_matmuls(monkeypatch):
-    # The compiled level loop runs where oneDNN is not preferred (this machine's verdict, and the common one);
-    # where it is, the Python loop keeps oneDNN's products, as the *_with_and_without_onednn tests check.
-    monkeypatch.setattr(functional, "_ONEDNN_PAYS", False)
 
 
 def _run(cell, x, batch, weights):
@@ -76,17 +69,14 @@ def _reference(cell, x, batch, weights, reference):
     return tuple(t.float() for t in (h, c, *grads))
 
 
-@pytest.mark.parametrize("setting", ["constituency", "general"])
 @pytest.mark.parametrize("n_ary", [2, 3])
-def test_kernels_match_the_recursive_reference(kernels, setting, n_ary, monkeypatch):
+def test_kernels_match_the_recursive_reference(kernels, n_ary, monkeypatch):
+    # The constituency setting runs the whole pass in the engine's compiled level loop; "general" has no kernel.
     monkeypatch.setattr(tai, "HID", 16)
     torch.manual_seed(n_ary)
-    cell = NaryTreeLSTM(tai.IN, 16, n_ary=n_ary, setting=setting)
+    cell = NaryTreeLSTM(tai.IN, 16, n_ary=n_ary)
     batch = tai.mixed_batch(max_arity=n_ary, seed=n_ary + 10)
-    # The constituency setting runs the whole pass in the engine's compiled level loop; "general" runs the
-    # Python loop with the elementwise kernels.
-    names = ["NaryLevels"] if setting == "constituency" else ["nary_level_forward", "nary_level_backward"]
-    _assert_kernels_match_reference(kernels, cell, batch, tai.IN, names, tai.nary_reference, monkeypatch)
+    _assert_kernels_match_reference(kernels, cell, batch, tai.IN, ["NaryLevels"], tai.nary_reference, monkeypatch)
 
 
 def test_compiled_level_loop_on_a_dag(kernels, monkeypatch):
@@ -254,10 +244,6 @@ def test_a_second_backward_through_a_compiled_pass_is_a_clear_error(kernels, mak
         torch.testing.assert_close(a, b)
 
 
-PEEPHOLE_KERNELS = ["peephole_level_cell", "peephole_level_output", "peephole_level_output_backward",
-                    "peephole_level_cell_backward"]
-
-
 def _per_tree(trees, reference):
     """A batch reference from ``test_teng_zhang``'s per-tree one."""
     return lambda cell, x, batch: teng.per_tree(trees, x, lambda tree, x_tree: reference(cell, tree, x_tree))
@@ -307,16 +293,17 @@ def test_top_down_compiled_level_loop_on_ternary_trees_and_a_forest(kernels, mon
                                     _per_tree(trees, teng.ref_top_down), monkeypatch)
 
 
-def test_top_down_kernels_on_a_dag(kernels, monkeypatch):
-    # Several parents: the Python level loop, each (node, parent) slot one row of the elementwise kernels, the
-    # slots averaged after.
+def test_top_down_on_a_dag_runs_its_update(kernels, monkeypatch):
+    # Several parents: no kernel (TopDownLevels takes one parent a node), the cell's update on every level.
     torch.manual_seed(5)
     dag = Data(edge_index=torch.tensor([[1, 2, 3, 3, 4, 4, 4, 5], [0, 0, 1, 2, 1, 2, 0, 3]]),
                edge_pos=torch.tensor([0, 1, 1, 0, 0, 2, 2, 0]), num_nodes=6)
     trees = [dag, *teng.ternary_trees(), dag]
     cell = TopDownTreeLSTM(7, 16, n_ary=3)
-    _assert_kernels_match_reference(kernels, cell, Batch.from_data_list(trees), 7, PEEPHOLE_KERNELS,
+    calls = _count_calls(kernels, ["TopDownLevels"], monkeypatch)
+    _assert_kernels_match_reference(kernels, cell, Batch.from_data_list(trees), 7, [],
                                     _per_tree(trees, teng.ref_top_down), monkeypatch)
+    assert calls == {"TopDownLevels": 0}
 
 
 def test_gated_head_kernels_match_the_recursive_reference(kernels, monkeypatch):
@@ -383,9 +370,9 @@ def test_kernels_and_pytorch_path_agree_on_a_large_batch(kernels, make):
 
 
 def test_compiled_pass_follows_every_change_of_the_weights(kernels):
-    # The compiled N-ary loop keeps its rescaled, transposed gate weights across passes until U or b_U changes:
-    # after an in-place update, a load_state_dict, a replaced parameter and a cleared cache, each no-grad pass
-    # must agree with the PyTorch path on the weights as they are then.
+    # The compiled N-ary loop takes its rescaled, transposed gate weights from U and b_U as they are at each pass:
+    # after an in-place update, a load_state_dict, a replaced parameter, a write through .data and a fused
+    # optimizer's step (which bumps no version counter), each no-grad pass must agree with the PyTorch path.
     torch.manual_seed(0)
     cell = NaryTreeLSTM(9, 12)
     batch = tai.mixed_batch(max_arity=2, seed=5)
@@ -411,10 +398,8 @@ def test_compiled_pass_follows_every_change_of_the_weights(kernels):
     agree()
     cell.U = torch.nn.Parameter(torch.randn_like(cell.U))
     agree()
-    cell.U.data.mul_(-1)  # invisible to the version counter: the documented escape hatch
-    cell.derived_weights_clear()
+    cell.U.data.mul_(-1)  # invisible to the version counter
     agree()
-    # A fused optimizer's step leaves the version counters alone.
     optimizer = torch.optim.Adagrad(cell.parameters(), lr=0.5, fused=True)
     with native.use_native(True):
         cell(x, batch)[0].pow(2).sum().backward()
@@ -423,8 +408,8 @@ def test_compiled_pass_follows_every_change_of_the_weights(kernels):
     assert not torch.allclose(agree(), before)
 
 
-# The kernels whose transposed and rearranged weights come from a static derive() and are kept across passes
-# (TreeCell.derived_weights): each with a cell that runs it and that cell's input width.
+# The kernels that derive transposed and rearranged copies of their weights: each with a cell that runs it and
+# that cell's input width.
 DERIVING_KERNELS = {
     "ChildSumLevels": (lambda: ChildSumTreeLSTM(7, 12), 7),
     "SLSTMLevels": (lambda: SLSTM(7, 12, leaf="lstm"), 7),
@@ -440,9 +425,8 @@ DERIVING_KERNELS = {
 def test_compiled_kernels_rederive_their_weights_after_every_change(kernels, kernel, optimizer):
     # Three optimizer steps on the compiled path and on the PyTorch path, from the same weights: the paths must
     # agree in every training pass and every no-grad pass between steps (stale derived weights would make the
-    # compiled path lag behind). The fused optimizers update the weights without bumping their version counters.
-    # Two no-grad passes without a step between them share one derived copy; a write through .data takes effect
-    # once the cache is cleared.
+    # compiled path lag behind). The fused optimizers update the weights without bumping their version counters;
+    # a write through .data bumps none either.
     torch.manual_seed(11)
     make, in_channels = DERIVING_KERNELS[kernel]
     fast = make()
@@ -462,9 +446,6 @@ def test_compiled_kernels_rederive_their_weights_after_every_change(kernels, ker
     for _ in range(3):
         with torch.no_grad():
             torch.testing.assert_close(run(fast, True), run(plain, False), atol=2e-5, rtol=1e-4)
-            derived = fast.__dict__["_derived_weights"][kernel][2]
-            run(fast, True)
-            assert fast.__dict__["_derived_weights"][kernel][2] is derived
         losses = []
         for model, compiled in ((fast, True), (plain, False)):
             optimizers[model].zero_grad()
@@ -478,7 +459,6 @@ def test_compiled_kernels_rederive_their_weights_after_every_change(kernels, ker
         for a, b in zip(fast.parameters(), plain.parameters(), strict=True):
             a.data.mul_(-0.5)
             b.data.mul_(-0.5)
-        fast.derived_weights_clear()
         torch.testing.assert_close(run(fast, True), run(plain, False), atol=2e-5, rtol=1e-4)
 
 
@@ -487,15 +467,10 @@ def test_gather_in_the_compiled_loop_checks_its_slots(kernels):
     buffers = [torch.zeros(4, 3)]
     bad = [torch.zeros(0, dtype=torch.long), torch.tensor([9, 0])]  # level 0: the leaves, no slots
     cell = NaryTreeLSTM(3, 3)
-    kernel = kernels.NaryLevels(*_nary_kernel_weights(cell))
+    kernel, _ = makers.nary(cell, kernels, None)  # its maker, as the engine calls it
     with pytest.raises(RuntimeError, match="out of range"):
         kernels.run_levels_forward(kernel, [buffers[0], torch.zeros(4, 3)], [torch.zeros(3, 3)], [0, 2, 3],
                                    bad, [], False)
-
-
-def _nary_kernel_weights(cell):
-    U_t, b = cell._gate_weights_t()
-    return U_t, b, cell.U.detach(), cell.W_leaf.weight.detach(), cell.W_leaf.bias.detach()
 
 
 def test_scatter_add_rows_adds_repeated_rows_like_index_put(kernels):

@@ -1,4 +1,4 @@
-"""Where and when the compiled kernels (graphtree.nn.native) are built; none of these tests compiles anything.
+"""Where and when the compiled kernels (graphtree.backend.native) are built; none of these tests compiles anything.
 
 A real build takes minutes, so every test here replaces ``torch.utils.cpp_extension.load``: in this process
 with a stub, in the subprocesses with a spy that records the call and fails it (the package then falls back
@@ -21,7 +21,7 @@ import pytest
 import torch
 from tqdm import tqdm
 
-import graphtree.nn.native as native
+import graphtree.backend.native as native
 
 # Run in a fresh interpreter: a forward and backward pass of one cell, with every build attempt recorded.
 _SCRIPT = textwrap.dedent("""
@@ -38,7 +38,7 @@ _SCRIPT = textwrap.dedent("""
 
     from torch_geometric.data import Batch
 
-    import graphtree.nn.native as native
+    import graphtree.backend.native as native
     from graphtree.data import from_ptb
     from graphtree.nn import ChildSumTreeLSTM, TreeCell
 
@@ -46,17 +46,15 @@ _SCRIPT = textwrap.dedent("""
         '''A cell of a user's own, in PyTorch operators only: h = tanh(W x + sum of the children's h).'''
 
         def __init__(self, channels: int) -> None:
-            super().__init__()
-            self.hidden_channels = channels
-            self.state_channels = (channels,)
+            super().__init__(state_channels=(channels,))
             self.lin = torch.nn.Linear(channels, channels)
 
-        def update(self, inputs, children):
-            (x,), (h,) = inputs, children.states
+        def update(self, children, x):
+            (h,) = children.states
             return (torch.tanh(self.lin(x) + h.sum(1)),)
 
         def forward(self, x, batch):
-            return self.propagate_levels((x,), batch)[0]
+            return self.propagate(batch, x=x)[0]
 
     torch.manual_seed(0)
     batch = Batch.from_data_list([from_ptb("(3 (2 The) (3 (2 Rock) (4 rocks)))"),

@@ -260,8 +260,10 @@ def test_bad_input_is_a_clear_error():
         cell(torch.randn(4, IN + 1), data)
     with pytest.raises(ScheduleError, match="3 rows but the batch has 4 nodes"):
         ChildSumTreeLSTM(IN, HID)(torch.randn(3, IN), data)
-    with pytest.raises(ScheduleError, match="expected a graphtree Schedule"):
+    with pytest.raises(ScheduleError, match="edge_index must hold integers"):  # a tensor is read as edge_index
         ChildSumTreeLSTM(IN, HID)(torch.randn(4, IN), torch.zeros(2, 3))
+    with pytest.raises(ScheduleError, match="expected a graphtree Schedule"):
+        ChildSumTreeLSTM(IN, HID)(torch.randn(4, IN), [[0, 1], [2, 2]])
 
 
 def test_tree_classifier_sums_the_loss_over_labelled_nodes():

@@ -15,7 +15,6 @@ import torch
 from torch_geometric.data import Batch
 
 from graphtree.data import NO_LABEL, from_ptb
-from graphtree.nn.functional import onednn_available
 from graphtree.train import (
     PRESETS,
     OptimizerSpec,
@@ -334,10 +333,10 @@ def test_kill_9_mid_training_then_resume_matches_an_uninterrupted_run(tmp_path: 
     sys.path.insert(0, str(HERE))
     import train_resume_helper as helper
 
-    # Every run in a process of its own, all on the same matmul kernels (as on one machine; see onednn_preferred).
-    # The compiled level kernels stay off: with a cold extension cache each subprocess would spend its time
-    # limit compiling them (their agreement with PyTorch is tests/test_native.py's business).
-    env = {**os.environ, "GRAPHTREE_ONEDNN": "1" if onednn_available() else "0", "GRAPHTREE_NATIVE": "0"}
+    # Every run in a process of its own. The compiled level kernels stay off: with a cold extension cache each
+    # subprocess would spend its time limit compiling them (their agreement with PyTorch is
+    # tests/test_native.py's business).
+    env = {**os.environ, "GRAPHTREE_NATIVE": "0"}
     helper_script = str(HERE / "train_resume_helper.py")
     subprocess.run([sys.executable, helper_script, str(tmp_path / "reference")], check=True,
                    stdout=subprocess.DEVNULL, timeout=120, env=env)

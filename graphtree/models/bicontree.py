@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Linear
 
-from ..engine import Children, ParamGrads, schedule_of
+from ..backend import compiled
+from ..engine import Children, schedule_of
 from ..nn.cell import TreeCell
 from ..nn.head_lexicalization import HeadLexicalization
 from ..nn.lexicalized import LexicalizedTreeLSTM
@@ -177,32 +178,16 @@ class BiTreeLSTM(torch.nn.Module):
 class _LeafSum(TreeCell):
     """Sum and number of the leaf rows below each node (a leaf counts itself), bottom-up."""
 
+    compiled_levels = compiled.leaf_sum  # the same sums in C++: graphtree/backend/compiled.py
+
     def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.state_channels = (channels, 1)
+        super().__init__(state_channels=(channels, 1))
 
     def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
-        return self.propagate_levels((x,), batch)
+        return self.propagate(batch, x=x)
 
-    # Its derivatives are a copy of each node's gradient into its children's slots: written out below, so that
-    # the engine does not re-run every level under autograd to find them.
-    fused_backward = True
-
-    def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, Tensor], int]:
-        (x,) = inputs
+    def update(self, children: Children, x: Tensor) -> tuple[Tensor, Tensor]:
         total, count = children.states
-        if total.size(1) == 0:
-            return (x, x.new_ones(x.size(0), 1)), 0
-        return (total.sum(dim=1), count.sum(dim=1)), total.size(1)
-
-    def native_level_kernel(self, inputs: tuple[Tensor, ...]) -> tuple[Any, Any] | None:
-        """The same sums in the engine's compiled level loop (``LeafSumLevels`` in
-        ``graphtree/csrc/head_level.cpp``), with the kernels module; ``None`` where the kernels do not apply."""
-        return self._compiled_levels(inputs, "LeafSumLevels")
-
-    def backward_level(self, context: int, grad_states: tuple[Tensor, Tensor], grad_params: ParamGrads,
-                       needs_input_grad: tuple[bool, ...] = (True,)) -> tuple[tuple[Tensor | None], tuple]:
-        grad_total = grad_states[0]  # the counts are constants
-        if context == 0:  # a leaf: its sum is its own row
-            return (grad_total,), ()
-        return (None,), (grad_total.unsqueeze(1).expand(-1, context, -1), None)
+        if total.size(1) == 0:  # a leaf: its own row, counted once
+            return x, x.new_ones(x.size(0), 1)
+        return total.sum(dim=1), count.sum(dim=1)

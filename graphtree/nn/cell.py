@@ -3,148 +3,128 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch_geometric.nn import MessagePassing
 
-from ..engine import Children, propagate
-from ..schedule import Schedule
-from .functional import PackedWeights
-from .native import native_kernels
+from ..engine import Children, propagate, schedule_of
 
 __all__ = ["TreeCell"]
 
-# Steps taken by torch.optim optimizers in this process. The fused optimizers (fused=True) update parameters
-# without bumping their version counters, so TreeCell.derived_weights keys its copies by this count as well.
-_optimizer_steps = 0
-
-
-def _count_optimizer_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    global _optimizer_steps
-    _optimizer_steps += 1
-
-
-register_optimizer_step_post_hook(_count_optimizer_step)
-
 
 class TreeCell(MessagePassing):
-    """A recurrent cell that runs level by level over a tree or DAG.
+    r"""A recurrent cell that runs level by level over a tree or DAG: a PyG
+    :class:`~torch_geometric.nn.conv.MessagePassing` layer whose nodes wait for
+    their predecessors.
 
-    Subclasses set ``state_channels`` (the width of each state component, e.g.
-    ``(hidden, hidden)`` for ``(h, c)``), optionally ``max_children`` (a fixed
-    arity) and ``output_states`` (how many leading state components
-    :meth:`propagate_levels` returns; the rest are internal to the pass), and
-    implement :meth:`update`, which computes the states of one
-    level's nodes from their node inputs and their predecessors' states. The
-    shared engine (:func:`graphtree.engine.propagate`) owns the level schedule;
-    no cell schedules anything itself. Messages are the predecessors' states,
-    gathered into slots by position, so ``update`` both aggregates and updates.
+    PyG's layers compute every node from its neighbours' current features at
+    once. In a tree cell a node reads its children's *new* states, so the
+    engine (:func:`graphtree.engine.propagate`) runs the nodes level by level,
+    leaves first (``direction="bottom_up"``; ``"top_down"`` runs roots first
+    and reads parents), and at each level takes PyG's three steps:
 
-    ``update`` must be deterministic: the engine re-runs it in backward.
+    1. **message**: each child sends its states (e.g. :math:`(h_k, c_k)`);
+    2. **aggregate**: the messages are gathered into slots by the child's
+       position (``edge_pos``), a :class:`~graphtree.engine.Children` of
+       ``[n, K, d]`` tensors with zeros in empty slots. A cell sums them or
+       reads them by position in its ``update``, as some gates need each child
+       apart (Child-Sum's forget gates);
+    3. **update**: ``update(children, **inputs)`` returns the level's new
+       states from the aggregated children and the nodes' own inputs, as in
+       PyG, where ``update`` receives the aggregation and the arguments given
+       to :meth:`propagate`.
 
-    For speed a cell may instead set ``fused_backward = True`` and implement
-    ``forward_level(inputs, children) -> (states, context)`` and
-    ``backward_level(context, grad_states, grad_params, needs_input_grad) ->
-    (grad_inputs, grad_children_states)``, the level's hand-written
-    derivatives; it adds its parameter gradients into ``grad_params`` (keyed
-    by parameter name, present only for parameters that need one) and may
-    return ``None`` for an input whose ``needs_input_grad`` flag is false.
-    Matrix products with the cell's weights go through :attr:`weights`.
+    **What a cell defines** (see README, "Your own cell"):
 
-    A fused cell may further implement ``native_level_kernel(inputs)``,
-    returning ``(kernels, kernel)``: the compiled kernels module and a
-    ``LevelKernel`` (``graphtree/csrc/level_loop.h``) holding the same level
-    math in C++, or ``None`` where it does not apply. The engine then runs its
-    level loop in C++ over that kernel (see :mod:`graphtree.engine`).
+    * ``state_channels``: the width of each state component, e.g.
+      ``(hidden, hidden)`` for :math:`(h, c)`, given to ``__init__``;
+    * ``update(self, children, **inputs)``: one level, in plain PyTorch. It
+      must be deterministic (the backward pass re-runs it level by level);
+    * ``forward``, which calls ``self.propagate(edge_index, **inputs)``.
+
+    Optional: ``max_children`` (a fixed arity: exactly that many slots; a node
+    with more children is an error naming it), ``direction`` and
+    ``output_states`` (how many leading state components :meth:`propagate`
+    returns; the rest are internal to the pass).
+
+    The paper cells also name a compiled form of their ``update`` in
+    ``compiled_levels`` (:mod:`graphtree.backend.compiled`), which the engine
+    runs instead where it applies; a subclass that overrides ``update`` runs
+    its own ``update``. A cell without one never builds the compiled kernels.
     """
 
     direction: str = "bottom_up"
     max_children: int | None = None
     state_channels: tuple[int, ...] = ()
     output_states: int | None = None  # None: every state component is returned
+    compiled_levels: ClassVar[Any] = None  # a maker of graphtree.backend.compiled, for the paper cells
 
-    def __init__(self) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "compiled_levels" in cls.__dict__:
+            # The kernel is the compiled form of this very update: a subclass that replaces update loses it.
+            cls._compiled_update = cls.__dict__.get("update", cls.update)
+
+    def __init__(self, state_channels: tuple[int, ...] | None = None, *, max_children: int | None = None,
+                 direction: str | None = None, output_states: int | None = None) -> None:
         super().__init__(aggr=None)
+        if state_channels is not None:
+            self.state_channels = tuple(int(d) for d in state_channels)
+        if max_children is not None:
+            self.max_children = max_children
+        if direction is not None:
+            if direction not in ("bottom_up", "top_down"):
+                raise ValueError(f"direction must be 'bottom_up' or 'top_down', got {direction!r}")
+            self.direction = direction
+        if output_states is not None:
+            self.output_states = output_states
+
+    def _set_jittable_templates(self, raise_on_error: bool = False) -> None:
+        # PyG compiles a propagate() from its message/aggregate/update template for each layer class; a tree
+        # cell's propagate runs the level engine instead, so there is nothing to compile.
+        pass
 
     def reset_parameters(self) -> None:
-        """Uniform in :math:`\\pm 1/\\sqrt{d}` for every parameter, as ``torch.nn.LSTM`` initializes."""
-        bound = 1.0 / math.sqrt(self.hidden_channels)
+        """Uniform in :math:`\\pm 1/\\sqrt{d}` for every parameter (``d``: the first state's width), as
+        ``torch.nn.LSTM`` initializes."""
+        bound = 1.0 / math.sqrt(self.state_channels[0])
         for param in self.parameters():
             torch.nn.init.uniform_(param, -bound, bound)
 
-    def update(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[Tensor, ...]:
-        """States of one level's nodes; a cell with :meth:`forward_level` gets it from there."""
-        if type(self).forward_level is TreeCell.forward_level:
-            raise NotImplementedError(f"{type(self).__name__} implements neither update nor forward_level")
-        return self.forward_level(inputs, children)[0]
+    def propagate(self, edge_index: Any, size: None = None, *, edge_pos: Tensor | None = None,
+                  **inputs: Tensor) -> tuple[Tensor, ...]:
+        """Run :meth:`update` over every level of the graph; the states of every node.
 
-    def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor, ...], Any]:
-        """States of one level and the context its :meth:`backward_level` needs (fused cells only)."""
-        raise NotImplementedError
+        Args:
+            edge_index: ``[2, E]`` child -> parent edges, or a ``Data``/``Batch``
+                (its schedule is cached on it), or a
+                :class:`~graphtree.schedule.Schedule`.
+            size: Must be ``None``: a tree cell maps one node set onto itself.
+            edge_pos: Each edge's child position under its parent, with a bare
+                ``edge_index`` (a ``Data`` carries its own); by default children
+                are numbered in edge order.
+            **inputs: Per-node tensors (first dimension: the nodes), handed to
+                :meth:`update` by name, sliced to each level's nodes.
 
-    def propagate_levels(self, inputs: tuple[Tensor, ...], batch: Schedule | Any) -> tuple[Tensor, ...]:
-        """Run this cell over every level of ``batch`` (a ``Data``/``Batch`` or a :class:`Schedule`)."""
-        self._pass_weights = PackedWeights()
-        try:
-            return propagate(self, inputs, batch, self.direction)
-        finally:
-            # Levels that need the packs in backward keep them in their context.
-            self._pass_weights = None
-
-    def _compiled_levels(self, inputs: tuple[Tensor, ...], kernel: str, *args: Any) -> tuple[Any, Any] | None:
-        """``(kernels, kernels.<kernel>(*args))`` for :meth:`native_level_kernel`, with the tensors among ``args``
-        (the cell's weights) detached, or ``None`` where the compiled kernels do not apply to ``inputs`` and those
-        tensors. A kernel with a static ``derive`` (its transposed and rearranged weights) gets them from
-        :meth:`derived_weights`: once per training pass, once in all in inference."""
-        detached = tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
-        # May build the kernels: only a cell's own native_level_kernel gets here, naming the compiled kernel it
-        # runs on (a cell written in PyTorch alone has none, and never causes a build).
-        kernels = native_kernels(*inputs, *(a for a in detached if isinstance(a, Tensor)))
-        if kernels is None:
-            return None
-        levels = getattr(kernels, kernel)
-        if not hasattr(levels, "derive"):
-            return kernels, levels(*detached)
-        sources = tuple(a for a in args if isinstance(a, Tensor))
-        derived = self.derived_weights(kernel, sources, lambda: levels.derive(*detached))
-        return kernels, levels(*detached, derived=derived)
-
-    def derived_weights(self, key: str, sources: tuple[Tensor, ...], compute: Callable[[], Any]) -> Any:
-        """``compute()`` (run without autograd) for weights derived from ``sources``, for the compiled level
-        kernels, which take their weights detached. A pass under autograd (training) makes them anew, as its
-        weights have just been stepped; a no-grad pass (inference) reuses the last ones while no source has
-        changed: the same storage and version counter (``load_state_dict`` or any in-place write bumps it) and no
-        optimizer step since (torch.optim's fused optimizers leave version counters alone), so that they are
-        made once rather than once per batch.
-
-        A write through ``.data`` is invisible to both; after one, call ``derived_weights_clear()``.
+        Returns:
+            One ``[num_nodes, d]`` tensor per returned state component.
         """
-        # The sources themselves are kept, so that their storage cannot be freed and reused by another tensor.
-        stamp = (_optimizer_steps, tuple((t.data_ptr(), t._version) for t in sources))
-        cache = self.__dict__.setdefault("_derived_weights", {})
-        entry = cache.get(key)
-        training = torch.is_grad_enabled() and any(t.requires_grad for t in sources)
-        if (training or entry is None or entry[1] != stamp or len(entry[0]) != len(sources)
-                or any(kept is not t for kept, t in zip(entry[0], sources))):
-            with torch.no_grad():
-                entry = cache[key] = (sources, stamp, compute())
-        return entry[2]
+        if size is not None:
+            raise ValueError(f"{type(self).__name__} maps a graph's nodes onto themselves; size must be None")
+        if not inputs:
+            raise ValueError(f"{type(self).__name__}.propagate needs the per-node inputs of update, by name")
+        num_nodes = next(iter(inputs.values())).size(0)
+        schedule = schedule_of(edge_index, num_nodes=num_nodes, edge_pos=edge_pos)
+        return propagate(self, inputs, schedule, self.direction)
 
-    def derived_weights_clear(self) -> None:
-        """Forget every :meth:`derived_weights` entry (they are rebuilt on the next pass)."""
-        self.__dict__.pop("_derived_weights", None)
+    def update(self, children: Children, **inputs: Tensor) -> tuple[Tensor, ...]:
+        """The new states of one level's nodes from their children's (see the class docstring)."""
+        raise NotImplementedError(f"{type(self).__name__} must define update(self, children, **inputs)")
 
-    @property
-    def weights(self) -> PackedWeights:
-        """This pass's :class:`~graphtree.nn.functional.PackedWeights` (fast products with the cell's weights)."""
-        packed = getattr(self, "_pass_weights", None)
-        return packed if packed is not None else PackedWeights()
-
-    def _check_input(self, x: Tensor, channels: int) -> None:
-        if x.dim() != 2 or x.size(-1) != channels:
+    def _check_features(self, x: Tensor, channels: int) -> None:
+        if not isinstance(x, Tensor) or x.dim() != 2 or x.size(-1) != channels:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"{type(self).__name__} expects node features of shape [num_nodes, {channels}], "
-                             f"got {tuple(x.shape)}")
+                             f"got {shape}")

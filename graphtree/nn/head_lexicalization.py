@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 
-from ..engine import Children, ParamGrads, schedule_of
+from ..backend import compiled
+from ..engine import Children, schedule_of
 from .cell import TreeCell
-from .functional import PackedWeights
 
 __all__ = ["HeadLexicalization", "head_leaves", "head_words"]
 
@@ -70,15 +70,13 @@ class HeadLexicalization(TreeCell):
     """
 
     def __init__(self, channels: int, method: str = "gated", n_ary: int = 2) -> None:
-        super().__init__()
+        super().__init__(state_channels=(channels,), max_children=n_ary if method == "gated" else None)
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if n_ary < 1:
             raise ValueError(f"n_ary must be at least 1, got {n_ary}")
         self.channels, self.method, self.n_ary = channels, method, n_ary
-        self.state_channels = (channels,)
         if method == "gated":
-            self.max_children = n_ary
             D, N = channels, n_ary
             # Row block k, column block l: W_zx^(k, l); for N = 2 the columns are [W_zx^L, W_zx^R].
             self.W_zx = Parameter(torch.empty((N - 1) * D, N * D))
@@ -90,95 +88,43 @@ class HeadLexicalization(TreeCell):
         for param in self.parameters():
             torch.nn.init.uniform_(param, -bound, bound)
 
-    def forward(self, x: Tensor, batch: Any) -> Tensor:
-        """Return the head vector of every node of ``batch``."""
-        self._check_input(x, self.channels)
-        (x_head,) = self.propagate_levels((x,), batch)
+    compiled_levels = compiled.gated_head  # the fast path (gated, binary): graphtree/backend/compiled.py
+
+    def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> Tensor:
+        """Return the head vector of every node; ``edge_index``: child -> parent edges (with ``edge_pos``, each
+        child's position) or the ``Data``/``Batch``."""
+        self._check_features(x, self.channels)
+        (x_head,) = self.propagate(edge_index, x=x, edge_pos=edge_pos)
         return x_head
 
-    fused_backward = True  # the engine uses backward_level, the hand-written derivatives below
-
-    def native_level_kernel(self, inputs: tuple[Tensor, ...]) -> tuple[Any, Any] | None:
-        """The gated binary method's level math for the engine's compiled level loop (``GatedHeadLevels`` in
-        ``graphtree/csrc/head_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with the
-        kernels module; ``None`` for the other methods and arities (the engine then runs its Python loop)."""
-        if self.method != "gated" or self.n_ary != 2:
-            return None
-        return self._compiled_levels(inputs, "GatedHeadLevels", self.W_zx, self.b_z)
-
-    def forward_level(self, inputs: tuple[Tensor, ...], children: Children) -> tuple[tuple[Tensor], tuple]:
-        """Head vectors of one level, and what :meth:`backward_level` needs."""
-        (x,) = inputs
-        (x_child,) = children.states  # [n, K, D]; empty slots hold zeros
+    def update(self, children: Children, x: Tensor) -> tuple[Tensor]:
+        """The head vectors of one level's nodes (eqs 8-9, or a Table 5 baseline)."""
+        (x_child,) = children.states  # [n, K, D]: the children's head vectors, zeros in empty slots
         if x_child.size(1) == 0:
-            return (x,), ("leaf",)  # leaves: the word vector is the head
+            return (x,)  # a leaf: its word vector is its head
         mask = children.mask
         n, K, D = x_child.shape
         if self.method == "average":
-            count = mask.sum(dim=1, keepdim=True).to(x_child.dtype)
-            return (x_child.sum(dim=1) / count,), ("average", count, K)
+            return (x_child.sum(dim=1) / mask.sum(dim=1, keepdim=True).to(x_child.dtype),)
         if self.method in ("left", "right"):
             slot = torch.arange(K, device=mask.device)
             if self.method == "left":
                 pick = torch.where(mask, slot, K).min(dim=1).values
             else:
                 pick = torch.where(mask, slot, -1).max(dim=1).values
-            return (x_child[torch.arange(n, device=mask.device), pick],), ("pick", slot == pick.unsqueeze(1))
+            return (x_child[torch.arange(n, device=mask.device), pick],)
         if K == 1:
-            return (x_child[:, 0],), ("single",)  # n_ary = 1: a softmax over one child is 1
-        weights = self.weights
-        a = weights.linear(x_child.reshape(n, K * D), self.W_zx, self.b_z)
+            return (x_child[:, 0],)  # n_ary = 1: a softmax over one child is 1
+        a = F.linear(x_child.reshape(n, K * D), self.W_zx, self.b_z)  # W_zx^L x^L + W_zx^R x^R + b_z
         if K == 2:
-            # Eqs 8-9, softmax(a_0, 0) = (z, 1 - z). A unary node's logit goes to +inf
-            # (child 0 only) or -inf (child 1 only), so that z is exactly 1 or 0 there.
+            # Eqs 8-9: z = sigmoid(a). A unary node's logit goes to +inf (child 0 only) or -inf (child 1 only),
+            # so that z is exactly 1 or 0 there.
             side = torch.where(mask[:, 1:], torch.where(mask[:, :1], 0.0, -math.inf), math.inf).to(a.dtype)
-            z = torch.sigmoid(a + side)
-            # lerp is exact at both ends (z = 1 gives x^L, z = 0 gives x^R), as z x^L + (1 - z) x^R is.
-            return (torch.lerp(x_child[:, 1], x_child[:, 0], z),), ("gate", weights, x_child, z)
+            z = torch.sigmoid(a + side)  # eq 8
+            return (torch.lerp(x_child[:, 1], x_child[:, 0], z),)  # eq 9: z x^L + (1 - z) x^R, exact at z = 0, 1
         a = torch.cat([a.view(n, K - 1, D), a.new_zeros(n, 1, D)], dim=1)  # the last child's logit is the constant 0
         weight = torch.softmax(a.masked_fill(~mask.unsqueeze(-1), -math.inf), dim=1)
-        head = (weight * x_child).sum(dim=1)
-        return (head,), ("softmax", weights, x_child, weight, head)
-
-    def backward_level(self, context: tuple, grad_states: tuple[Tensor], grad_params: ParamGrads,
-                       needs_input_grad: tuple[bool, ...] = (True,),
-                       ) -> tuple[tuple[Tensor | None], tuple[Tensor] | tuple]:
-        """Hand-written derivatives of :meth:`forward_level`, checked against autograd in the tests."""
-        (grad_head,) = grad_states
-        kind = context[0]
-        if kind == "leaf":
-            return (grad_head if needs_input_grad[0] else None,), ()
-        # Gradients of empty slots land on the engine's padding row and are dropped there.
-        if kind == "average":
-            _, count, K = context
-            n, D = grad_head.shape
-            return (None,), ((grad_head / count).unsqueeze(1).expand(n, K, D),)
-        if kind == "pick":
-            return (None,), (context[1].unsqueeze(-1) * grad_head.unsqueeze(1),)
-        if kind == "single":
-            # A copy: the engine adds this into the very buffer grad_head is a slice of.
-            return (None,), (grad_head.unsqueeze(1).clone(),)
-        if kind == "gate":
-            _, weights, x_child, z = context
-            grad_L = grad_head * z
-            grad_R = grad_head - grad_L
-            # d/da of sigma(a) = z (1 - z), and d x_t / d z = x^L - x^R.
-            grad_a = torch.addcmul(grad_L, grad_L, z, value=-1).mul_(x_child[:, 0] - x_child[:, 1])
-            grad_x_child = self._logit_backward(weights, x_child, grad_a, grad_params)
-            return (None,), (grad_x_child.add_(torch.stack([grad_L, grad_R], dim=1)),)
-        _, weights, x_child, weight, head = context
-        n, K, D = x_child.shape
-        grad_direct = weight * grad_head.unsqueeze(1)
-        # Softmax over k of a_k, mixing x_k: d head / d a_k = weight_k (x_k - head).
-        grad_a = (grad_direct[:, :K - 1] * (x_child[:, :K - 1] - head.unsqueeze(1))).reshape(n, (K - 1) * D)
-        return (None,), (self._logit_backward(weights, x_child, grad_a, grad_params) + grad_direct,)
-
-    def _logit_backward(self, weights: PackedWeights, x_child: Tensor, grad_a: Tensor,
-                        grad_params: ParamGrads) -> Tensor:
-        """Add the gradients of ``W_zx`` and ``b_z``; return the children's ``[n, K, D]`` share through the logits."""
-        grad_params.add_outer("W_zx", grad_a, x_child.reshape(x_child.size(0), -1))
-        grad_params.add_sum("b_z", grad_a)
-        return weights.linear(grad_a, self.W_zx, transpose=True).view_as(x_child)
+        return ((weight * x_child).sum(dim=1),)
 
     def __repr__(self) -> str:
         extra = f", n_ary={self.n_ary}" if self.method == "gated" else ""

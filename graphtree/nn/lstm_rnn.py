@@ -10,36 +10,16 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 
-from ..engine import Children, ParamGrads
+from ..backend import compiled
+from ..engine import Children
 from .cell import TreeCell
-from .functional import fast_tanh
-from .native import native_kernels
 
 __all__ = ["LSTMRNN"]
 
 
-def _tanh_chain(grad: Tensor, g: Tensor) -> Tensor:
-    return torch.addcmul(grad, grad * g, g, value=-1)  # tanh' = 1 - tanh^2
-
-
-def _sigmoid_chain(grad: Tensor, g: Tensor) -> Tensor:
-    grad_g = grad * g
-    return torch.addcmul(grad_g, grad_g, g, value=-1)  # sigmoid' = sigmoid (1 - sigmoid)
-
-
-def _softsign_chain(grad: Tensor, g: Tensor) -> Tensor:
-    return grad * (1 - g.abs()).square()  # softsign'(v) = 1 / (1 + |v|)^2 = (1 - |softsign(v)|)^2
-
-
-# The activation's number in the compiled kernels (graphtree/csrc/lstm_rnn_level.cpp).
-ACTIVATION_CODES = {"tanh": 0, "softsign": 1, "sigmoid": 2}
-
-# g, and grad -> grad * g'(v) written in terms of g's output (which is all backward keeps).
-ACTIVATIONS: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]] = {
-    "tanh": (fast_tanh, _tanh_chain),
-    "softsign": (F.softsign, _softsign_chain),
-    "sigmoid": (torch.sigmoid, _sigmoid_chain),
-}
+# g, the activation of the memory and the output (the gates are always logistic).
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"tanh": torch.tanh, "softsign": F.softsign,
+                                                      "sigmoid": torch.sigmoid}
 
 
 class LSTMRNN(TreeCell):
@@ -150,10 +130,10 @@ class LSTMRNN(TreeCell):
           :math:`(|\mathcal{V}|, d)`, for every node (leaves included).
     """
 
-    max_children = 2
-
     def __init__(self, in_channels: int, hidden_channels: int, activation: str = "tanh") -> None:
-        super().__init__()
+        # m is internal (output_states=2): the engine neither returns it nor takes a gradient for it.
+        d = hidden_channels
+        super().__init__(state_channels=(d, d, 8 * d), max_children=2, output_states=2)  # (p, c_p, m)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
         if in_channels != hidden_channels:
@@ -162,126 +142,45 @@ class LSTMRNN(TreeCell):
                              "section 4), and leaf and inner outputs share one h tensor. Project the word "
                              "vectors to hidden_channels first if they differ.")
         self.in_channels, self.hidden_channels, self.activation = in_channels, hidden_channels, activation
-        self.g, self._chain = ACTIVATIONS[activation]
-        d = hidden_channels
-        self.state_channels = (d, d, 8 * d)  # (p, c_p, m)
-        self.output_states = 2  # m is internal: the engine neither returns it nor takes a gradient for it
+        self.g = ACTIVATIONS[activation]
         self.W_leaf = Parameter(torch.empty(8 * d, in_channels))
         self.W_inner = Parameter(torch.empty(8 * d, d))
         self.W_cell = Parameter(torch.empty(5 * d, d))
         self.b = Parameter(torch.empty(4 * d))
         self.reset_parameters()
 
-    def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, Tensor]:
-        """Return ``(h, c)`` for every node of ``batch`` (``h`` is the node output :math:`\\mathbf{p}`)."""
-        self._check_input(x, self.in_channels)
-        p, c = self.propagate_levels((x,), batch)
+    compiled_levels = compiled.lstm_rnn  # the fast path: graphtree/backend/compiled.py
+
+    def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Return ``(h, c)`` for every node (``h`` is the node output :math:`\\mathbf{p}`); ``edge_index``:
+        child -> parent edges (with ``edge_pos``: 0 for the first child, 1 for the second) or the
+        ``Data``/``Batch``."""
+        self._check_features(x, self.in_channels)
+        p, c = self.propagate(edge_index, x=x, edge_pos=edge_pos)  # only the leaves read x
         return p, c
 
-    fused_backward = True  # the engine uses backward_level, the hand-written derivatives below
-
-    def native_level_kernel(self, inputs: tuple[Tensor, ...]) -> tuple[Any, Any] | None:
-        """This cell's level math for the engine's compiled level loop (``LSTMRNNLevels`` in
-        ``graphtree/csrc/lstm_rnn_level.cpp``: :meth:`forward_level` and :meth:`backward_level` in C++), with
-        the kernels module; ``None`` where the kernels do not apply."""
-        return self._compiled_levels(inputs, "LSTMRNNLevels", self.W_leaf, self.W_inner, self.W_cell, self.b,
-                                     ACTIVATION_CODES[self.activation])
-
-    def forward_level(self, inputs: tuple[Tensor, ...],
-                      children: Children) -> tuple[tuple[Tensor, Tensor, Tensor], tuple]:
-        """States ``(p, c_p, m)`` of one level, and what :meth:`backward_level` needs."""
-        (x,) = inputs
-        _, c_xy, m_xy = children.states  # [n, 2, ·], or [n, 0, ·] at the leaves
-        weights = self.weights
-        if m_xy.size(1) == 0:
-            # Leaves: output w, memory 0, so m is the leaf set applied to w alone.
-            return (x, torch.zeros_like(x), weights.linear(x, self.W_leaf)), ("leaf", weights, x)
-
-        n, d = m_xy.size(0), self.hidden_channels
-        kernels = native_kernels(m_xy, c_xy)
-        if kernels is not None:  # the equations below, in two passes over the rows (graphtree/csrc/lstm_rnn_level.cpp)
-            kind = ACTIVATION_CODES[self.activation]
-            gates, g_a, c_p = kernels.lstm_rnn_level_cell(m_xy, c_xy, self.b, kind)
-            cell_terms = weights.linear(c_p, self.W_cell)
-            o, g_c, p = kernels.lstm_rnn_level_output(m_xy, cell_terms, c_p, self.b, kind)
-            m_p = weights.linear(p, self.W_inner)
-            m_p[:, :4 * d] += cell_terms[:, :4 * d]
-            return (p, c_p, m_p), ("native", weights, c_xy, gates, m_xy, g_a, c_p, o, g_c, p, kernels)
-        g = self.g
-        b_if, b_c, b_o = self.b.split((2 * d, d, d))
-        # Row k of [n, 2, ·] is child k: "first" holds its (W_i1, W_f1) blocks, "second"
-        # its (W_i2, W_f2) blocks, "own" its (W_c1, W_o1, W_c2, W_o2) blocks.
-        first, second, own = m_xy.split((2 * d, 2 * d, 4 * d), dim=-1)
-        # Child k's gates (i_k, f_k) add its own first blocks to the other child's
-        # second blocks, so i_2 and f_2 reuse W_i1, W_f1 with the children swapped.
-        gates = torch.sigmoid(first + second.flip(1) + b_if)  # [n, 2, 2d]: (i_k, f_k) per child
-        i, f = gates[..., :d], gates[..., d:]
-        # W_c1, W_o1 apply to the first child, W_c2, W_o2 to the second: the diagonal of (child, position).
-        Wco_u = own.reshape(n, 2, 2, 2 * d).diagonal(dim1=1, dim2=2).transpose(1, 2)
-        Wc_u, Wo_u = Wco_u[..., :d], Wco_u[..., d:]
-        g_a = g((Wc_u * i).sum(dim=1) + b_c)
-        c_p = (f * c_xy).sum(dim=1) + g_a
-        # W_ci1 .. W_cf2 feed this node's m; W_co feeds its own output gate.
-        cell_terms = weights.linear(c_p, self.W_cell)
-        o = torch.sigmoid(Wo_u.sum(dim=1) + cell_terms[:, 4 * d:] + b_o)
-        g_c = g(c_p)
-        p = o * g_c
-        m_p = weights.linear(p, self.W_inner)
-        m_p[:, :4 * d] += cell_terms[:, :4 * d]
-        return (p, c_p, m_p), ("node", weights, c_xy, gates, Wc_u, g_a, c_p, o, g_c, p)
-
-    def backward_level(self, context: tuple, grad_states: tuple[Tensor, Tensor, Tensor], grad_params: ParamGrads,
-                       needs_input_grad: tuple[bool, ...] = (True,),
-                       ) -> tuple[tuple[Tensor | None], tuple[Tensor | None, Tensor, Tensor] | tuple]:
-        """Hand-written derivatives of :meth:`forward_level`, checked against autograd in the tests."""
-        grad_p, grad_c, grad_m = grad_states
-        if context[0] == "leaf":
-            _, weights, x = context
-            grad_params.add_outer("W_leaf", grad_m, x)
-            if not needs_input_grad[0]:
-                return (None,), ()
-            # A leaf's memory is the constant 0, so grad_c does not reach x.
-            return (grad_p + weights.linear(grad_m, self.W_leaf, transpose=True),), ()
-
-        weights, p = context[1], context[9]
-        grad_params.add_outer("W_inner", grad_m, p)
-        grad_p = weights.linear(grad_m, self.W_inner, transpose=True).add_(grad_p)
-        if context[0] == "native":  # the forward pass ran on the compiled kernels: so do its derivatives
-            return self._native_backward(context, grad_p, grad_c, grad_m, grad_params)
-        _, weights, c_xy, gates, Wc_u, g_a, c_p, o, g_c, p = context
-        n, d = c_xy.size(0), self.hidden_channels
-        chain = self._chain
-        grad_o = grad_p * g_c
-        grad_o = torch.addcmul(grad_o, grad_o, o, value=-1).mul_(o)  # sigma' = o (1 - o)
-        # The peephole blocks of m and the output gate's W_co term are one product with W_cell.
-        grad_cell = torch.cat([grad_m[:, :4 * d], grad_o], dim=1)
-        grad_params.add_outer("W_cell", grad_cell, c_p)
-        grad_c = weights.linear(grad_cell, self.W_cell, transpose=True).add_(grad_c).add_(chain(grad_p * o, g_c))
-        grad_a = chain(grad_c, g_a)
-        grad_gates = torch.cat([grad_a.unsqueeze(1) * Wc_u, grad_c.unsqueeze(1) * c_xy], dim=-1).mul_(gates)
-        grad_gates = torch.addcmul(grad_gates, grad_gates, gates, value=-1)  # sigma' = s (1 - s)
-        grad_params.add_sum("b", torch.cat([grad_gates.sum(dim=1), grad_a, grad_o], dim=1))
-        # Child k's m: its first blocks feed its own gates, its second blocks the sibling's,
-        # and of its own blocks only the (W_c, W_o) pair of its position is read.
-        grad_m_xy = torch.cat([grad_gates, grad_gates.flip(1), grad_m.new_zeros(n, 2, 4 * d)], dim=-1)
-        own = grad_m_xy[..., 4 * d:].view(n, 2, 2, 2 * d).diagonal(dim1=1, dim2=2).transpose(1, 2)
-        torch.mul(grad_a.unsqueeze(1), gates[..., :d], out=own[..., :d])
-        own[..., d:] = grad_o.unsqueeze(1)
-        # The children's outputs p reach this node only through their m: no gradient for them here.
-        return (None,), (None, grad_c.unsqueeze(1) * gates[..., d:], grad_m_xy)
-
-    def _native_backward(self, context: tuple, grad_p: Tensor, grad_c: Tensor, grad_m: Tensor,
-                         grad_params: ParamGrads) -> tuple[tuple[None], tuple[None, Tensor, Tensor]]:
-        """:meth:`backward_level` below ``W_inner``, on the compiled kernels."""
-        _, weights, c_xy, gates, m_xy, g_a, c_p, o, g_c, _, kernels = context
-        grad_cell = kernels.lstm_rnn_level_output_backward(grad_m, grad_p, o, g_c)  # peephole blocks, then o's
-        grad_params.add_outer("W_cell", grad_cell, c_p)
-        grad_c_from_cell = weights.linear(grad_cell, self.W_cell, transpose=True)
-        grad_b, grad_m_xy, grad_c_xy = kernels.lstm_rnn_level_cell_backward(
-            grad_c, grad_c_from_cell, grad_p, grad_cell, o, g_c, g_a, gates, m_xy, c_xy,
-            ACTIVATION_CODES[self.activation])
-        grad_params.add_sum("b", grad_b)
-        return (None,), (None, grad_c_xy, grad_m_xy)
+    def update(self, children: Children, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The equations above for one level's nodes: their ``(p, c_p, m)``."""
+        _, c_xy, m_xy = children.states  # [n, 2, ·]: child x in slot 0, child y in slot 1
+        if m_xy.size(1) == 0:  # a leaf w: output w, memory 0, maps from the leaf set
+            return x, torch.zeros_like(x), x @ self.W_leaf.t()
+        d, g = self.hidden_channels, self.g
+        b_i, b_f, b_c, b_o = self.b.split(d)
+        c_x, c_y = c_xy[:, 0], c_xy[:, 1]
+        # Each child u's m: W_i1 u + W_ci1 c_u, W_f1 u + W_cf1 c_u, W_i2 u + W_ci2 c_u, W_f2 u + W_cf2 c_u,
+        # W_c1 u, W_o1 u, W_c2 u, W_o2 u (see "How it runs").
+        i1x, f1x, i2x, f2x, c1x, o1x, _, _ = m_xy[:, 0].split(d, dim=1)
+        i1y, f1y, i2y, f2y, _, _, c2y, o2y = m_xy[:, 1].split(d, dim=1)
+        i_1 = torch.sigmoid(i1x + i2y + b_i)
+        i_2 = torch.sigmoid(i1y + i2x + b_i)  # the weights of i_1, the children swapped
+        f_1 = torch.sigmoid(f1x + f2y + b_f)
+        f_2 = torch.sigmoid(f1y + f2x + b_f)
+        c_p = f_1 * c_x + f_2 * c_y + g(c1x * i_1 + c2y * i_2 + b_c)
+        peepholes, W_co_c = (c_p @ self.W_cell.t()).split((4 * d, d), dim=1)
+        o = torch.sigmoid(o1x + o2y + W_co_c + b_o)
+        p = o * g(c_p)
+        m_p = p @ self.W_inner.t() + F.pad(peepholes, (0, 4 * d))  # this node's maps, for its parent
+        return p, c_p, m_p
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, "

@@ -134,7 +134,7 @@ def machine_description(device: torch.device | str = "cpu") -> str:
 
 def kernels_used(device: torch.device | str) -> str:
     """``"compiled"`` where this process ran the cells on graphtree's compiled kernels, else ``"pytorch"``."""
-    from ..nn import native
+    from ..backend import native
 
     return "compiled" if torch.device(device).type == "cpu" and native.kernels_loaded() else "pytorch"
 

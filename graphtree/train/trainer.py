@@ -18,9 +18,9 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 from tqdm.auto import tqdm
 
+from ..backend import native
 from ..engine import schedule_of
 from ..models.classifier import node_loss
-from ..nn import native
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, set_rng_state
 from .metrics import Tally, evaluate
 from .optim import PaperOptimizer

@@ -1,12 +1,10 @@
-"""Optional compiled kernels for the cells' elementwise work (a C++ extension built on first use).
+"""Building and loading the compiled level kernels (a C++ extension built on first use).
 
 A tree level has few rows, so between its matrix products the cost is not
-arithmetic but the dozen small elementwise operators, each a separate call. The
-kernels in ``graphtree/csrc`` do that work in one pass over the level's rows
-(every cell: Child-Sum and N-ary, the LSTM-RNN, and the peephole cells, the S-LSTM and
-Teng & Zhang's lexicalized and top-down cells), and the propagation engine's
-level loop itself, for the cells whose whole level math is compiled (the
-N-ary, Child-Sum, S-LSTM and LSTM-RNN cells; see :mod:`graphtree.engine`). They are compiled with
+arithmetic but the dozen small operators, each a separate call. The kernels in
+``graphtree/csrc`` hold the paper cells' level math (each cell's forward and
+derivatives, one pass over a level's rows) and the engine's level loop over it
+(see :mod:`graphtree.backend.compiled`). They are compiled with
 :func:`torch.utils.cpp_extension.load` the first time one of these cells needs them (minutes on a small
 machine, once per install; one line on stderr says so when it starts and when it ends) and used for float32
 CPU tensors outside autograd. The build goes to a folder of its own under :func:`cache_root`, named by a
@@ -27,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import sys
 import time
 import warnings
@@ -141,6 +140,18 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphtree"
 
 
+def _cpu_description() -> list[str]:
+    """The first processor's identifying lines in ``/proc/cpuinfo`` (its kind and flags: -march=native code runs
+    only there); ``platform.processor()`` where there is no such file."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            first = handle.read().split("\n\n", 1)[0]
+    except OSError:
+        return [platform.processor()]
+    keys = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags")
+    return [line for line in first.splitlines() if line.split(":", 1)[0].strip() in keys]
+
+
 def _build_hash(*, executable: str, prefix: str, torch_version: str, torch_path: str, cpu: Sequence[str],
                 flags: Sequence[str], sources: Mapping[str, str]) -> str:
     """The digest that names a build: equal inputs, equal name (identical installs share one build).
@@ -156,7 +167,6 @@ def _build_hash(*, executable: str, prefix: str, torch_version: str, torch_path:
 
 def _build_name() -> str:
     """The extension's module name for this install (its build folder is :func:`build_directory`)."""
-    from .functional import _cpu_description
     # Every file of csrc (headers too) by content, and which of them are compiled.
     sources = {path.name: path.read_text() for path in sorted(SOURCE_DIR.glob("*.[ch]*"))}
     sources["compiled"] = "\n".join(SOURCES)
