@@ -53,11 +53,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
+from graphtree.backend import native
 from graphtree.data import NO_WORD, from_ptb
 from graphtree.data.tree import tree_data
 from graphtree.engine import schedule_of
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
-from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM, functional, native
+from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.schedule import Schedule
 from graphtree.train import make_optimizer
 
@@ -729,45 +730,11 @@ def workload_batches(config: dict, trees: list[Data], B: int) -> tuple[list[list
     return groups, batches
 
 
-def matmul_backends(config: dict, trees: list[Data], vocab_size: int, device: torch.device) -> list[dict]:
-    """Training time (E=300, B=25) with the cells' products on oneDNN and on ``addmm``, interleaved.
-
-    Which is faster depends on the processor; the library picks one with a
-    timing probe made once per machine
-    (:func:`graphtree.nn.functional.onednn_preferred`). This
-    shows what the choice is worth on this machine, whatever was picked.
-    """
-    if device.type != "cpu" or not functional.onednn_available():
-        return []
-    torch.manual_seed(0)
-    _, batches = workload_batches(config, trees, 25)
-    stats = TreeStats()
-    rows = []
-    chosen = functional.onednn_preferred()
-    try:
-        for cell in config["cells"]:
-            contender = tree_contender(cell, tree_model(cell, 300, vocab_size), batches, stats)
-            times: dict[bool, list[float]] = {True: [], False: []}
-            for rep in range(config["warmup"] + config["reps"]):
-                for onednn in ((True, False) if rep % 2 == 0 else (False, True)):
-                    functional._ONEDNN_PAYS = onednn
-                    contender.reset()
-                    seconds = timed(contender.train, device)
-                    if rep >= config["warmup"]:
-                        times[onednn].append(seconds)
-            ratios = [a / b for a, b in zip(times[True], times[False])]
-            rows.append(dict(model=cell, onednn_train_s=median(times[True]), addmm_train_s=median(times[False]),
-                             onednn_time_vs_addmm=median(ratios)))
-    finally:
-        functional._ONEDNN_PAYS = chosen
-    return rows
-
-
 def native_kernels_ab(config: dict, trees: list[Data], vocab_size: int, device: torch.device) -> list[dict]:
     """Training and inference (E=300) of every cell, with and without its compiled level kernels.
 
-    The kernels (``graphtree/csrc``, :mod:`graphtree.nn.native`) replace the
-    elementwise operators of a level; this is what they are worth here, at
+    The kernels (``graphtree/csrc``, :mod:`graphtree.backend.compiled`) replace a
+    cell's ``update`` and the engine's level loop; this is what they are worth here, at
     each batch size of the grid, as time ratios within one repetition.
     """
     if device.type != "cpu" or native.native_kernels(torch.zeros(1)) is None:
@@ -1060,9 +1027,6 @@ def machine(device: torch.device, threads: int) -> dict:
                 processor=_cpu_name(), cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
                 torch_interop_threads=torch.get_num_interop_threads(), requested_threads=threads,
                 device=str(device), cpu_capability=torch.backends.cpu.get_cpu_capability())
-    if device.type == "cpu" and functional.onednn_available():
-        info["onednn_probe_speedup"] = functional._onednn_speedup()
-        info["onednn_preferred"] = functional.onednn_preferred()
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
@@ -1143,7 +1107,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"E=300, with the compiled level kernels vs the PyTorch operators, {args.threads} threads:")
         rows = native_kernels_ab(config, trees, vocab_size, device)
         if not rows:
-            raise SystemExit("the native kernels are not available here (see graphtree.nn.native)")
+            raise SystemExit("the native kernels are not available here (see graphtree.backend.native)")
         out = Path(args.out) if args.out else RESULTS / "native-kernels.json"
         out.write_text(json.dumps(dict(command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), data=source,
                                        machine=info, config={k: list(v) if isinstance(v, tuple) else v
@@ -1166,7 +1130,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = run_grid(config, trees, vocab_size, device)
     print(f"[{time.perf_counter() - started:.0f} s]")
 
-    nodes, memory, chain, backends, kernels = [], [], [], [], []
+    nodes, memory, chain, kernels = [], [], [], []
     if not args.skip_scaling:
         nodes = node_scaling_in_children(args, config)
         print(f"N-ary (E=300) training step by batch size in nodes (median of {config['scale_processes']} "
@@ -1188,15 +1152,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  depth {r['depth']:>6}: training {r['train_ms_per_level']:.3f} ms/level, inference "
                   f"{r['infer_ms_per_level']:.3f} ms/level (schedule {r['schedule_s'] * 1e3:.0f} ms)")
         print()
-        backends = matmul_backends(config, trees, vocab_size, device)
-        if backends:
-            print(f"matrix products on oneDNN vs addmm (E=300, B=25, training; the library picked "
-                  f"{'oneDNN' if info['onednn_preferred'] else 'addmm'}, probe speedup "
-                  f"{info['onednn_probe_speedup']:.2f}):")
-            for r in backends:
-                print(f"  {CELL_NAMES[r['model']]:<12} oneDNN {r['onednn_train_s'] * 1e3:8.1f} ms, addmm "
-                      f"{r['addmm_train_s'] * 1e3:8.1f} ms, oneDNN time / addmm time {r['onednn_time_vs_addmm']:.2f}")
-            print(f"[{time.perf_counter() - started:.0f} s]")
         print("E=300, with the compiled level kernels vs the PyTorch operators:")
         kernels = native_kernels_ab(config, trees, vocab_size, device)
         print(f"[{time.perf_counter() - started:.0f} s]")
@@ -1209,13 +1164,13 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out) if args.out else RESULTS / f"{device.type}{'-quick' if args.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     config_out = {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
-    # A pinned GRAPHTREE_ONEDNN changes which kernels run: it is part of the command.
-    pinned = {k: os.environ[k] for k in ("GRAPHTREE_ONEDNN", "GRAPHTREE_NATIVE") if k in os.environ}
+    # A pinned GRAPHTREE_NATIVE changes which kernels run: it is part of the command.
+    pinned = {k: os.environ[k] for k in ("GRAPHTREE_NATIVE",) if k in os.environ}
     result = dict(command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), environment=pinned, data=source,
                   machine=info,
                   hidden=HIDDEN, num_classes=NUM_CLASSES, config=config_out, matmul_gflops=rate / 1e9,
                   reference_max_logit_difference=difference, rows=rows, node_scaling=nodes, memory=memory,
-                  chain=chain, matmul_backends=backends, native_kernels=kernels, targets=checks,
+                  chain=chain, native_kernels=kernels, targets=checks,
                   seconds=time.perf_counter() - started)
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out} "
