@@ -413,14 +413,13 @@ def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequen
 def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
     """Backward through the compiled level loop, over the kernel object its forward loop filled."""
     compiled = ctx.compiled  # the module the forward loop ran on, whatever the settings are by now
-    grads = dict(compiled.kernels.run_levels_backward(compiled.kernel, grad_states, grad_inputs, ctx.plan.ptr,
-                                                      [s.flat_index for s in ctx.levels],
-                                                      ctx.plan.position_groups))
+    grads = compiled.kernels.run_levels_backward(compiled.kernel, grad_states, grad_inputs, ctx.plan.ptr,
+                                                 [s.flat_index for s in ctx.levels], ctx.plan.position_groups)
     # The kernel holds every level's saved tensors. The autograd graph, and with it this ctx, outlives the
     # backward pass until the caller drops the outputs, usually during the next batch's forward pass: freed
     # here, that memory is reused by the next pass instead of fresh pages.
     ctx.compiled = _RELEASED
-    by_parameter = {id(p): grads[name] for name, p in compiled.parameters.items() if name in grads}
+    by_parameter = {id(p): grad for p, grad in zip(compiled.parameters, grads, strict=True)}
     # A parameter used outside the pass (an input projection hoisted before it) gets no gradient here.
     return [by_parameter[id(p)] if id(p) in by_parameter else torch.zeros_like(p) for p in ctx.params]
 

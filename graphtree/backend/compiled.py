@@ -36,16 +36,17 @@ __all__ = ["LevelKernel", "Maker", "level_kernel"]
 class LevelKernel(NamedTuple):
     """A pass's compiled level math: the kernels module and its ``LevelKernel`` object.
 
-    ``parameters`` maps each name under which the kernel reports a parameter gradient to that parameter.
+    ``parameters``: the cell's parameters in the order in which the kernel returns their gradients.
     """
 
     kernels: ModuleType
     kernel: Any
-    parameters: dict[str, Tensor]
+    parameters: tuple[Tensor, ...]
 
 
-# A maker: (cell, kernels module, bottom-up or top-down plan of the pass) -> (kernel, {gradient name: parameter}).
-Maker = Callable[[torch.nn.Module, ModuleType, LevelPlan], "tuple[Any, dict[str, Tensor]] | None"]
+# A maker: (cell, kernels module, bottom-up or top-down plan of the pass) -> (kernel, parameters in the order of
+# the kernel's gradients), or None where the kernel does not cover the cell's setting or the batch.
+Maker = Callable[[torch.nn.Module, ModuleType, LevelPlan], "tuple[Any, tuple[Tensor, ...]] | None"]
 
 
 def level_kernel(cell: torch.nn.Module, inputs: list[Tensor], plan: LevelPlan) -> LevelKernel | None:
@@ -70,18 +71,17 @@ def level_kernel(cell: torch.nn.Module, inputs: list[Tensor], plan: LevelPlan) -
     return LevelKernel(kernels, kernel, parameters)
 
 
-def _detached(*tensors: Tensor | None) -> list[Tensor | None]:
-    return [t.detach() if t is not None else None for t in tensors]
+def _detached(*tensors: Tensor) -> list[Tensor]:
+    return [t.detach() for t in tensors]
 
 
-def child_sum(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, dict[str, Tensor]]:
+def child_sum(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
     """:class:`~graphtree.nn.ChildSumTreeLSTM`: ``ChildSumLevels`` (``csrc/child_sum_level.cpp``)."""
-    weights = {"U_iou.weight": cell.U_iou.weight, "U_iou.bias": cell.U_iou.bias,
-               "U_f.weight": cell.U_f.weight, "U_f.bias": cell.U_f.bias}
-    return kernels.ChildSumLevels(*_detached(*weights.values())), weights
+    weights = (cell.U_iou.weight, cell.U_iou.bias, cell.U_f.weight, cell.U_f.bias)
+    return kernels.ChildSumLevels(*_detached(*weights)), weights
 
 
-def nary(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, dict[str, Tensor]] | None:
+def nary(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]] | None:
     """:class:`~graphtree.nn.NaryTreeLSTM`, constituency setting with full forget maps: ``NaryLevels``
     (``csrc/nary_level.cpp``). It takes ``U`` transposed, with the candidate's rows doubled (the kernel
     computes tanh(z) as 2 sigmoid(2z) - 1, one activation for all gates), and the children's biases summed."""
@@ -93,57 +93,53 @@ def nary(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, dict[str
     U_t = torch.empty(U.size(1), U.size(0), dtype=U.dtype, device=U.device)
     torch.mul(U.t(), scale, out=U_t)
     gate_bias = cell.b_U.detach().sum(0)[:U.size(0)] * scale
-    weights = {"U": cell.U, "b_U": cell.b_U, "W_leaf.weight": cell.W_leaf.weight, "W_leaf.bias": cell.W_leaf.bias}
+    weights = (cell.U, cell.b_U, cell.W_leaf.weight, cell.W_leaf.bias)
     return kernels.NaryLevels(U_t, gate_bias, U, *_detached(cell.W_leaf.weight, cell.W_leaf.bias)), weights
 
 
-def slstm(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, dict[str, Tensor]]:
+def slstm(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
     """:class:`~graphtree.nn.SLSTM`: ``SLSTMLevels`` (``csrc/peephole_level.cpp``)."""
-    weights = {"W_h": cell.W_h, "W_c": cell.W_c, "W_co": cell.W_co, "b": cell.b}
-    leaf = (None, None)
-    if cell.W_leaf is not None:
-        leaf = (cell.W_leaf.weight, cell.W_leaf.bias)
-        weights.update({"W_leaf.weight": cell.W_leaf.weight, "W_leaf.bias": cell.W_leaf.bias})
-    return kernels.SLSTMLevels(*_detached(cell.W_h, cell.W_c, cell.W_co, cell.b, *leaf)), weights
+    leaf = (cell.W_leaf.weight, cell.W_leaf.bias) if cell.W_leaf is not None else ()
+    weights = (cell.W_h, cell.W_c, cell.W_co, cell.b, *leaf)
+    return kernels.SLSTMLevels(*_detached(*weights)), weights
 
 
 # The activation of the LSTM-RNN's gates, as the kernel numbers them.
 LSTM_RNN_ACTIVATIONS = {"tanh": 0, "softsign": 1, "sigmoid": 2}
 
 
-def lstm_rnn(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, dict[str, Tensor]]:
+def lstm_rnn(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
     """:class:`~graphtree.nn.LSTMRNN`: ``LSTMRNNLevels`` (``csrc/lstm_rnn_level.cpp``)."""
-    weights = {"W_leaf": cell.W_leaf, "W_inner": cell.W_inner, "W_cell": cell.W_cell, "b": cell.b}
-    return (kernels.LSTMRNNLevels(*_detached(*weights.values()), LSTM_RNN_ACTIVATIONS[cell.activation]),
-            weights)
+    weights = (cell.W_leaf, cell.W_inner, cell.W_cell, cell.b)
+    return kernels.LSTMRNNLevels(*_detached(*weights), LSTM_RNN_ACTIVATIONS[cell.activation]), weights
 
 
-def lexicalized(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, dict[str, Tensor]]:
+def lexicalized(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
     """:class:`~graphtree.nn.LexicalizedTreeLSTM`: ``LexicalizedLevels`` (``csrc/peephole_level.cpp``)."""
-    weights = {"W_x": cell.W_x, "W_h": cell.W_h, "W_c": cell.W_c, "W_co": cell.W_co, "b": cell.b}
-    return kernels.LexicalizedLevels(*_detached(*weights.values()), cell.lexicalized), weights
+    weights = (cell.W_x, cell.W_h, cell.W_c, cell.W_co, cell.b)
+    return kernels.LexicalizedLevels(*_detached(*weights), cell.lexicalized), weights
 
 
-def top_down(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, dict[str, Tensor]] | None:
+def top_down(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]] | None:
     """:class:`~graphtree.nn.TopDownTreeLSTM` where no node has several parents (trees, forests):
     ``TopDownLevels`` (``csrc/peephole_level.cpp``)."""
     if any(slots.size(1) > 1 for slots in plan.slots):
         return None
-    weights = {"W_x": cell.W_x, "b": cell.b, "W_h": cell.W_h, "W_c": cell.W_c, "W_co": cell.W_co}
-    return kernels.TopDownLevels(*_detached(*weights.values())), weights
+    weights = (cell.W_x, cell.b, cell.W_h, cell.W_c, cell.W_co)
+    return kernels.TopDownLevels(*_detached(*weights)), weights
 
 
-def gated_head(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, dict[str, Tensor]] | None:
+def gated_head(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]] | None:
     """:class:`~graphtree.nn.HeadLexicalization`, gated binary method: ``GatedHeadLevels``
     (``csrc/head_level.cpp``). The fixed methods (left, right, average) copy or average rows: nothing to
     compile."""
     if cell.method != "gated" or cell.n_ary != 2:
         return None
-    weights = {"W_zx": cell.W_zx, "b_z": cell.b_z}
-    return kernels.GatedHeadLevels(*_detached(*weights.values())), weights
+    weights = (cell.W_zx, cell.b_z)
+    return kernels.GatedHeadLevels(*_detached(*weights)), weights
 
 
-def leaf_sum(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, dict[str, Tensor]]:
+def leaf_sum(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
     """The sums of leaf rows below each node (BiConTree's span features): ``LeafSumLevels``
     (``csrc/head_level.cpp``)."""
-    return kernels.LeafSumLevels(), {}
+    return kernels.LeafSumLevels(), ()

@@ -84,47 +84,15 @@ void backward_rows(const float* gH, const float* gC, const float* A, const float
 
 }  // namespace
 
-// Returns h, c, tanh(c) [n, d], activated [n, 3d] and the forget gates f [n, K, d].
-std::vector<torch::Tensor> child_sum_level_forward(torch::Tensor Wx, torch::Tensor iou_terms, torch::Tensor uf_terms,
-                                                   torch::Tensor c_children) {
-  check_all({&Wx, &iou_terms, &uf_terms, &c_children});
-  const int64_t n = c_children.size(0), K = c_children.size(1), d = c_children.size(2);
-  TORCH_CHECK(Wx.size(1) == 4 * d && iou_terms.size(1) == 3 * d && uf_terms.sizes() == c_children.sizes(),
-              "expected Wx [n, 4d], iou_terms [n, 3d], uf_terms and c_children [n, K, d]");
-  auto opts = Wx.options();
-  auto h = torch::empty({n, d}, opts), c = torch::empty({n, d}, opts), tanh_c = torch::empty({n, d}, opts);
-  auto activated = torch::empty({n, 3 * d}, opts), f = torch::empty({n, K, d}, opts);
-  forward_rows(Wx.data_ptr<float>(), iou_terms.data_ptr<float>(), uf_terms.data_ptr<float>(),
-               c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(), tanh_c.data_ptr<float>(),
-               activated.data_ptr<float>(), f.data_ptr<float>(), n, K, d);
-  return {h, c, tanh_c, activated, f};
-}
-
-// Returns grad_Wx [n, 4d] (its first 3d columns are the gradient of iou_terms, the last d the forget gates'
-// gradients summed over the children), grad_f [n, K, d] (the gradient of uf_terms) and grad_c_children [n, K, d].
-std::vector<torch::Tensor> child_sum_level_backward(torch::Tensor grad_h, torch::Tensor grad_c,
-                                                    torch::Tensor activated, torch::Tensor f,
-                                                    torch::Tensor c_children, torch::Tensor tanh_c) {
-  check_all({&grad_h, &grad_c, &activated, &f, &c_children, &tanh_c});
-  const int64_t n = c_children.size(0), K = c_children.size(1), d = c_children.size(2);
-  TORCH_CHECK(activated.size(1) == 3 * d && f.sizes() == c_children.sizes(), "expected activated [n, 3d], f [n, K, d]");
-  auto opts = activated.options();
-  auto grad_wx = torch::empty({n, 4 * d}, opts), grad_f = torch::empty({n, K, d}, opts);
-  auto grad_cj = torch::empty({n, K, d}, opts);
-  backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), activated.data_ptr<float>(), f.data_ptr<float>(),
-                c_children.data_ptr<float>(), tanh_c.data_ptr<float>(), grad_wx.data_ptr<float>(),
-                grad_f.data_ptr<float>(), grad_cj.data_ptr<float>(), n, K, d);
-  return {grad_wx, grad_f, grad_cj};
-}
-
 namespace {
 
-// The Child-Sum Tree-LSTM as a LevelKernel for the engine's compiled level loop (graphtree/nn/child_sum.py,
-// native_level_kernel): forward_level and backward_level there, in C++. Input: W x + b for every node.
+// The Child-Sum Tree-LSTM (graphtree/nn/child_sum.py, eqs 2-8) as a LevelKernel for the engine's compiled level
+// loop: its update and the update's derivatives, in C++. Input: W x + b for every node. Parameter gradients:
+// U_iou.weight, U_iou.bias, U_f.weight, U_f.bias (graphtree/backend/compiled.py, child_sum).
 class ChildSumLevels : public graphtree::LevelKernel {
  public:
   ChildSumLevels(torch::Tensor U_iou_weight, torch::Tensor U_iou_bias, torch::Tensor U_f_weight,
-                 torch::Tensor U_f_bias, std::optional<std::vector<torch::Tensor>> derived)
+                 torch::Tensor U_f_bias)
       : U_iou_(U_iou_weight.contiguous()),
         b_iou_(U_iou_bias.contiguous()),
         U_f_(U_f_weight.contiguous()),
@@ -133,8 +101,7 @@ class ChildSumLevels : public graphtree::LevelKernel {
     d_ = U_f_.size(0);
     TORCH_CHECK(U_iou_.size(0) == 3 * d_ && U_iou_.size(1) == d_ && U_f_.size(1) == d_,
                 "ChildSumLevels: weight shapes do not agree");
-    auto made = graphtree::derived_or(derived, [&] { return derive(U_iou_, U_iou_bias, U_f_, U_f_bias); }, 2,
-                                      "ChildSumLevels");
+    auto made = derive(U_iou_, U_iou_bias, U_f_, U_f_bias);
     U_iou_t_ = graphtree::transposed_at(made, 0, U_iou_, "ChildSumLevels");
     U_f_t_ = graphtree::transposed_at(made, 1, U_f_, "ChildSumLevels");
   }
@@ -215,7 +182,7 @@ class ChildSumLevels : public graphtree::LevelKernel {
     return {grad_h_k.view({n * K, d}), grad_c_k};
   }
 
-  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+  std::vector<torch::Tensor> param_grads() override {
     auto grad_U_iou = torch::zeros_like(U_iou_), grad_U_f = torch::zeros_like(U_f_);
     auto grad_b_iou = torch::zeros_like(b_iou_), grad_b_f = torch::zeros_like(b_f_);
     if (grad_iou_.defined()) {
@@ -226,8 +193,7 @@ class ChildSumLevels : public graphtree::LevelKernel {
         grad_b_f += grad_f_.sum(0);
       }
     }
-    return {{"U_iou.weight", grad_U_iou}, {"U_iou.bias", grad_b_iou}, {"U_f.weight", grad_U_f},
-            {"U_f.bias", grad_b_f}};
+    return {grad_U_iou, grad_b_iou, grad_U_f, grad_b_f};
   }
 
  private:
@@ -248,11 +214,7 @@ class ChildSumLevels : public graphtree::LevelKernel {
 void bind_child_sum_levels(pybind11::module& m) {
   pybind11::class_<ChildSumLevels, graphtree::LevelKernel, std::shared_ptr<ChildSumLevels>>(
       m, "ChildSumLevels", "The Child-Sum Tree-LSTM's level math for the engine's compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor,
-                          std::optional<std::vector<torch::Tensor>>>(),
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>(),
            pybind11::arg("U_iou_weight"), pybind11::arg("U_iou_bias"), pybind11::arg("U_f_weight"),
-           pybind11::arg("U_f_bias"), pybind11::arg("derived") = pybind11::none())
-      .def_static("derive", &ChildSumLevels::derive, "The weights' derived copies the constructor takes as derived",
-                  pybind11::arg("U_iou_weight"), pybind11::arg("U_iou_bias"), pybind11::arg("U_f_weight"),
-                  pybind11::arg("U_f_bias"));
+           pybind11::arg("U_f_bias"));
 }

@@ -1,4 +1,4 @@
-// Helpers shared by graphtree's compiled level kernels (see graphtree/nn/native.py).
+// Helpers shared by graphtree's compiled level kernels (see graphtree/backend/compiled.py).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -29,23 +29,7 @@ inline void check_all(std::initializer_list<torch::Tensor*> tensors) {
   }
 }
 
-// A level kernel's derived weights (transposed copies, row subsets): `given` where the caller passed them, which
-// it keeps across passes while the weights stay unchanged (TreeCell.derived_weights in graphtree/nn/cell.py),
-// else made now by `derive` (the kernel's static derive(), the one definition of what they are).
-template <typename Derive>
-std::vector<torch::Tensor> derived_or(const std::optional<std::vector<torch::Tensor>>& given, Derive&& derive,
-                                      size_t count, const char* kernel) {
-  if (!given) return derive();
-  TORCH_CHECK(given->size() == count, kernel, ": expected ", count, " derived weights, got ", given->size(),
-              " (pass those of ", kernel, ".derive)");
-  for (const auto& t : *given) {
-    check(t, "every derived weight");
-    TORCH_CHECK(t.is_contiguous(), kernel, ": derived weights must be contiguous");
-  }
-  return *given;
-}
-
-// made[k], checked to have the shape of w transposed.
+// made[k] (a kernel's derive()), checked to have the shape of w transposed.
 inline torch::Tensor transposed_at(const std::vector<torch::Tensor>& made, size_t k, const torch::Tensor& w,
                                    const char* kernel) {
   const auto& t = made[k];

@@ -117,7 +117,7 @@ void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tenso
 // The backward loop of graphtree/engine.py (_fused_backward) over the kernel of a saving forward loop.
 // grad_states: the gradients of the buffers, added into in place; grad_inputs: of the inputs (None: not
 // needed), likewise. Returns the parameter gradients by name.
-std::vector<std::pair<std::string, torch::Tensor>> run_levels_backward(
+std::vector<torch::Tensor> run_levels_backward(
     graphtree::LevelKernel& kernel, std::vector<torch::Tensor> grad_states,
     std::vector<std::optional<torch::Tensor>> grad_inputs, std::vector<int64_t> ptr,
     std::vector<torch::Tensor> slots, std::vector<std::vector<int64_t>> position_groups) {

@@ -1,5 +1,6 @@
 // Teng & Zhang's gated head lexicalization of binary nodes (graphtree/nn/head_lexicalization.py, eqs 8-9) as a
-// LevelKernel for the engine's compiled level loop: forward_level and backward_level there, in C++.
+// LevelKernel for the engine's compiled level loop: its update and the update's derivatives, in C++. Parameter
+// gradients: W_zx, b_z.
 //
 // A node's head is x_t = z x^L + (1 - z) x^R with the gate z = sigmoid(W_zx [x^L, x^R] + b_z), both children's
 // heads read bottom-up; a leaf's head is its word vector. A unary node takes its one child's head (z = 1 for a
@@ -20,14 +21,14 @@ namespace {
 class GatedHeadLevels : public graphtree::LevelKernel {
  public:
   // W_zx: [D, 2 D] (columns [W_zx^L, W_zx^R]), b_z: [D].
-  GatedHeadLevels(torch::Tensor W_zx, torch::Tensor b_z, std::optional<std::vector<torch::Tensor>> derived)
+  GatedHeadLevels(torch::Tensor W_zx, torch::Tensor b_z)
       : W_zx_(W_zx.contiguous()), b_z_(b_z.contiguous()) {
     graphtree::check(W_zx_, "W_zx");
     graphtree::check(b_z_, "b_z");
     D_ = W_zx_.size(0);
     TORCH_CHECK(W_zx_.dim() == 2 && W_zx_.size(1) == 2 * D_ && b_z_.numel() == D_,
                 "GatedHeadLevels: W_zx must be [D, 2 D] and b_z [D]");
-    auto made = graphtree::derived_or(derived, [&] { return derive(W_zx_, b_z_); }, 1, "GatedHeadLevels");
+    auto made = derive(W_zx_, b_z_);
     W_zx_t_ = graphtree::transposed_at(made, 0, W_zx_, "GatedHeadLevels");
   }
 
@@ -113,13 +114,13 @@ class GatedHeadLevels : public graphtree::LevelKernel {
     return {grad_pair.view({-1, D})};
   }
 
-  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+  std::vector<torch::Tensor> param_grads() override {
     auto grad_W_zx = torch::zeros_like(W_zx_), grad_b_z = torch::zeros_like(b_z_);
     if (grad_logits_.defined() && grad_logits_.size(0) > 0) {
       grad_W_zx.addmm_(grad_logits_.t(), children_);
       grad_b_z += grad_logits_.sum(0);
     }
-    return {{"W_zx", grad_W_zx}, {"b_z", grad_b_z}};
+    return {grad_W_zx, grad_b_z};
   }
 
  private:
@@ -136,10 +137,7 @@ class GatedHeadLevels : public graphtree::LevelKernel {
 void bind_gated_head_levels(pybind11::module& m) {
   pybind11::class_<GatedHeadLevels, graphtree::LevelKernel, std::shared_ptr<GatedHeadLevels>>(
       m, "GatedHeadLevels", "Teng & Zhang's gated head lexicalization (binary) for the compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, std::optional<std::vector<torch::Tensor>>>(),
-           pybind11::arg("W_zx"), pybind11::arg("b_z"), pybind11::arg("derived") = pybind11::none())
-      .def_static("derive", &GatedHeadLevels::derive, "The weights' derived copies the constructor takes as derived",
-                  pybind11::arg("W_zx"), pybind11::arg("b_z"));
+      .def(pybind11::init<torch::Tensor, torch::Tensor>(), pybind11::arg("W_zx"), pybind11::arg("b_z"));
 }
 
 namespace {
@@ -177,7 +175,7 @@ class LeafSumLevels : public graphtree::LevelKernel {
     return {grad_children.view({n * level.width, -1}), torch::Tensor()};
   }
 
-  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override { return {}; }
+  std::vector<torch::Tensor> param_grads() override { return {}; }
 
  private:
   bool save_ = false;

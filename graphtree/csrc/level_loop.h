@@ -23,8 +23,8 @@ struct Level {
   std::vector<int64_t> position_groups;
 };
 
-// A cell's forward_level / backward_level in C++. The kernel keeps, between the two loops, what its
-// backward needs, and collects its parameter gradients (param_grads) the way ParamGrads does in Python.
+// A cell's update and its derivatives in C++, level by level. The kernel keeps, between the two loops, what its
+// backward needs, and collects its parameter gradients over all levels (param_grads).
 class LevelKernel {
  public:
   virtual ~LevelKernel() = default;
@@ -57,8 +57,9 @@ class LevelKernel {
   // needed): a kernel that deferred its input gradients adds them here, in one product.
   virtual void finish_backward(std::vector<torch::Tensor>& grad_inputs) {}
 
-  // Called once after the backward loop: the parameter gradients, by parameter name.
-  virtual std::vector<std::pair<std::string, torch::Tensor>> param_grads() = 0;
+  // Called once after the backward loop: the parameter gradients, in the order in which the kernel's maker in
+  // graphtree/backend/compiled.py lists the cell's parameters.
+  virtual std::vector<torch::Tensor> param_grads() = 0;
 };
 
 // The first row of each level among the rows of the internal levels (those with predecessors), and their

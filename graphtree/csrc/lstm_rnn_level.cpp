@@ -63,19 +63,6 @@ static void lstm_rnn_level_cell_into(const torch::Tensor& m_children, const torc
   });
 }
 
-std::vector<torch::Tensor> lstm_rnn_level_cell(torch::Tensor m_children, torch::Tensor c_children, torch::Tensor b,
-                                               int64_t kind) {
-  check_all({&m_children, &c_children, &b});
-  const int64_t n = c_children.size(0), d = c_children.size(2);
-  TORCH_CHECK(c_children.size(1) == 2 && m_children.size(0) == n && m_children.size(1) == 2 &&
-                  m_children.size(2) == 8 * d && b.numel() == 4 * d,
-              "expected m_children [n, 2, 8d], c_children [n, 2, d], b [4d]");
-  auto gates = torch::empty({n, 2, 2 * d}, m_children.options());
-  auto g_a = torch::empty({n, d}, m_children.options()), c = torch::empty({n, d}, m_children.options());
-  lstm_rnn_level_cell_into(m_children, c_children, b, kind, gates, g_a, c);
-  return {gates, g_a, c};
-}
-
 // o = sigmoid(W_o1 x + W_o2 y + W_co c_p + b_o) and p = o g(c_p), given cell_terms = W_cell c_p [n, 5d] (W_co last).
 // Returns o, g(c_p) and p, each [n, d].
 static void lstm_rnn_level_output_into(const torch::Tensor& m_children, const torch::Tensor& cell_terms,
@@ -100,18 +87,6 @@ static void lstm_rnn_level_output_into(const torch::Tensor& m_children, const to
   });
 }
 
-std::vector<torch::Tensor> lstm_rnn_level_output(torch::Tensor m_children, torch::Tensor cell_terms, torch::Tensor c,
-                                                 torch::Tensor b, int64_t kind) {
-  check_all({&m_children, &cell_terms, &c, &b});
-  const int64_t n = c.size(0), d = c.size(1);
-  TORCH_CHECK(m_children.size(0) == n && m_children.size(2) == 8 * d && cell_terms.size(1) == 5 * d,
-              "expected m_children [n, 2, 8d], cell_terms [n, 5d], c [n, d]");
-  auto o = torch::empty({n, d}, c.options()), g_c = torch::empty({n, d}, c.options());
-  auto p = torch::empty({n, d}, c.options());
-  lstm_rnn_level_output_into(m_children, cell_terms, c, b, kind, o, g_c, p);
-  return {o, g_c, p};
-}
-
 // The gradient reaching W_cell c_p: the peephole blocks of grad_m (first 4d columns) and the output gate's
 // pre-activation gradient grad_p g(c_p) o (1 - o). grad_p already includes W_inner^T grad_m. Returns [n, 5d].
 static void lstm_rnn_level_output_backward_into(const torch::Tensor& grad_m, const torch::Tensor& grad_p,
@@ -130,17 +105,6 @@ static void lstm_rnn_level_output_backward_into(const torch::Tensor& grad_m, con
       for (int64_t k = 0; k < d; ++k) out[4 * d + k] = gp[k] * gc[k] * orow[k] * (1.f - orow[k]);
     }
   });
-}
-
-torch::Tensor lstm_rnn_level_output_backward(torch::Tensor grad_m, torch::Tensor grad_p, torch::Tensor o,
-                                             torch::Tensor g_c) {
-  check_all({&grad_m, &grad_p, &o, &g_c});
-  const int64_t n = o.size(0), d = o.size(1);
-  TORCH_CHECK(grad_m.size(0) == n && grad_m.size(1) == 8 * d && grad_p.sizes() == o.sizes(),
-              "expected grad_m [n, 8d], grad_p, o and g_c [n, d]");
-  auto grad_cell = torch::empty({n, 5 * d}, o.options());
-  lstm_rnn_level_output_backward_into(grad_m, grad_p, o, g_c, grad_cell);
-  return grad_cell;
 }
 
 // The rest of the level's derivatives. grad_c_from_cell: W_cell^T grad_cell. Returns the bias rows
@@ -200,23 +164,6 @@ static void lstm_rnn_level_cell_backward_into(const torch::Tensor& grad_c, const
   });
 }
 
-std::vector<torch::Tensor> lstm_rnn_level_cell_backward(torch::Tensor grad_c, torch::Tensor grad_c_from_cell,
-                                                        torch::Tensor grad_p, torch::Tensor grad_cell,
-                                                        torch::Tensor o, torch::Tensor g_c, torch::Tensor g_a,
-                                                        torch::Tensor gates, torch::Tensor m_children,
-                                                        torch::Tensor c_children, int64_t kind) {
-  check_all({&grad_c, &grad_c_from_cell, &grad_p, &grad_cell, &o, &g_c, &g_a, &gates, &m_children, &c_children});
-  const int64_t n = c_children.size(0), d = c_children.size(2);
-  TORCH_CHECK(gates.size(0) == n && gates.size(2) == 2 * d && grad_cell.size(1) == 5 * d,
-              "expected gates [n, 2, 2d] and grad_cell [n, 5d]");
-  auto grad_b = torch::empty({n, 4 * d}, o.options());
-  auto grad_m = torch::empty({n, 2, 8 * d}, o.options());
-  auto grad_cj = torch::empty({n, 2, d}, o.options());
-  lstm_rnn_level_cell_backward_into(grad_c, grad_c_from_cell, grad_p, grad_cell, o, g_c, g_a, gates, m_children,
-                                    c_children, kind, grad_b, grad_m, grad_cj);
-  return {grad_b, grad_m, grad_cj};
-}
-
 namespace {
 
 // A level's rows by the blocks of m their parents read (the level is grouped by position, Level::position_groups):
@@ -266,14 +213,13 @@ void add_read_blocks_back(const torch::Tensor& grad_u, const torch::Tensor& grad
 }
 
 // The LSTM-RNN (graphtree/nn/lstm_rnn.py, Le & Zuidema 2015) as a LevelKernel for the engine's compiled level
-// loop: forward_level and backward_level there, in C++, on the kernels above. States: p, c_p and the internal
+// loop: its update and the update's derivatives, in C++, on the kernels above. States: p, c_p and the internal
 // m, of which each node computes only the blocks its parents read (MRows). The level's p and c_p are written
 // straight into the state buffers; the weight gradients are products over all inner rows at once, read from
 // those buffers and from per-kernel tensors that each level fills in place (no concatenation).
 class LSTMRNNLevels : public graphtree::LevelKernel {
  public:
-  LSTMRNNLevels(torch::Tensor W_leaf, torch::Tensor W_inner, torch::Tensor W_cell, torch::Tensor b, int64_t kind,
-                std::optional<std::vector<torch::Tensor>> derived)
+  LSTMRNNLevels(torch::Tensor W_leaf, torch::Tensor W_inner, torch::Tensor W_cell, torch::Tensor b, int64_t kind)
       : W_leaf_(W_leaf.contiguous()), W_inner_(W_inner.contiguous()), W_cell_(W_cell.contiguous()),
         b_(b.contiguous()), kind_(kind) {
     for (auto* t : {&W_leaf_, &W_inner_, &W_cell_, &b_}) graphtree::check(*t, "every weight");
@@ -281,8 +227,7 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
     TORCH_CHECK(W_inner_.size(0) == 8 * d_ && W_leaf_.size(0) == 8 * d_ && W_cell_.size(0) == 5 * d_ &&
                     W_cell_.size(1) == d_ && b_.numel() == 4 * d_,
                 "LSTMRNNLevels: weight shapes do not agree");
-    auto made = graphtree::derived_or(derived, [&] { return derive(W_leaf_, W_inner_, W_cell_, b_, kind_); }, 3,
-                                      "LSTMRNNLevels");
+    auto made = derive(W_leaf_, W_inner_, W_cell_, b_, kind_);
     W_leaf_t_ = graphtree::transposed_at(made, 0, W_leaf_, "LSTMRNNLevels");
     W_inner_t_ = graphtree::transposed_at(made, 1, W_inner_, "LSTMRNNLevels");
     W_cell_t_ = graphtree::transposed_at(made, 2, W_cell_, "LSTMRNNLevels");
@@ -373,7 +318,7 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
     return {torch::Tensor(), grad_c_xy.view({-1, d}), grad_m_xy.view({-1, 8 * d})};
   }
 
-  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+  std::vector<torch::Tensor> param_grads() override {
     auto grad_W_leaf = torch::zeros_like(W_leaf_), grad_W_inner = torch::zeros_like(W_inner_);
     auto grad_W_cell = torch::zeros_like(W_cell_), grad_b = torch::zeros_like(b_);
     if (leaf_grad_m_.defined()) grad_W_leaf.addmm_(leaf_grad_m_.t(), leaf_inputs_);
@@ -388,7 +333,7 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
       grad_W_cell.addmm_(grad_cell_.t(), c_inner);
       grad_b += grad_b_.sum(0);
     }
-    return {{"W_leaf", grad_W_leaf}, {"W_inner", grad_W_inner}, {"W_cell", grad_W_cell}, {"b", grad_b}};
+    return {grad_W_leaf, grad_W_inner, grad_W_cell, grad_b};
   }
 
  private:
@@ -409,11 +354,7 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
 void bind_lstm_rnn_levels(pybind11::module& m) {
   pybind11::class_<LSTMRNNLevels, graphtree::LevelKernel, std::shared_ptr<LSTMRNNLevels>>(
       m, "LSTMRNNLevels", "The LSTM-RNN's level math for the engine's compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, int64_t,
-                          std::optional<std::vector<torch::Tensor>>>(),
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, int64_t>(),
            pybind11::arg("W_leaf"), pybind11::arg("W_inner"), pybind11::arg("W_cell"), pybind11::arg("b"),
-           pybind11::arg("kind"), pybind11::arg("derived") = pybind11::none())
-      .def_static("derive", &LSTMRNNLevels::derive, "The weights' derived copies the constructor takes as derived",
-                  pybind11::arg("W_leaf"), pybind11::arg("W_inner"), pybind11::arg("W_cell"), pybind11::arg("b"),
-                  pybind11::arg("kind"));
+           pybind11::arg("kind"));
 }

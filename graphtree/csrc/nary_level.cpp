@@ -84,50 +84,15 @@ void backward_rows(const float* gH, const float* gC, const float* A, const float
 
 }  // namespace
 
-// gates: [n, (3 + N) d] pre-activations, replaced by the activations; c_children: [n, N, d].
-// Returns h, c and tanh(c), each [n, d] (eqs 9-14 of Tai et al. 2015).
-std::vector<torch::Tensor> nary_level_forward(torch::Tensor gates, torch::Tensor c_children) {
-  check(gates, "gates");
-  check(c_children, "c_children");
-  TORCH_CHECK(gates.is_contiguous(), "gates must be contiguous (it is overwritten in place)");
-  c_children = c_children.contiguous();
-  const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
-  TORCH_CHECK(gates.dim() == 2 && gates.size(0) == n && gates.size(1) == (3 + N) * d,
-              "gates must be [n, (3 + N) d] for c_children [n, N, d]");
-  auto h = torch::empty({n, d}, gates.options());
-  auto c = torch::empty({n, d}, gates.options());
-  auto tanh_c = torch::empty({n, d}, gates.options());
-  forward_rows(gates.data_ptr<float>(), c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(),
-               tanh_c.data_ptr<float>(), n, N, d);
-  return {h, c, tanh_c};
-}
-
-// Derivatives of nary_level_forward. activated: the gates it returned; grad_h, grad_c: [n, d].
-// Returns the gradient of the (undoubled) pre-activations, [n, (3 + N) d], and of c_children, [n, N, d].
-std::vector<torch::Tensor> nary_level_backward(torch::Tensor grad_h, torch::Tensor grad_c, torch::Tensor activated,
-                                               torch::Tensor c_children, torch::Tensor tanh_c) {
-  check_all({&grad_h, &grad_c, &activated, &c_children, &tanh_c});
-  const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
-  const int64_t width = (3 + N) * d;
-  TORCH_CHECK(activated.size(0) == n && activated.size(1) == width, "activated must be [n, (3 + N) d]");
-  auto grad_gates = torch::empty({n, width}, activated.options());
-  auto grad_cj = torch::empty({n, N, d}, activated.options());
-  backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), activated.data_ptr<float>(),
-                c_children.data_ptr<float>(), tanh_c.data_ptr<float>(), grad_gates.data_ptr<float>(),
-                grad_cj.data_ptr<float>(), n, N, d);
-  return {grad_gates, grad_cj};
-}
-
 namespace {
 
 // The constituency N-ary Tree-LSTM (forget="full") as a LevelKernel: the engine's compiled level loop runs a
-// whole pass with it (graphtree/nn/nary.py, native_level_kernel). Level math as in forward_level and
-// backward_level there: leaves use the leaf unit c = W^(c) x + b^(c), o = sigmoid(W^(o) x + b^(o)); internal
+// whole pass with it (graphtree/nn/nary.py's update, and its derivatives): leaves use the leaf unit c = W^(c) x + b^(c), o = sigmoid(W^(o) x + b^(o)); internal
 // levels eqs 9-14 from their children's states alone.
 class NaryLevels : public graphtree::LevelKernel {
  public:
-  // gate_weights_t: [N d, R] the gate rows of U transposed (R = (3 + N) d), their u block doubled as in
-  // forward_level; gate_bias: [R] the summed biases b_U, doubled likewise; U: [R, N d] as it is, for the
+  // gate_weights_t: [N d, R] the gate rows of U transposed (R = (3 + N) d), their u block doubled (one
+  // sigmoid serves every gate: tanh(z) = 2 sigmoid(2 z) - 1); gate_bias: [R] the summed biases b_U, doubled likewise; U: [R, N d] as it is, for the
   // children's gradients; leaf_weight: [2 d, E] and leaf_bias: [2 d], W_leaf's.
   NaryLevels(torch::Tensor gate_weights_t, torch::Tensor gate_bias, torch::Tensor U, torch::Tensor leaf_weight,
              torch::Tensor leaf_bias)
@@ -196,7 +161,7 @@ class NaryLevels : public graphtree::LevelKernel {
     return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
   }
 
-  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+  std::vector<torch::Tensor> param_grads() override {
     auto grad_U = torch::zeros_like(U_);
     auto grad_b = torch::zeros({rows_}, U_.options());
     if (grad_gates_.defined() && grad_gates_.size(0) > 0) {
@@ -205,8 +170,7 @@ class NaryLevels : public graphtree::LevelKernel {
     }
     auto [grad_leaf_weight, grad_leaf_bias] = leaf_.param_grads();
     // Every child's bias block b_U[l] enters the gates the same way, so each gets the same gradient.
-    return {{"U", grad_U}, {"b_U", grad_b.unsqueeze(0).expand({N_, rows_}).contiguous()},
-            {"W_leaf.weight", grad_leaf_weight}, {"W_leaf.bias", grad_leaf_bias}};
+    return {grad_U, grad_b.unsqueeze(0).expand({N_, rows_}).contiguous(), grad_leaf_weight, grad_leaf_bias};
   }
 
  private:

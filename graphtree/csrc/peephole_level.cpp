@@ -65,16 +65,6 @@ void peephole_level_cell_into(torch::Tensor pre, const std::optional<torch::Tens
   });
 }
 
-// peephole_level_cell_into on new tensors: returns activated [n, (N + 2) d] and c_t [n, d].
-std::vector<torch::Tensor> peephole_level_cell(torch::Tensor pre, std::optional<torch::Tensor> c_terms,
-                                               torch::Tensor c_children) {
-  TORCH_CHECK(c_children.dim() == 3, "c_children must be [n, N, d]");
-  const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
-  auto activated = torch::empty({n, (N + 2) * d}, pre.options()), c = torch::empty({n, d}, pre.options());
-  peephole_level_cell_into(pre, c_terms, c_children, activated, c);
-  return {activated, c};
-}
-
 // o = sigmoid(pre_o + W_co c_t), h = o tanh(c_t), given co = W_co c_t: written into o, tanh_c and h, each [n, d]
 // (contiguous rows).
 void peephole_level_output_into(torch::Tensor pre, torch::Tensor co, torch::Tensor c_t, const torch::Tensor& o,
@@ -98,14 +88,6 @@ void peephole_level_output_into(torch::Tensor pre, torch::Tensor co, torch::Tens
       }
     }
   });
-}
-
-// peephole_level_output_into on new tensors: returns o, tanh(c_t) and h, each [n, d].
-std::vector<torch::Tensor> peephole_level_output(torch::Tensor pre, torch::Tensor co, torch::Tensor c_t) {
-  auto o = torch::empty_like(c_t, at::MemoryFormat::Contiguous), tanh_c = torch::empty_like(o);
-  auto h = torch::empty_like(o);
-  peephole_level_output_into(pre, co, c_t, o, tanh_c, h);
-  return {o, tanh_c, h};
 }
 
 // Gradient of the output gate's pre-activation, grad_h tanh(c) o (1 - o), written into grad_o [n, d].
@@ -200,21 +182,19 @@ namespace {
 using graphtree::cat_rows;
 
 // The S-LSTM (graphtree/nn/slstm.py, Zhu et al. 2015, eqs 1-7) as a LevelKernel for the engine's compiled level
-// loop: forward_level and backward_level there, in C++, on the kernels above. Leaves: h = x, c = 0
+// loop: its update and the update's derivatives, in C++, on the kernels above. Leaves: h = x, c = 0
 // ("embedding"), or the leaf unit c = W^(c) x + b^(c), o = sigmoid(W^(o) x + b^(o)) ("lstm": leaf_weight given).
 class SLSTMLevels : public graphtree::LevelKernel {
  public:
   SLSTMLevels(torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co, torch::Tensor b,
-              std::optional<torch::Tensor> leaf_weight, std::optional<torch::Tensor> leaf_bias,
-              std::optional<std::vector<torch::Tensor>> derived)
+              std::optional<torch::Tensor> leaf_weight, std::optional<torch::Tensor> leaf_bias)
       : W_h_(W_h.contiguous()), W_c_(W_c.contiguous()), W_co_(W_co.contiguous()), b_(b.contiguous()) {
     for (auto* t : {&W_h_, &W_c_, &W_co_, &b_}) graphtree::check(*t, "every weight");
     d_ = W_co_.size(0);
     TORCH_CHECK(W_h_.size(0) == 5 * d_ && W_h_.size(1) == 2 * d_ && W_c_.size(0) == 3 * d_ &&
                     W_c_.size(1) == 2 * d_ && b_.numel() == 5 * d_,
                 "SLSTMLevels: weight shapes do not agree");
-    auto made = graphtree::derived_or(
-        derived, [&] { return derive(W_h_, W_c_, W_co_, b_, std::nullopt, std::nullopt); }, 3, "SLSTMLevels");
+    auto made = derive(W_h_, W_c_, W_co_, b_, std::nullopt, std::nullopt);
     W_h_t_ = graphtree::transposed_at(made, 0, W_h_, "SLSTMLevels");
     W_c_t_ = graphtree::transposed_at(made, 1, W_c_, "SLSTMLevels");
     W_co_t_ = graphtree::transposed_at(made, 2, W_co_, "SLSTMLevels");
@@ -313,7 +293,7 @@ class SLSTMLevels : public graphtree::LevelKernel {
     return {grad_h_LR.view({-1, d}), grad_c_LR.view({-1, d})};
   }
 
-  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+  std::vector<torch::Tensor> param_grads() override {
     auto grad_W_h = torch::zeros_like(W_h_), grad_W_c = torch::zeros_like(W_c_);
     auto grad_W_co = torch::zeros_like(W_co_), grad_b = torch::zeros_like(b_);
     if (grad_h_terms_.defined() && grad_h_terms_.size(0) > 0) {
@@ -322,12 +302,11 @@ class SLSTMLevels : public graphtree::LevelKernel {
       grad_W_co.addmm_(grad_o_.t(), c_buffer_.narrow(0, internal_begin_, grad_o_.size(0)));
       grad_b += grad_h_terms_.sum(0);
     }
-    std::vector<std::pair<std::string, torch::Tensor>> grads = {
-        {"W_h", grad_W_h}, {"W_c", grad_W_c}, {"W_co", grad_W_co}, {"b", grad_b}};
+    std::vector<torch::Tensor> grads = {grad_W_h, grad_W_c, grad_W_co, grad_b};
     if (leaf_.defined()) {
       auto [grad_weight, grad_bias] = leaf_.param_grads();
-      grads.push_back({"W_leaf.weight", grad_weight});
-      grads.push_back({"W_leaf.bias", grad_bias});
+      grads.push_back(grad_weight);
+      grads.push_back(grad_bias);
     }
     return grads;
   }
@@ -348,14 +327,14 @@ class SLSTMLevels : public graphtree::LevelKernel {
 };
 
 // Teng & Zhang's lexicalized bottom-up cell (graphtree/nn/lexicalized.py, eqs 4, 10-11; ConTree with
-// lexicalized=false) as a LevelKernel: forward_level and backward_level there, in C++, on the kernels above.
+// lexicalized=false) as a LevelKernel: its update and the update's derivatives, in C++, on the kernels above.
 // Gate rows i, f_1 .. f_N, g, o. Internal nodes: W_h [h_1 .. h_N] + b, the peepholes W_c [c_1 .. c_N] on i and
 // the f_k, and (lexicalized) W_x x with its one W_xf block feeding every f_k. Leaves: gates i, g, o from W_x x
 // and the matching rows of b, no children.
 class LexicalizedLevels : public graphtree::LevelKernel {
  public:
   LexicalizedLevels(torch::Tensor W_x, torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co, torch::Tensor b,
-                    bool lexicalized, std::optional<std::vector<torch::Tensor>> derived)
+                    bool lexicalized)
       : W_x_(W_x.contiguous()), W_h_(W_h.contiguous()), W_c_(W_c.contiguous()), W_co_(W_co.contiguous()),
         b_(b.contiguous()), lexicalized_(lexicalized) {
     for (auto* t : {&W_x_, &W_h_, &W_c_, &W_co_, &b_}) graphtree::check(*t, "every weight");
@@ -365,8 +344,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     TORCH_CHECK(N >= 1 && W_h_.size(1) == N * d && W_h_.size(0) == (N + 3) * d && W_c_.size(0) == (N + 1) * d &&
                     W_c_.size(1) == N * d && b_.numel() == (N + 3) * d && W_x_.size(0) == (lexicalized ? 4 : 3) * d,
                 "LexicalizedLevels: weight shapes do not agree");
-    auto made = graphtree::derived_or(derived, [&] { return derive(W_x_, W_h_, W_c_, W_co_, b_, lexicalized); }, 7,
-                                      "LexicalizedLevels");
+    auto made = derive(W_x_, W_h_, W_c_, W_co_, b_, lexicalized);
     W_h_t_ = graphtree::transposed_at(made, 0, W_h_, "LexicalizedLevels");
     W_c_t_ = graphtree::transposed_at(made, 1, W_c_, "LexicalizedLevels");
     W_co_t_ = graphtree::transposed_at(made, 2, W_co_, "LexicalizedLevels");
@@ -492,7 +470,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     grad_inputs[0].narrow(0, internal_begin_, grad_x_terms_.size(0)).addmm_(grad_x_terms_, W_x_);
   }
 
-  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+  std::vector<torch::Tensor> param_grads() override {
     const int64_t d = d_, N = N_;
     auto grad_W_x = torch::zeros_like(W_x_), grad_W_h = torch::zeros_like(W_h_), grad_W_c = torch::zeros_like(W_c_);
     auto grad_W_co = torch::zeros_like(W_co_), grad_b = torch::zeros_like(b_);
@@ -518,7 +496,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
         grad_W_x.addmm_(grad_igo.t(), x);
       }
     }
-    return {{"W_x", grad_W_x}, {"W_h", grad_W_h}, {"W_c", grad_W_c}, {"W_co", grad_W_co}, {"b", grad_b}};
+    return {grad_W_x, grad_W_h, grad_W_c, grad_W_co, grad_b};
   }
 
  private:
@@ -593,8 +571,7 @@ class TopDownLevels : public graphtree::LevelKernel {
  public:
   // W_x: [P, 4 d, D] and b: [P, 4 d], one input set per position (P = N) or one shared (P = 1); W_h: [N, 4 d, d],
   // W_c: [N, 2 d, d], W_co: [N, d, d].
-  TopDownLevels(torch::Tensor W_x, torch::Tensor b, torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co,
-                std::optional<std::vector<torch::Tensor>> derived)
+  TopDownLevels(torch::Tensor W_x, torch::Tensor b, torch::Tensor W_h, torch::Tensor W_c, torch::Tensor W_co)
       : W_x_(W_x.contiguous()), b_(b.contiguous()), W_h_(W_h.contiguous()), W_c_(W_c.contiguous()),
         W_co_(W_co.contiguous()) {
     for (auto* t : {&W_x_, &b_, &W_h_, &W_c_, &W_co_}) graphtree::check(*t, "every weight");
@@ -605,8 +582,7 @@ class TopDownLevels : public graphtree::LevelKernel {
                     W_h_.size(1) == 4 * d && W_h_.size(2) == d && W_c_.size(0) == N_ && W_c_.size(1) == 2 * d &&
                     W_c_.size(2) == d && W_co_.size(0) == N_ && W_co_.size(2) == d,
                 "TopDownLevels: weight shapes do not agree");
-    auto made = graphtree::derived_or(derived, [&] { return derive(W_x_, b_, W_h_, W_c_, W_co_); }, P + 3 * N_,
-                                      "TopDownLevels");
+    auto made = derive(W_x_, b_, W_h_, W_c_, W_co_);
     for (int64_t s = 0; s < P; ++s) W_x_t_.push_back(graphtree::transposed_at(made, s, W_x_[s], "TopDownLevels"));
     for (int64_t p = 0; p < N_; ++p) {
       W_h_t_.push_back(graphtree::transposed_at(made, P + 3 * p, W_h_[p], "TopDownLevels"));
@@ -741,7 +717,7 @@ class TopDownLevels : public graphtree::LevelKernel {
     }
   }
 
-  std::vector<std::pair<std::string, torch::Tensor>> param_grads() override {
+  std::vector<torch::Tensor> param_grads() override {
     const int64_t d = d_, P = W_x_.size(0);
     auto grad_W_x = torch::zeros_like(W_x_), grad_b = torch::zeros_like(b_), grad_W_h = torch::zeros_like(W_h_);
     auto grad_W_c = torch::zeros_like(W_c_), grad_W_co = torch::zeros_like(W_co_);
@@ -773,7 +749,7 @@ class TopDownLevels : public graphtree::LevelKernel {
       grad_W_h[p].addmm_(grad_a.t(), cat_rows(h_by_pos[p]));
       grad_W_c[p].addmm_(grad_a.narrow(1, 0, 2 * d).t(), cat_rows(cp_by_pos[p]));
     }
-    return {{"W_x", grad_W_x}, {"b", grad_b}, {"W_h", grad_W_h}, {"W_c", grad_W_c}, {"W_co", grad_W_co}};
+    return {grad_W_x, grad_b, grad_W_h, grad_W_c, grad_W_co};
   }
 
  private:
@@ -821,37 +797,24 @@ class TopDownLevels : public graphtree::LevelKernel {
 void bind_top_down_levels(pybind11::module& m) {
   pybind11::class_<TopDownLevels, graphtree::LevelKernel, std::shared_ptr<TopDownLevels>>(
       m, "TopDownLevels", "Teng & Zhang's top-down cell's level math for the compiled level loop (one parent)")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor,
-                          std::optional<std::vector<torch::Tensor>>>(),
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>(),
            pybind11::arg("W_x"), pybind11::arg("b"), pybind11::arg("W_h"), pybind11::arg("W_c"),
-           pybind11::arg("W_co"), pybind11::arg("derived") = pybind11::none())
-      .def_static("derive", &TopDownLevels::derive, "The weights' derived copies the constructor takes as derived",
-                  pybind11::arg("W_x"), pybind11::arg("b"), pybind11::arg("W_h"), pybind11::arg("W_c"),
-                  pybind11::arg("W_co"));
+           pybind11::arg("W_co"));
 }
 
 void bind_lexicalized_levels(pybind11::module& m) {
   pybind11::class_<LexicalizedLevels, graphtree::LevelKernel, std::shared_ptr<LexicalizedLevels>>(
       m, "LexicalizedLevels", "Teng & Zhang's lexicalized bottom-up cell's level math for the compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, bool,
-                          std::optional<std::vector<torch::Tensor>>>(),
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, bool>(),
            pybind11::arg("W_x"), pybind11::arg("W_h"), pybind11::arg("W_c"), pybind11::arg("W_co"),
-           pybind11::arg("b"), pybind11::arg("lexicalized"), pybind11::arg("derived") = pybind11::none())
-      .def_static("derive", &LexicalizedLevels::derive,
-                  "The weights' derived copies the constructor takes as derived", pybind11::arg("W_x"),
-                  pybind11::arg("W_h"), pybind11::arg("W_c"), pybind11::arg("W_co"), pybind11::arg("b"),
-                  pybind11::arg("lexicalized"));
+           pybind11::arg("b"), pybind11::arg("lexicalized"));
 }
 
 void bind_slstm_levels(pybind11::module& m) {
   pybind11::class_<SLSTMLevels, graphtree::LevelKernel, std::shared_ptr<SLSTMLevels>>(
       m, "SLSTMLevels", "The S-LSTM's level math for the engine's compiled level loop")
       .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, std::optional<torch::Tensor>,
-                          std::optional<torch::Tensor>, std::optional<std::vector<torch::Tensor>>>(),
+                          std::optional<torch::Tensor>>(),
            pybind11::arg("W_h"), pybind11::arg("W_c"), pybind11::arg("W_co"), pybind11::arg("b"),
-           pybind11::arg("leaf_weight") = pybind11::none(), pybind11::arg("leaf_bias") = pybind11::none(),
-           pybind11::arg("derived") = pybind11::none())
-      .def_static("derive", &SLSTMLevels::derive, "The weights' derived copies the constructor takes as derived",
-                  pybind11::arg("W_h"), pybind11::arg("W_c"), pybind11::arg("W_co"), pybind11::arg("b"),
-                  pybind11::arg("leaf_weight") = pybind11::none(), pybind11::arg("leaf_bias") = pybind11::none());
+           pybind11::arg("leaf_weight") = pybind11::none(), pybind11::arg("leaf_bias") = pybind11::none());
 }

@@ -24,9 +24,12 @@ Graph attributes:
 Batching with PyG's ``Batch``/``DataLoader`` keeps all of these right: only
 ``edge_index`` is offset by the node count (levels and positions are not
 indices), ``tokens`` becomes one list per graph, and ``batch`` maps nodes to graphs.
+:class:`TreeLoader` is PyG's ``DataLoader`` that also builds each batch's level
+schedule where the batch is built (in the worker processes, with ``num_workers``).
 """
 
 from .levels import topological_levels
+from .loader import ScheduleCollater, TreeLoader, with_schedule
 from .networkx import from_networkx
 from .parents import from_parents
 from .ptb import from_ptb, ptb_unescape, read_ptb, to_ptb
@@ -36,6 +39,8 @@ from .tree import NO_LABEL, NO_WORD
 __all__ = [
     "NO_LABEL",
     "NO_WORD",
+    "ScheduleCollater",
+    "TreeLoader",
     "binarize",
     "from_networkx",
     "from_parents",
@@ -45,4 +50,5 @@ __all__ = [
     "read_ptb",
     "to_ptb",
     "topological_levels",
+    "with_schedule",
 ]
