@@ -9,6 +9,7 @@ The operator-call counts (``tree_lstm.py --count-ops``) are optional.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -61,10 +62,10 @@ def backends(results: dict) -> list[str]:
         return []
     machine = results["machine"]
     picked = "oneDNN" if machine.get("onednn_preferred") else "`torch.addmm`"
-    lines = [f"Matrix products on this {machine.get('cpu_capability', '')} processor: the run used {picked} "
-             f"(`torch.addmm` unless `GRAPHTREE_ONEDNN` is `1` or `auto`; the `auto` probe, one level-sized "
-             f"product, found oneDNN {machine['onednn_probe_speedup']:.2f}× as fast). Training time of each "
-             "backend, same run:", "",
+    lines = [f"Matrix products on this {machine.get('cpu_capability', '')} processor: the run used {picked}, "
+             "and timed oneDNN's prepacked products against it (its one-product probe had found oneDNN "
+             f"{machine['onednn_probe_speedup']:.2f}× as fast). Every cell trained slower on oneDNN, which has "
+             "since been removed from graphtree. Training time of each backend, same run:", "",
              "| model | oneDNN ms | addmm ms | oneDNN / addmm |", "|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['onednn_train_s'] * 1e3:.1f} | {r['addmm_train_s'] * 1e3:.1f} | "
               f"{r['onednn_time_vs_addmm']:.2f} |" for r in rows]
@@ -78,7 +79,9 @@ def kernels(results: dict) -> list[str]:
         return []
     lines = ["Every cell with its compiled level kernels (`graphtree/csrc/`, the default where they build) and "
              "with the same arithmetic in PyTorch operators, interleaved in the same run (time ratios to `nn.LSTM` "
-             "as throughput, >1 is faster):", "",
+             "as throughput, >1 is faster). The PyTorch path of that run was the cells' level math with "
+             "hand-written derivatives, since replaced by each cell's `update` under autograd; "
+             "`benchmarks/ab_cells.py` compares the two versions (results in `benchmarks/results/`):", "",
              "| model | batch | training speedup | training × nn.LSTM, PyTorch → kernels | inference speedup | "
              "inference × nn.LSTM, PyTorch → kernels |", "|---|---|---|---|---|---|"]
     lines += [f"| {r.get('model', 'nary')} | {r['batch']} | {r['train_speedup']:.2f} | "
@@ -108,6 +111,12 @@ def operator_calls(results: dict, calls: dict, path: str) -> list[str]:
                     "loop over time runs inside one operator).", ""]
 
 
+def recorded_in(path: str) -> str:
+    """The commit that last changed ``path`` (a results file records the run, not the code it ran)."""
+    done = subprocess.run(["git", "log", "-1", "--format=%h", "--", path], cwd=REPO, capture_output=True, text=True)
+    return done.stdout.strip() or "an uncommitted file"
+
+
 def command(results: dict) -> str:
     environment = "".join(f"{name}={value} " for name, value in results.get("environment", {}).items())
     return f"{environment}python {results['command'].replace('tree_lstm.py', 'benchmarks/tree_lstm.py')}"
@@ -118,7 +127,8 @@ def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = (),
     lines = ["## Speed", "",
              f"Training (forward, backward, Adagrad step) and inference throughput on SST training trees, hidden "
              f"150, embeddings 300, on {where(results)}, every ratio measured pair by pair in the same run "
-             f"(`{command(results)}`, results in `{path}`; method and all settings in `benchmarks/README.md`). "
+             f"(`{command(results)}`, results in `{path}`, recorded in {recorded_in(path)}; method and all settings "
+             "in `benchmarks/README.md`). "
              "`× N-ary` is training time over the N-ary cell's, `FLOPs × N-ary` the same ratio for the essential "
              "matmul FLOPs (the part of `× N-ary` that no engineering removes: the cells do different amounts of "
              "arithmetic); `× bound` is training time over the time of its essential matmul FLOPs at the "

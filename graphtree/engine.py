@@ -8,13 +8,14 @@ on that level's nodes only, which applies the cell's equations. States live in
 level-sorted buffers, so a level is a contiguous slice and nothing is
 scattered.
 
-Backward is one custom autograd function for the whole pass. It walks the
-levels in reverse, re-runs each level's ``update`` under autograd on that
-level's slice alone and differentiates it, and accumulates the children's
-gradients with one indexed add per state: a pass costs time linear in the
-number of nodes (autograd's usual in-place buffer bookkeeping would copy the
-whole buffer at every level), any cell works (``update`` must be
-deterministic), and a 10,000-deep chain backpropagates with no recursion.
+Backward is one custom autograd function for the whole pass. In training,
+each level's ``update`` runs under autograd on detached copies of its inputs
+and its children's states, so that each level keeps a graph of its own; the
+backward pass walks the levels in reverse, differentiates each level's graph
+and accumulates the children's gradients with one indexed add per state. A
+pass costs time linear in the number of nodes (autograd's usual in-place
+buffer bookkeeping would copy the whole buffer at every level), any cell
+works, and a 10,000-deep chain backpropagates with no recursion.
 
 The paper cells have one fast path beside their ``update``: their level math
 compiled (:mod:`graphtree.backend.compiled`). Where it applies (CPU, float32,
@@ -327,11 +328,11 @@ def _gather(buffers: list[Tensor], slots: _Slots) -> Children:
 
 
 def _run_levels(call: _Update, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor],
-                save: bool) -> tuple[list[Tensor], LevelKernel | None]:
+                save: bool) -> tuple[list[Tensor], LevelKernel | list[_LevelGraph] | None]:
     """Forward through all levels: the cell's compiled levels where they apply, else its ``update``.
 
-    Returns the buffers and, where the compiled loop ran, its :class:`LevelKernel` (which holds, with
-    ``save``, what its backward needs).
+    Returns the buffers and what backward needs: with ``save``, the compiled loop's :class:`LevelKernel`
+    (which holds every level's context), or each level's autograd graph of ``update``.
     """
     cell = call.cell
     reference = next((x for x in inputs if x.is_floating_point()), None)
@@ -343,32 +344,49 @@ def _run_levels(call: _Update, plan: LevelPlan, levels: list[_Slots], inputs: li
         compiled.kernels.run_levels_forward(compiled.kernel, buffers, inputs, plan.ptr,
                                             [s.flat_index for s in levels], plan.position_groups, save)
         return buffers, compiled
+    graphs: list[_LevelGraph] = []
     for level in range(plan.num_levels):
         a, b = plan.ptr[level], plan.ptr[level + 1]
-        states = call(_gather(buffers, levels[level]), [x[a:b] for x in inputs])
+        children = _gather(buffers, levels[level])
+        level_inputs = [x[a:b] for x in inputs]
+        if save:
+            # The level's own autograd graph, from detached leaves: backward differentiates one level at a
+            # time (no recursion through the levels, and no copies of the whole buffers).
+            with torch.enable_grad():
+                level_inputs = [x.detach().requires_grad_(x.requires_grad) for x in level_inputs]
+                children = children._replace(states=tuple(s.requires_grad_() for s in children.states))
+                states = call(children, level_inputs)
+            graphs.append(_LevelGraph(level_inputs, children.states, states))
+        else:
+            states = call(children, level_inputs)
         for buf, value in zip(buffers, states):
-            buf[a:b] = value
-    return buffers, None
+            buf[a:b] = value.detach()
+    return buffers, graphs if save else None
 
 
-_RELEASED = "released"  # ctx.compiled after the compiled backward has run and let its kernel go
+class _LevelGraph(NamedTuple):
+    """One level's ``update`` under autograd: its leaf inputs and children's states, and the states it made."""
+
+    inputs: list[Tensor]
+    children: tuple[Tensor, ...]
+    states: tuple[Tensor, ...]
+
+
+_RELEASED = "released"  # ctx.saved after the compiled backward has run and let its kernel go
 
 
 class _LevelPass(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call, plan, levels, num_inputs, *tensors):
         inputs = list(tensors[:num_inputs])
-        buffers, compiled = _run_levels(call, plan, levels, inputs, save=True)
+        buffers, saved = _run_levels(call, plan, levels, inputs, save=True)
         ctx.call, ctx.plan, ctx.levels, ctx.num_inputs = call, plan, levels, num_inputs
-        # Parameters are kept as they are (not via save_for_backward) so that the
-        # recomputation in backward differentiates with respect to these very objects.
+        # Parameters are kept as they are (not via save_for_backward): the levels' graphs hold these very objects.
         ctx.params = tensors[num_inputs:]
-        ctx.compiled = compiled  # the kernel object holds every level's context
-        # Internal states are never returned, so no gradient arrives for them: they are kept as plain
-        # attributes, and skipping them spares a permutation of their buffers both ways and a zero
-        # gradient of their size. Unused outputs get None rather than a materialized zero gradient.
+        ctx.saved = saved  # the compiled kernel (it holds every level's context), or the levels' graphs
+        # Internal states are never returned, so no gradient arrives for them. Unused outputs get None rather
+        # than a materialized zero gradient.
         outputs = _num_outputs(call.cell)
-        ctx.internal = buffers[outputs:]
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(*inputs, *buffers[:outputs])
         return tuple(buffers[:outputs])
@@ -376,20 +394,27 @@ class _LevelPass(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grad_buffers):
         saved = ctx.saved_tensors
-        inputs, buffers = saved[:ctx.num_inputs], list(saved[ctx.num_inputs:]) + list(ctx.internal)
-        # Cloned: the levels add their children's gradients into these in place.
-        grad_states = [g.clone() if g is not None else torch.zeros_like(buf)
-                       for g, buf in zip(list(grad_buffers) + [None] * len(ctx.internal), buffers)]
-        grad_inputs = [torch.zeros_like(x) if x.requires_grad else None for x in inputs]
-        if ctx.compiled is _RELEASED:
+        inputs, buffers = saved[:ctx.num_inputs], saved[ctx.num_inputs:]
+        if ctx.saved is _RELEASED:
             raise RuntimeError(
                 "a second backward through the same graphtree pass (retain_graph=True): its compiled level loop "
                 "freed what its backward needs after the first one. Run the forward again, or set "
                 "GRAPHTREE_NATIVE=0 for the Python level loop, which keeps it.")
-        if ctx.compiled is not None:
+        # Cloned: the levels add their children's gradients into these in place.
+        grad_states = [g.clone() if g is not None else torch.zeros_like(buf) for g, buf in zip(grad_buffers, buffers)]
+        reference = buffers[0]
+        grad_states += [reference.new_zeros(reference.size(0), d) for d in ctx.call.cell.state_channels[len(buffers):]]
+        grad_inputs = [torch.zeros_like(x) if x.requires_grad else None for x in inputs]
+        if isinstance(ctx.saved, LevelKernel):
             grad_params = _compiled_backward(ctx, grad_states, grad_inputs)
+            # The kernel's contexts live as long as the autograd graph, which outlives the backward pass until
+            # the caller drops the outputs (usually during the next batch's forward pass): freed here, that
+            # memory is reused by the next pass instead of fresh pages.
+            ctx.saved = _RELEASED
         else:
-            grad_params = _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs)
+            # The levels' graphs are kept, as autograd keeps any graph: a second backward (gradcheck, Jacobians)
+            # differentiates them again.
+            grad_params = _graph_backward(ctx, grad_states, grad_inputs)
         return (None, None, None, None, *grad_inputs, *grad_params)
 
 
@@ -412,45 +437,38 @@ def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequen
 
 def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
     """Backward through the compiled level loop, over the kernel object its forward loop filled."""
-    compiled = ctx.compiled  # the module the forward loop ran on, whatever the settings are by now
+    compiled = ctx.saved  # the module the forward loop ran on, whatever the settings are by now
     grads = compiled.kernels.run_levels_backward(compiled.kernel, grad_states, grad_inputs, ctx.plan.ptr,
                                                  [s.flat_index for s in ctx.levels], ctx.plan.position_groups)
-    # The kernel holds every level's saved tensors. The autograd graph, and with it this ctx, outlives the
-    # backward pass until the caller drops the outputs, usually during the next batch's forward pass: freed
-    # here, that memory is reused by the next pass instead of fresh pages.
-    ctx.compiled = _RELEASED
     by_parameter = {id(p): grad for p, grad in zip(compiled.parameters, grads, strict=True)}
     # A parameter used outside the pass (an input projection hoisted before it) gets no gradient here.
     return [by_parameter[id(p)] if id(p) in by_parameter else torch.zeros_like(p) for p in ctx.params]
 
 
-def _recompute_backward(ctx, inputs, buffers, grad_states, grad_inputs) -> list[Tensor]:
-    """Backward for any cell: re-run each level's ``update`` under autograd, on that level alone."""
-    plan, levels, params = ctx.plan, ctx.levels, ctx.params
+def _graph_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
+    """Backward for any cell: differentiate each level's graph of ``update``, from the last level to the first."""
+    plan, levels, params = ctx.plan, ctx.levels, list(ctx.params)
     grad_params = [torch.zeros_like(p) for p in params]
-    detached = [buf.detach() for buf in buffers]
     # The compiled scatter-add only if this process has the kernels already: a cell written in PyTorch alone
     # must never wait minutes for a compiler on its first backward pass.
     kernels = native.native_kernels_if_loaded(*grad_states)
     for level in reversed(range(plan.num_levels)):
         a, b = plan.ptr[level], plan.ptr[level + 1]
-        with torch.enable_grad():
-            level_inputs = [x[a:b].detach().requires_grad_(x.requires_grad) for x in inputs]
-            children = _gather(detached, levels[level])
-            child_states = tuple(s.requires_grad_() for s in children.states)
-            states = ctx.call(children._replace(states=child_states), level_inputs)
-            pairs = [(s, g[a:b]) for s, g in zip(states, grad_states) if s.requires_grad]
-            if not pairs:
-                continue
-            wrt = [x for x in level_inputs if x.requires_grad] + list(child_states) + list(params)
-            grads = list(torch.autograd.grad([s for s, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True))
-        for k, x in enumerate(level_inputs):
+        graph = ctx.saved[level]
+        pairs = [(s, g[a:b]) for s, g in zip(graph.states, grad_states) if s.requires_grad]
+        if not pairs:
+            continue
+        level_inputs = [x for x in graph.inputs if x.requires_grad]
+        wrt = level_inputs + list(graph.children) + params
+        grads = list(torch.autograd.grad([s for s, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True,
+                                         retain_graph=True))
+        for k, x in enumerate(graph.inputs):
             if x.requires_grad:
                 g = grads.pop(0)
                 if g is not None:
                     grad_inputs[k][a:b] += g
-        _accumulate_children(grad_states, levels[level], grads[:len(child_states)], kernels)
-        for acc, g in zip(grad_params, grads[len(child_states):]):
+        _accumulate_children(grad_states, levels[level], grads[:len(graph.children)], kernels)
+        for acc, g in zip(grad_params, grads[len(graph.children):]):
             if g is not None:
                 acc += g
     return grad_params

@@ -226,7 +226,7 @@ def test_lstm_rnn_compiled_level_loop_on_a_dag(kernels, monkeypatch):
 
 @pytest.mark.parametrize("make", [lambda: NaryTreeLSTM(8, 8), lambda: LSTMRNN(8, 8)])
 def test_a_second_backward_through_a_compiled_pass_is_a_clear_error(kernels, make):
-    # The compiled loop frees its saved tensors after the first backward; the Python loop keeps them.
+    # The compiled loop frees its saved tensors after the first backward; the Python loop keeps its levels' graphs.
     torch.manual_seed(3)
     cell = make()
     batch = Batch.from_data_list([from_ptb("(1 (2 a) (3 (4 b) (0 c)))"), from_ptb("(3 (2 d) (1 e))")])

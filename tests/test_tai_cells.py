@@ -284,7 +284,7 @@ def test_tree_classifier_sums_the_loss_over_labelled_nodes():
 
 @pytest.mark.parametrize("make", [lambda: ChildSumTreeLSTM(3, 2), lambda: NaryTreeLSTM(3, 2),
                                   lambda: NaryTreeLSTM(3, 2, setting="general")])
-def test_gradcheck_through_the_hand_written_backward(make):
+def test_gradcheck_through_the_engine(make):
     torch.manual_seed(8)
     cell = make()
     batch = Batch.from_data_list([from_ptb("(1 (2 (3 a)) (4 (0 b) (1 c)))"), from_ptb("(2 a)")])

@@ -40,8 +40,8 @@ class TreeCell(MessagePassing):
 
     * ``state_channels``: the width of each state component, e.g.
       ``(hidden, hidden)`` for :math:`(h, c)`, given to ``__init__``;
-    * ``update(self, children, **inputs)``: one level, in plain PyTorch. It
-      must be deterministic (the backward pass re-runs it level by level);
+    * ``update(self, children, **inputs)``: one level, in plain PyTorch
+      (autograd differentiates it);
     * ``forward``, which calls ``self.propagate(edge_index, **inputs)``.
 
     Optional: ``max_children`` (a fixed arity: exactly that many slots; a node

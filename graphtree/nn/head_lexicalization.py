@@ -64,8 +64,9 @@ class HeadLexicalization(TreeCell):
 
     Shapes:
         - **input:** word vectors :math:`(|\mathcal{V}|, D)` (the rows of
-          internal nodes are ignored), and the batch (a ``Data``/``Batch`` or
-          its :class:`~graphtree.schedule.Schedule`).
+          internal nodes are ignored), edge indices
+          :math:`(2, |\mathcal{E}|)` (child :math:`\to` parent) and positions
+          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (its schedule is cached on it).
         - **output:** head vectors :math:`(|\mathcal{V}|, D)` for every node.
     """
 
@@ -112,7 +113,8 @@ class HeadLexicalization(TreeCell):
                 pick = torch.where(mask, slot, K).min(dim=1).values
             else:
                 pick = torch.where(mask, slot, -1).max(dim=1).values
-            return (x_child[torch.arange(n, device=mask.device), pick],)
+            chosen = (slot == pick.unsqueeze(1)).unsqueeze(-1).to(x_child.dtype)  # [n, K, 1]: one child each
+            return ((chosen * x_child).sum(dim=1),)
         if K == 1:
             return (x_child[:, 0],)  # n_ary = 1: a softmax over one child is 1
         a = F.linear(x_child.reshape(n, K * D), self.W_zx, self.b_z)  # W_zx^L x^L + W_zx^R x^R + b_z

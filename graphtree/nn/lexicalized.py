@@ -80,8 +80,9 @@ class LexicalizedTreeLSTM(TreeCell):
 
     Shapes:
         - **input:** head vectors :math:`(|\mathcal{V}|, D)` for every node
-          (with ``lexicalized=False`` only the leaves' rows are read), and the
-          batch (a ``Data``/``Batch`` or its :class:`~graphtree.schedule.Schedule`).
+          (with ``lexicalized=False`` only the leaves' rows are read), edge indices
+          :math:`(2, |\mathcal{E}|)` (child :math:`\to` parent) and positions
+          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (its schedule is cached on it).
         - **output:** :math:`(h, c)`, each :math:`(|\mathcal{V}|, d)`, for every node.
     """
 

@@ -124,8 +124,9 @@ class LSTMRNN(TreeCell):
 
     Shapes:
         - **input:** node features :math:`(|\mathcal{V}|, d)` (read at leaves
-          only), and the batch (a ``Data``/``Batch`` or its
-          :class:`~graphtree.schedule.Schedule`).
+          only), edge indices
+          :math:`(2, |\mathcal{E}|)` (child :math:`\to` parent) and positions
+          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (its schedule is cached on it).
         - **output:** :math:`(h, c)` = :math:`(\mathbf{p}, \mathbf{c}_p)`, each
           :math:`(|\mathcal{V}|, d)`, for every node (leaves included).
     """

@@ -86,8 +86,9 @@ class TopDownTreeLSTM(TreeCell):
             Default ``False``.
 
     Shapes:
-        - **input:** head vectors :math:`(|\mathcal{V}|, D)` for every node, and
-          the batch (a ``Data``/``Batch`` or its :class:`~graphtree.schedule.Schedule`).
+        - **input:** head vectors :math:`(|\mathcal{V}|, D)` for every node, edge indices
+          :math:`(2, |\mathcal{E}|)` (child :math:`\to` parent) and positions
+          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (its schedule is cached on it).
         - **output:** :math:`(h, c)`, each :math:`(|\mathcal{V}|, d)`, for every node.
     """
 
