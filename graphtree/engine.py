@@ -81,6 +81,16 @@ class _CachedSchedule(NamedTuple):
     tensors: tuple  # the inputs themselves: holding them keeps their ids from being reused by other tensors
     schedule: Schedule
 
+    def __reduce__(self) -> tuple:
+        # Pickled with its batch (a DataLoader worker sends one to the main process), the key is made anew on
+        # arrival from the unpickled tensors, which pickle keeps the very objects of the batch: the schedule
+        # built in the worker is then a cache hit, without comparing values.
+        return _rekeyed, (self.key[0], self.tensors, self.schedule)
+
+
+def _rekeyed(num_nodes: Any, tensors: tuple, schedule: Schedule) -> _CachedSchedule:
+    return _CachedSchedule(_schedule_key(tensors, num_nodes), tensors, schedule)
+
 
 def schedule_of(data: Any, num_nodes: int | None = None, edge_pos: Tensor | None = None) -> Schedule:
     """Return the :class:`Schedule` of ``data``, building and caching it on first use.

@@ -19,6 +19,8 @@ def test_the_readme_has_examples():
 def test_readme_example_prints_what_it_says(code: str):
     expected = [line.split("#", 1)[1].strip() for line in code.splitlines() if line.startswith("print(")]
     assert expected, "every example ends in a print with the expected output in a comment"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # From the repository root, where README's paths (examples/...) lead.
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            cwd=README.parent)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == expected

@@ -4,12 +4,14 @@ The set-up and test commands are the ones CI runs (``.ci/run``), so CI fails
 when they drift apart. The main job, the report on one's own runs and
 ``predict`` run in the default suite, with one training command of each
 experiment script; every other command of the results tables runs under
-``--runslow``. Nothing here writes into the repository: runs go to a temporary
-``--out`` folder.
+``--runslow``. The "Your own data" commands (``experiments/train.py``) run on
+the example files they name, which must be the files README shows. Nothing here
+writes into the repository: runs go to a temporary ``--out`` folder.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -183,3 +185,48 @@ def test_one_command_of_each_experiment_runs(script, tmp_path):
 def test_every_readme_training_command_runs(command, tmp_path):
     run(short_form(command, tmp_path))
     assert list((tmp_path / "quick").glob("*/*.json"))
+
+
+# ------------------------------------------------------------------------------------------ your own data
+
+OWN_DATA = README.split("\n## Your own data\n", 1)[1].split("\n## ", 1)[0]
+EXAMPLE_FILES = ("trees.conllu", "trees.ptb", "graphs.jsonl")  # in the order README shows them
+
+
+def own_data_commands() -> list[str]:
+    """README's commands of experiments/train.py."""
+    return [line for line in shell_lines() if line.startswith("python experiments/train.py ")]
+
+
+def test_the_example_files_are_those_readme_shows():
+    blocks = re.findall(r"```(?:text|json)\n(.*?)```", OWN_DATA, re.S)
+    assert len(blocks) == len(EXAMPLE_FILES)
+    for block, name in zip(blocks, EXAMPLE_FILES):
+        lines = (REPO / "examples" / name).read_text(encoding="utf-8").splitlines()
+        assert len(lines) == 10, name
+        # README aligns the CoNLL-U columns with spaces where the file has tabs: compare the fields.
+        assert [line.split() for line in block.splitlines()] == [line.split() for line in lines], name
+
+
+def test_own_data_commands_parse_and_name_files_that_exist():
+    sys.path.insert(0, str(REPO / "experiments"))
+    import train
+
+    commands = own_data_commands()
+    assert commands and all(line in OWN_DATA for line in commands)
+    for command in commands:
+        args = train.parse_args(shlex.split(command)[2:])
+        assert (REPO / args.data).exists(), command
+
+
+@pytest.mark.parametrize("command", own_data_commands())
+def test_own_data_command_runs_end_to_end(command, tmp_path):
+    before = committed_state()
+    result = run([*short_form(command, tmp_path), "--data-root", str(tmp_path / "data")], timeout=300)
+    assert "epoch 1/1: loss" in result.stderr
+    (path,) = (tmp_path / "quick" / "train").glob("*.json")
+    record = json.loads(path.read_text())
+    predictions = (path.parent / record["predictions"]).read_text().splitlines()
+    assert len(predictions) == 1 + record["config"]["data"]["sizes"]["test"]  # a header, a line per test graph
+    assert (tmp_path / "quick" / "checkpoints" / "train" / f"{path.stem}.pt").is_file()
+    assert committed_state() == before

@@ -10,6 +10,9 @@
   selection on dev, resumable checkpoints, per-epoch CSV, progress bar.
 * :mod:`~graphtree.train.transforms` — label restriction (root / root+leaf
   supervision) and left/right-recursive trees over a sentence's words.
+* :mod:`~graphtree.train.own_data` — training on files of one's own
+  (``experiments/train.py``): splits, the task the labels give, models, a
+  :class:`~graphtree.train.Trainer` for graph or node labels, predictions.
 """
 
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state

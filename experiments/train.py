@@ -1,0 +1,194 @@
+"""Train a tree or DAG LSTM on data of your own: CoNLL-U, PTB bracketed trees or JSON Lines.
+
+One run per seed: read train, dev and test (``--data`` is one file, split by a
+seeded shuffle, or a folder holding ``train.*``, ``dev.*`` and ``test.*``), train,
+keep the epoch with the best dev score, test it, and write
+``runs/train/<run>.json`` (settings, per-epoch metrics, test metrics, wall time,
+provenance), the per-epoch ``<run>.csv`` and ``<run>.predictions.tsv`` (one line
+per test graph: its index in its file, its line, the prediction and the gold
+label) beside it; ``--out DIR`` writes under ``DIR`` instead. Checkpoints go to
+``runs/checkpoints/train/<run>.pt``; running the same command again resumes a
+killed run and skips a finished one.
+
+    python experiments/train.py --data examples/graphs.jsonl --model childsum
+    python experiments/train.py --data examples/trees.ptb --model nary
+    python experiments/train.py --data my_treebank/ --format conllu --model childsum --seeds 1 2 3
+
+The file formats are those of :class:`graphtree.datasets.GraphFiles` (README,
+"Your own data"). What is learnt follows the labels (``--task auto``): a class
+or a number per graph where the training graphs have graph labels (``# label =``
+in CoNLL-U, a graph ``"y"`` in JSON Lines, or ``--labels FILE``), else a class
+per node (PTB node labels, node ``"y"`` in JSON Lines). Classes are scored by
+accuracy, numbers by mean squared error (and Pearson r). A graph's output is
+its root's (the mean over a DAG's roots). Node inputs are word vectors of the
+nodes' tokens (random, or GloVe with ``--embeddings glove50``) and the numeric
+node features ``x`` of JSON Lines, side by side where a file has both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from graphtree.embeddings import embedding_matrix, load_glove
+from graphtree.models import NodeEmbedding
+from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, seed_everything
+from graphtree.train.own_data import (
+    MODELS,
+    SPLITS,
+    NodeInputs,
+    TaskTrainer,
+    attach_words,
+    build_model,
+    describe_structure,
+    feature_channels,
+    find_task,
+    load_graph_splits,
+    model_settings,
+    write_predictions,
+)
+from graphtree.train.runs import (
+    RunPaths,
+    add_run_arguments,
+    check_embeddings,
+    fail,
+    finished_run,
+    main_guard,
+    resolve_device,
+    run_record,
+)
+
+# ----------------------------------------------------------------------------------------------------------------
+# Defaults: word vectors of 100 (random) or GloVe's 50, memories of 100, no dropout, 10 epochs, and Teng & Zhang's
+# update (Adam, learning rate 0.001, minibatches of 25; graphtree.train.PRESETS["teng"]).
+DIM, HIDDEN, DROPOUT, EPOCHS, OPTIMIZER = 100, 100, 0.0, 10, "teng"
+QUICK = dict(train=200, dev=50, test=50, epochs=2)   # --quick: a smoke run of the whole pipeline
+REPO = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Train a tree or DAG LSTM on your own data (see the module docstring).")
+    p.add_argument("--data", required=True, help="a data file, or a folder with train, dev and test files")
+    p.add_argument("--format", choices=["conllu", "ptb", "jsonl"], default=None,
+                   help="default: from the suffix (.conllu/.conll, .ptb/.mrg, .jsonl/.ndjson)")
+    p.add_argument("--labels", default=None, help="a file of graph labels, one per line (_ for none), for one file")
+    p.add_argument("--task", choices=["auto", "graph", "node"], default="auto",
+                   help="learn a label per graph or per node (default: per graph where graphs have labels)")
+    p.add_argument("--target", choices=["auto", "class", "regression"], default="auto",
+                   help="graph labels as classes or numbers (default: classes if all are integers)")
+    p.add_argument("--model", choices=list(MODELS), default="childsum",
+                   help="; ".join(f"{k}: {v}" for k, v in MODELS.items()))
+    p.add_argument("--embeddings", default="random", help="random, glove50, or the path of a GloVe text file")
+    p.add_argument("--dim", type=int, default=DIM, help=f"size of random word vectors (default {DIM})")
+    p.add_argument("--hidden", type=int, default=HIDDEN, help=f"memory size (default {HIDDEN})")
+    p.add_argument("--dropout", type=float, default=DROPOUT, help=f"dropout probability (default {DROPOUT})")
+    p.add_argument("--optimizer", choices=sorted(PRESETS), default=OPTIMIZER,
+                   help=f"a paper's update (graphtree.train.PRESETS; default {OPTIMIZER}: Adam)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the optimizer's)")
+    p.add_argument("--batch-size", type=int, default=None, help="graphs per minibatch (default: the optimizer's)")
+    p.add_argument("--split", type=float, nargs=3, default=[0.8, 0.1, 0.1], metavar=("TRAIN", "DEV", "TEST"),
+                   help="fractions of one file for train, dev and test (default 0.8 0.1 0.1)")
+    p.add_argument("--split-seed", type=int, default=0, help="seed of the split of one file (default 0)")
+    add_run_arguments(p, REPO, epochs_help=f"default {EPOCHS}",
+                      quick_help="small subset, 2 epochs; results under OUT/quick/")
+    args = p.parse_args(argv)
+    check_embeddings(args.embeddings, ("random", "glove50"))
+    if args.task == "node" and args.target == "regression":
+        p.error("--task node learns node classes; numbers are graph labels (--task graph --target regression)")
+    if min(args.dim, args.hidden) < 1 or (args.batch_size is not None and args.batch_size < 1):
+        p.error("--dim, --hidden and --batch-size must be positive")
+    if not 0.0 <= args.dropout < 1.0:
+        p.error(f"--dropout must be in [0, 1), got {args.dropout}")
+    if min(args.split) < 0 or abs(sum(args.split) - 1) > 1e-6:
+        p.error(f"--split takes three non-negative fractions summing to 1, got {' '.join(map(str, args.split))}")
+    if args.lr is not None and args.lr <= 0:
+        p.error(f"--lr must be positive, got {args.lr}")
+    return args
+
+
+def run_name(data: str, model: str, task: str, embeddings: str, epochs: int, quick: bool, seed: int) -> str:
+    """File name of a run: data, model, task, vectors, epochs where not the default, seed."""
+    vectors = embeddings if embeddings in ("random", "glove50") else Path(embeddings).stem
+    return f"{data}_{model}_{task}_{vectors}" + (f"_ep{epochs}" if epochs != EPOCHS and not quick else "") + f"_s{seed}"
+
+
+def main(argv: list[str]) -> None:
+    """Train, select on dev and test one model per seed; write the JSON, CSV and predictions of each run."""
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    splits = load_graph_splits(args.data, format=args.format, labels=args.labels, target=args.target,
+                               ratios=args.split, seed=args.split_seed, root=args.data_root)
+    task = find_task(splits, args.task)
+    if args.quick:
+        splits = splits.sample(QUICK)
+    vectors = None if args.embeddings == "random" else load_glove(
+        None if args.embeddings == "glove50" else args.embeddings, verbose=False)
+    vocab = attach_words(splits, vectors)   # None: no node has a token
+    dim = 0 if vocab is None else vectors.dim if vectors is not None else args.dim
+    features = feature_channels(splits)
+    if dim + features == 0:
+        fail(f"{splits.files['train']}: the nodes have neither tokens nor features x; give them one or both")
+    settings = model_settings(args.model, describe_structure(splits), dim + features, args.hidden)
+    preset = PRESETS[args.optimizer]
+    spec = replace(preset, lr=args.lr or preset.lr, embedding_lr=args.lr or preset.embedding_lr,
+                   batch_size=args.batch_size or preset.batch_size)
+    epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
+    cfg = dict(data=splits.identity(), format=splits.format, task=task.name, classes=task.num_classes,
+               **settings, embeddings=args.embeddings, dim=dim, features=features, dropout=args.dropout,
+               epochs=epochs, optimizer=spec.as_dict(),
+               split=dict(ratios=args.split, seed=args.split_seed) if splits.one_file else None, quick=args.quick)
+    paths = RunPaths.under(args.out, "train", args.quick)
+    sizes = " / ".join(str(len(splits.graphs[s])) for s in SPLITS)
+    print(f"{splits.name} ({splits.format}): {sizes} graphs, {task.name} with {task.out_channels} outputs, "
+          f"vocabulary {len(vocab) if vocab is not None else 0}, {features} node features", file=sys.stderr)
+
+    for seed in args.seeds:
+        name = run_name(splits.name, args.model, task.name, args.embeddings, epochs, args.quick, seed)
+        if finished_run(paths.results, name, cfg) is not None:
+            print(f"{name}: finished earlier ({paths.results / name}.json), skipped", file=sys.stderr)
+            continue
+        seed_everything(seed)
+        embedding = None
+        if vocab is not None:   # GloVe's vectors where there are some (the mean for the rest), else random ones
+            pretrained = embedding_matrix(vocab, vectors, missing="mean") if vectors is not None else None
+            embedding = NodeEmbedding(len(vocab), dim, pretrained)
+        inputs = NodeInputs(embedding, features)
+        model = build_model(settings, task, inputs, args.dropout).to(device)
+        trainer = TaskTrainer(model, PaperOptimizer.for_model(model, embedding, spec), task=task,
+                              epochs=epochs, batch_size=spec.batch_size, seed=seed,
+                              checkpoint=paths.checkpoints / f"{name}.pt", metrics_csv=paths.results / f"{name}.csv",
+                              config={**cfg, "seed": seed}, progress=not args.no_progress, desc=name, device=device,
+                              extra={"vocab": vocab.itos[1:] if vocab is not None else None})
+        fit = trainer.fit(splits.graphs["train"], splits.graphs["dev"])
+        test, predictions = trainer.evaluate(splits.graphs["test"])
+        write_predictions(paths.results / f"{name}.predictions.tsv", task, splits, "test", predictions)
+        record = {
+            "experiment": "train", "run": name, "seed": seed, "config": cfg,
+            "command": "python experiments/train.py " + " ".join(argv),
+            "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test, "history": fit.history,
+            "predictions": f"{name}.predictions.tsv",
+            "wall_time_s": fit.seconds, "seconds_per_epoch": fit.seconds / len(fit.history),
+            "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
+            "num_parameters": sum(p.numel() for p in model.parameters()),
+            **run_record(args.threads, device),
+        }
+        atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
+        score = (f"test accuracy {test['accuracy']:.2f}" if task.kind == "class" and test["accuracy"] is not None
+                 else f"test MSE {test['mse']:.4g}, r {test['pearson']:.4f}" if test.get("mse") is not None
+                 else "no test labels")
+        resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
+        print(f"{name}: best dev epoch {fit.best_epoch}, {score}, {fit.seconds:.1f} s{resumed}; predictions in "
+              f"{paths.results / name}.predictions.tsv", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    start = time.perf_counter()
+    main_guard(lambda: main(sys.argv[1:]), "train.py")
+    print(f"wall time {time.perf_counter() - start:.0f} s", file=sys.stderr)
