@@ -246,7 +246,6 @@ def child_main(spec: dict[str, Any]) -> None:
         import graphtree
         import graphtree.nn
 
-        result["graphtree_file"] = graphtree.__file__
         result["native"] = ensure_native()
         config = CELLS[spec["cell"]]
         torch.manual_seed(spec["seed"])
@@ -269,6 +268,12 @@ def child_main(spec: dict[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------- parent: interleaved rounds
+
+
+def public_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the values of --old, --new and --out replaced by what they stand for."""
+    shown = {"--old": "OLD", "--new": "NEW", "--out": "OUT.json"}
+    return [shown[argv[k - 1]] if k and argv[k - 1] in shown else a for k, a in enumerate(argv)]
 
 
 def git_state(checkout: Path) -> dict[str, Any]:
@@ -427,8 +432,9 @@ def main() -> None:
     points = [(mode, batch_size) for mode in args.modes for batch_size in args.batch_sizes]
     groups = [[point] for point in points] if args.process_per_point else [points]
     info = dict(
-        command=shlex.join(sys.orig_argv), cwd=os.getcwd(),
-        checkouts={side: dict(dir=str(checkout), **git_state(checkout)) for side, checkout in sides.items()},
+        # The command with the checkouts named by side, not by this machine's paths; their commits are below.
+        command=shlex.join(["python", "benchmarks/ab_cells.py", *public_argv(sys.argv[1:])]),
+        checkouts={side: git_state(checkout) for side, checkout in sides.items()},
         threads=args.threads, torch=torch.__version__, python=platform.python_version(),
         machine=dict(processor=platform.processor(), model_name=cpu_model(), platform=platform.platform(),
                      cpu_count=os.cpu_count()),
@@ -441,7 +447,7 @@ def main() -> None:
     )
     for side in sides:
         state = info["checkouts"][side]
-        print(f"{side}: {state['dir']} @ {state['head']}{' (dirty)' if state['dirty'] else ''}", file=sys.stderr)
+        print(f"{side}: {sides[side]} @ {state['head']}{' (dirty)' if state['dirty'] else ''}", file=sys.stderr)
 
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ab_cells_") as tmp:
