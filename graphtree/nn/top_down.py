@@ -121,18 +121,26 @@ class TopDownTreeLSTM(TreeCell):
     def update(self, children: Children, x: Tensor) -> tuple[Tensor, Tensor]:
         """Eq 13 for one level's nodes, from each parent (the mean over several parents)."""
         h_par, c_par = children.states  # [n, K, d]: the parents' states, zeros in empty slots
-        position, mask = children.position.clamp(min=0), children.mask  # the node's position under each parent
-        n, d = x.size(0), self.hidden_channels
-        if h_par.size(1) == 0:  # a root: zero predecessor, parameter set U_L (position 0)
-            h_par = c_par = x.new_zeros(n, 1, d)
-            position, mask = position.new_zeros(n, 1), mask.new_ones(n, 1)
-        h, c = torch.zeros_like(h_par), torch.zeros_like(c_par)
-        for p in range(self.n_ary):
-            rows = mask & (position == p)  # [n, K]: the (node, parent) slots at position p
-            if rows.any():
-                node = rows.nonzero()[:, 0]
-                h[rows], c[rows] = self._step(p, x[node], h_par[rows], c_par[rows])
-        share = mask.unsqueeze(-1) / mask.sum(dim=1, keepdim=True).unsqueeze(-1)  # 1 / P for each parent
+        n, K, d = h_par.shape
+        if K == 0:  # a root: zero predecessor, parameter set U_L (position 0)
+            zeros = x.new_zeros(n, d)
+            return self._step(0, x, zeros, zeros)
+        # One row per (node, parent) slot, run in groups by the node's position under that parent, each group with
+        # its position's parameter set. The group sizes come from the schedule on the host (position_counts; an
+        # empty slot counts as position 0 and drops out of the mean below), so a GPU never waits to learn them.
+        order = torch.argsort(children.position.clamp(min=0).reshape(-1), stable=True)
+        x_rows = x.unsqueeze(1).expand(n, K, x.size(1)).reshape(n * K, -1)
+        h_rows, c_rows = h_par.reshape(n * K, d), c_par.reshape(n * K, d)
+        steps, start = [], 0
+        for p, count in enumerate(children.position_counts):
+            rows = order[start:start + count]
+            steps.append(self._step(p, x_rows[rows], h_rows[rows], c_rows[rows]))
+            start += count
+        back = torch.argsort(order)  # each slot's row among the groups
+        h = torch.cat([s[0] for s in steps])[back].view(n, K, d)
+        c = torch.cat([s[1] for s in steps])[back].view(n, K, d)
+        mask = children.mask.unsqueeze(-1).to(h.dtype)
+        share = mask / mask.sum(dim=1, keepdim=True)  # 1 / P for each of a node's P parents
         return (share * h).sum(dim=1), (share * c).sum(dim=1)
 
     def _step(self, p: int, x: Tensor, h_prev: Tensor, c_prev: Tensor) -> tuple[Tensor, Tensor]:
