@@ -1,0 +1,182 @@
+"""Structure benchmarks: ListOps (Nangia & Bowman 2018) and Boolean circuits, tree cells against a sequence LSTM.
+
+One run per seed: generate the seeded dataset (the generator is the dataset:
+:class:`graphtree.datasets.ListOps`, :class:`graphtree.datasets.BooleanCircuits`),
+train on the graph label (ListOps: the list's value 0-9; circuits: the output
+bit), keep the epoch with the best dev accuracy, test it, and write
+``runs/structure/<run>.json`` with the per-epoch ``<run>.csv`` beside it
+(``--out DIR`` writes under ``DIR``; ``--quick`` under ``DIR/quick/``). The JSON
+breaks test accuracy down by depth (ListOps: nested lists; circuits: gates on
+the longest path) and, for circuits, by size (gates). Checkpoints go to
+``runs/checkpoints/structure/<run>.pt``; the same command resumes a killed run and
+skips a finished one. ``python experiments/report_structure.py --results runs/structure``
+tabulates the runs.
+
+    python experiments/structure.py --task listops --model childsum --seeds 1 2 3
+    python experiments/structure.py --task listops --model nary --seeds 1 2 3
+    python experiments/structure.py --task listops --model lstm --seeds 1 2 3
+    python experiments/structure.py --task circuits --model childsum --seeds 1 2 3
+    python experiments/structure.py --task circuits --model lstm --seeds 1 2 3
+    python experiments/structure.py --task circuits --model childsum --quick   # seconds, under runs/quick/
+
+Models: ``childsum`` and ``nary`` (and the other cells of ``experiments/train.py``
+where they fit: the binary ones, top-down and bidirectional included, take at
+most two children and inputs at leaves only, which neither benchmark has, and
+say so) on the gold trees / DAGs; ``lstm``: ``nn.LSTM`` of the same hidden size
+over ListOps' token sequence (brackets included), or over a circuit's nodes in a
+topological order, each node its gate type and the distances back to its operands.
+
+ListOps uses the generator's defaults, the paper's settings (90,000 / 10,000 /
+10,000 examples, at most 10 nested lists, 2-5 arguments, sequences up to 100
+tokens). Circuits: 4 inputs, 12 gates; train and dev keep the circuits of depth
+up to ``TRAIN_MAX_DEPTH``, test keeps all, so deeper circuits are never seen in training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from graphtree.datasets import BooleanCircuits, ListOps
+from graphtree.datasets.circuits import FAN_IN, NODE_TYPES
+from graphtree.datasets.listops import LISTOPS_VOCAB
+from graphtree.models import NodeEmbedding
+from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, seed_everything
+from graphtree.train.own_data import MODELS, NodeInputs, Task, TaskTrainer, build_model, model_settings
+from graphtree.train.runs import RunPaths, add_run_arguments, finished_run, main_guard, resolve_device, run_record
+from graphtree.train.structure import (
+    SequenceLSTM,
+    accuracy_by,
+    structure_of,
+    token_sequence,
+    topological_sequence,
+)
+
+# ----------------------------------------------------------------------------------------------------------------
+TASKS = {
+    "listops": dict(dataset=ListOps, sizes=dict(train_size=90_000, dev_size=10_000, test_size=10_000)),
+    "circuits": dict(dataset=BooleanCircuits, sizes=dict(train_size=10_000, dev_size=1_000, test_size=2_000,
+                                                         num_inputs=4, num_gates=12)),
+}
+TRAIN_MAX_DEPTH = 9   # circuits: train and dev keep depths up to this; test has depths up to num_gates
+DIM, HIDDEN, DROPOUT, EPOCHS = 64, 128, 0.0, 20   # DIM: ListOps token vectors (circuits: one-hot gate types)
+OPTIMIZER = PRESETS["teng"]   # Adam, lr 0.001, minibatch 25
+MAX_OFFSET = 32   # circuits' sequence model: operand distances one-hot up to this
+QUICK = dict(listops=dict(train_size=300, dev_size=100, test_size=100),
+             circuits=dict(train_size=400, dev_size=100, test_size=150, num_inputs=4, num_gates=12), epochs=2)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="ListOps and Boolean circuits (see the module docstring).")
+    p.add_argument("--task", choices=list(TASKS), required=True)
+    p.add_argument("--model", choices=[*MODELS, "lstm"], default="childsum",
+                   help="a tree cell on the gold structure, or lstm: nn.LSTM over the sequence")
+    add_run_arguments(p, REPO, epochs_help=f"default {EPOCHS}",
+                      quick_help="a few hundred graphs, 2 epochs; results under OUT/quick/")
+    return p.parse_args(argv)
+
+
+def depth_of(task: str, graph) -> int:
+    """ListOps: lists nested on the deepest path (the root's height); circuits: gates on the longest path."""
+    return int(graph.circuit_depth) if task == "circuits" else int(graph.height[graph.is_root])
+
+
+def load_splits(args: argparse.Namespace) -> tuple[dict, dict[str, list]]:
+    """The generator's settings and the three splits (circuits: train and dev up to ``TRAIN_MAX_DEPTH``)."""
+    spec = TASKS[args.task]
+    sizes = QUICK[args.task] if args.quick else spec["sizes"]
+    splits = {s: list(spec["dataset"](args.data_root, s, **sizes, seed=0, log=False)) for s in ("train", "dev", "test")}
+    if args.task == "circuits":
+        for s in ("train", "dev"):
+            splits[s] = [g for g in splits[s] if depth_of(args.task, g) <= TRAIN_MAX_DEPTH]
+    return sizes, splits
+
+
+def build(args: argparse.Namespace, splits: dict[str, list], task: Task) -> tuple[torch.nn.Module, dict,
+                                                                                  NodeEmbedding | None]:
+    """The model, its settings, and its word embedding (``None`` for circuits, whose inputs are one-hot)."""
+    listops = args.task == "listops"
+    embedding = NodeEmbedding(len(LISTOPS_VOCAB), DIM) if listops else None
+    if args.model == "lstm":
+        width = DIM if listops else len(NODE_TYPES) + max(FAN_IN.values()) * MAX_OFFSET
+        settings = dict(model="lstm", in_channels=width, hidden=HIDDEN,
+                        sequence="tokens" if listops else f"topological, operand offsets up to {MAX_OFFSET}")
+        return SequenceLSTM(width, HIDDEN, task.out_channels, embedding, DROPOUT), settings, embedding
+    inputs = NodeInputs(embedding, 0 if listops else len(NODE_TYPES))
+    structure = structure_of((g for s in splits.values() for g in s), f"the {args.task} graphs")
+    settings = model_settings(args.model, structure, inputs.out_channels, HIDDEN)
+    return build_model(settings, task, inputs, DROPOUT), settings, embedding
+
+
+def train(args: argparse.Namespace) -> None:
+    """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
+    began = time.perf_counter()
+    sizes, splits = load_splits(args)
+    if args.model == "lstm":
+        for graphs in splits.values():
+            for g in graphs:
+                token_sequence(g) if args.task == "listops" else topological_sequence(g, max(FAN_IN.values()),
+                                                                                      MAX_OFFSET)
+    data_seconds = time.perf_counter() - began
+    task = Task("graph", "class", TASKS[args.task]["dataset"].num_classes)
+    train_depths = sorted({depth_of(args.task, g) for g in splits["train"]})
+    cfg = dict(task=args.task, model=args.model, generator=dict(sizes, seed=0), epochs=epochs, dim=DIM,
+               hidden=HIDDEN, dropout=DROPOUT, optimizer=OPTIMIZER.as_dict(), quick=args.quick,
+               train_max_depth=TRAIN_MAX_DEPTH if args.task == "circuits" else None)
+    paths = RunPaths.under(args.out, "structure", args.quick)
+    print(f"{args.task}: {' / '.join(str(len(splits[s])) for s in ('train', 'dev', 'test'))} graphs, training "
+          f"depths {train_depths[0]}-{train_depths[-1]} ({data_seconds:.1f} s to generate)", file=sys.stderr)
+    for seed in args.seeds:
+        name = f"{args.task}_{args.model}" + (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "")
+        name += f"_s{seed}"
+        if finished_run(paths.results, name, cfg) is not None:
+            print(f"{name}: finished earlier ({paths.results / name}.json), skipped", file=sys.stderr)
+            continue
+        seed_everything(seed)
+        model, settings, embedding = build(args, splits, task)
+        model.to(device)
+        trainer = TaskTrainer(model, PaperOptimizer.for_model(model, embedding, OPTIMIZER), task=task,
+                              epochs=epochs, batch_size=OPTIMIZER.batch_size, seed=seed,
+                              checkpoint=paths.checkpoints / f"{name}.pt", metrics_csv=paths.results / f"{name}.csv",
+                              config={**cfg, "settings": settings, "seed": seed}, progress=not args.no_progress,
+                              desc=name, device=device)
+        fit = trainer.fit(splits["train"], splits["dev"])
+        test, predictions = trainer.evaluate(splits["test"])
+        correct = [bool(p.pred.eq(p.gold).all()) for p in predictions]
+        depths = [depth_of(args.task, g) for g in splits["test"]]
+        test["by_depth"] = accuracy_by(depths, correct)
+        if args.task == "circuits":
+            test["by_size"] = accuracy_by([int(g.circuit_size) for g in splits["test"]], correct)
+            deeper = accuracy_by([int(d > train_depths[-1]) for d in depths], correct)
+            test["in_training_depths"], test["deeper_than_training"] = deeper.get("0"), deeper.get("1")
+        record = {
+            "experiment": "structure", "run": name, "seed": seed, "config": cfg, "settings": settings,
+            "command": "python experiments/structure.py " + " ".join(sys.argv[1:]),
+            "sizes": {s: len(g) for s, g in splits.items()}, "train_depths": train_depths,
+            "out_of_range_depths": sorted({d for d in depths if d > train_depths[-1]}),
+            "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test, "history": fit.history,
+            "data_seconds": data_seconds, "wall_time_s": fit.seconds,
+            "seconds_per_epoch": fit.seconds / len(fit.history),
+            "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
+            "num_parameters": sum(p.numel() for p in model.parameters()),
+            **run_record(args.threads, device),
+        }
+        atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
+        resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
+        print(f"{name}: best dev epoch {fit.best_epoch}, dev {fit.best_dev['accuracy']:.2f}, test "
+              f"{test['accuracy']:.2f}, {fit.seconds:.1f} s{resumed}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    start = time.perf_counter()
+    main_guard(lambda: train(parse_args(sys.argv[1:])), "structure.py")
+    print(f"wall time {time.perf_counter() - start:.0f} s", file=sys.stderr)
