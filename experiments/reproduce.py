@@ -28,6 +28,7 @@ from pathlib import Path
 
 from graphtree.train import atomic_write_text
 from graphtree.train.provenance import NUMERICS_VERSION, git_state
+from graphtree.train.report import Provenance
 from graphtree.train.runs import fail, main_guard
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,6 +116,7 @@ def main(argv: list[str]) -> int:
     if args.record:
         commit, dirty = git_state()
         record_check({"task": record["experiment"], "run": record["run"], "numerics": NUMERICS_VERSION,
+                      "run_commit": Provenance.run_commit(record),
                       "commit": commit if not dirty else f"{commit}+dirty", "epochs_compared": len(rerun),
                       "identical": not lines, "command": "python experiments/reproduce.py " + shlex.join(argv)})
         print(f"recorded in {CHECKS.relative_to(REPO)}", file=sys.stderr)

@@ -186,9 +186,13 @@ def test_a_reproduction_that_differs_keeps_the_row_stale(tmp_path: Path):
     md = report_sick.report(legacy, False, prov)
     assert ("- Dependency Tree-LSTM: reproduced check failed: differs at HEAD (rerun at aaaaaaa (seed 2, 1 epoch)). "
             "Rerun: `python experiments/sick.py --model dependency --seeds 1 2 3`") in md
-    # Even runs that record the current numerics are stale once a rerun of one of them differs.
+    # A check speaks of the run file it reran: a run made since under the same name, at the current numerics, is
+    # current despite the legacy file's failed check; once a rerun of that very run differs, it is stale too.
     current = [sick_run("dependency", 2, 0.85, provenance())]
-    assert not prov.standing(current).current
+    assert prov.standing(current).current
+    own_check = dict(check("dependency_glove50_s2", False, commit=SHA_A), run_commit=SHA_C)
+    results = write_results(tmp_path / "again", "sick", current, [own_check])
+    assert not Provenance.of(results, "sick").standing(current).current
 
 
 def test_a_missing_or_foreign_checks_file(tmp_path: Path):

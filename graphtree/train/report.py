@@ -160,7 +160,8 @@ class Provenance:
     A group of runs (a row of a table: one model, task and setting over seeds) is current when each of its runs
     ran at the current numerics version or was made by the same code (commit) as a run that a check in
     ``reproduced.json`` reran at that version with every compared epoch identical. A check that found a
-    difference keeps the row stale whatever its runs record.
+    difference keeps the row stale whatever its runs record. A check applies to the run file it reran (its
+    ``run_commit``), not to a later run saved under the same name.
     """
 
     def __init__(self, task: str, added: Mapping[str, str] | None = None, checks: Iterable[dict] = ()) -> None:
@@ -204,8 +205,11 @@ class Provenance:
         same numbers for every seed; a check that found a difference makes the row stale whatever else holds.
         """
         seeds = {r.get("run"): r.get("seed") for r in runs}
+        by_name = {r.get("run"): r for r in runs}
+        # A check speaks of the file it reran: a run rerun since under the same name is not the one it checked.
         at_current = {c.get("run"): c for c in self.checks
-                      if c.get("run") in seeds and c.get("numerics") == NUMERICS_VERSION}
+                      if c.get("run") in seeds and c.get("numerics") == NUMERICS_VERSION
+                      and c.get("run_commit") == self.run_commit(by_name[c.get("run")])}
 
         def described(check: dict) -> str:
             return (f"{short(check.get('commit'))} (seed {seeds[check['run']]}, "
@@ -240,6 +244,13 @@ class Provenance:
             versions = ", ".join(map(str, other))
             reasons.append(f"{plural(count, 'run')} at {which} numerics version ({versions}; now {NUMERICS_VERSION})")
         return Standing(False, "; ".join(reasons))
+
+    @staticmethod
+    def run_commit(record: dict) -> str | None:
+        """The commit a run ran at (its provenance block), None for a legacy JSON: what a check records as
+        ``run_commit`` of the run it reran (checks made before that field existed all reran legacy runs)."""
+        block = record.get("provenance")
+        return block.get("commit") if block else None
 
     @staticmethod
     def numerics(record: dict) -> int | None:
