@@ -61,6 +61,7 @@ from graphtree.train.runs import (
     finished_run,
     main_guard,
     quick_sample,
+    recorded_command,
     resolve_device,
     run_record,
 )
@@ -182,7 +183,7 @@ def main(args: argparse.Namespace) -> None:
         test, pred, gold = trainer.evaluate(test_set)
         record = {
             "experiment": "sick", "run": name, "seed": seed, "config": cfg,
-            "command": "python experiments/sick.py " + " ".join(sys.argv[1:]),
+            "command": recorded_command("sick.py", sys.argv[1:]),
             "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test, "history": fit.history,
             # Only the statistic: gold ratings are corpus data and stay out of the results.
             "test_by_length": pearson_by_length(pred, gold, [mean_length(d) for d in raw["test"]]),

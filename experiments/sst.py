@@ -60,6 +60,7 @@ from graphtree.train.runs import (
     finished_run,
     main_guard,
     quick_sample,
+    recorded_command,
     resolve_device,
     run_record,
 )
@@ -324,7 +325,7 @@ def train(args: argparse.Namespace) -> None:
         test = trainer.test(test_set)
         record = {
             "experiment": "sst", "run": name, "seed": seed, "config": cfg,
-            "command": "python experiments/sst.py " + " ".join(sys.argv[1:]),
+            "command": recorded_command("sst.py", sys.argv[1:]),
             "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test.as_dict(), "history": fit.history,
             "wall_time_s": fit.seconds, "seconds_per_epoch": fit.seconds / len(fit.history),
             "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
@@ -402,7 +403,7 @@ def train_baseline(args: argparse.Namespace) -> None:
     name = f"{args.model}_unigrams_{'fine' if args.fine_grained else 'binary'}_s{args.seeds[0]}"
     paths = RunPaths.under(args.out, "sst", args.quick)
     record = {"experiment": "sst", "run": name, "seed": args.seeds[0], "config": cfg,
-              "command": "python experiments/sst.py " + " ".join(sys.argv[1:]), "best_epoch": best[0],
+              "command": recorded_command("sst.py", sys.argv[1:]), "best_epoch": best[0],
               "dev": best[1]["dev"], "test": best[1]["test"], "history": history, "wall_time_s": seconds,
               "seconds_per_epoch": seconds / len(history), "train_seconds_per_epoch": seconds / len(history),
               **run_record(args.threads)}

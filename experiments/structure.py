@@ -48,7 +48,15 @@ from graphtree.datasets.listops import LISTOPS_VOCAB
 from graphtree.models import NodeEmbedding
 from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, seed_everything
 from graphtree.train.own_data import MODELS, NodeInputs, Task, TaskTrainer, build_model, model_settings
-from graphtree.train.runs import RunPaths, add_run_arguments, finished_run, main_guard, resolve_device, run_record
+from graphtree.train.runs import (
+    RunPaths,
+    add_run_arguments,
+    finished_run,
+    main_guard,
+    recorded_command,
+    resolve_device,
+    run_record,
+)
 from graphtree.train.structure import (
     SequenceLSTM,
     accuracy_by,
@@ -160,7 +168,7 @@ def train(args: argparse.Namespace) -> None:
             test["in_training_depths"], test["deeper_than_training"] = deeper.get("0"), deeper.get("1")
         record = {
             "experiment": "structure", "run": name, "seed": seed, "config": cfg, "settings": settings,
-            "command": "python experiments/structure.py " + " ".join(sys.argv[1:]),
+            "command": recorded_command("structure.py", sys.argv[1:]),
             "sizes": {s: len(g) for s, g in splits.items()}, "train_depths": train_depths,
             "out_of_range_depths": sorted({d for d in depths if d > train_depths[-1]}),
             "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test, "history": fit.history,

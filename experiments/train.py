@@ -60,6 +60,7 @@ from graphtree.train.runs import (
     fail,
     finished_run,
     main_guard,
+    recorded_command,
     resolve_device,
     run_record,
 )
@@ -171,7 +172,7 @@ def main(argv: list[str]) -> None:
         write_predictions(paths.results / f"{name}.predictions.tsv", task, splits, "test", predictions)
         record = {
             "experiment": "train", "run": name, "seed": seed, "config": cfg,
-            "command": "python experiments/train.py " + " ".join(argv),
+            "command": recorded_command("train.py", argv),
             "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test, "history": fit.history,
             "predictions": f"{name}.predictions.tsv",
             "wall_time_s": fit.seconds, "seconds_per_epoch": fit.seconds / len(fit.history),

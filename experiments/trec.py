@@ -52,6 +52,7 @@ from graphtree.train.runs import (
     finished_run,
     main_guard,
     quick_sample,
+    recorded_command,
     resolve_device,
     run_record,
 )
@@ -164,7 +165,7 @@ def train(args: argparse.Namespace) -> None:
         test = trainer.test(test_set)
         record = {
             "experiment": "trec", "run": name, "seed": seed, "config": cfg,
-            "command": "python experiments/trec.py " + " ".join(sys.argv[1:]),
+            "command": recorded_command("trec.py", sys.argv[1:]),
             "best_epoch": fit.best_epoch, "dev": {"accuracy": fit.best_dev["root"], **fit.best_dev},
             "test": {"accuracy": test.root, **test.as_dict()}, "history": fit.history,
             "wall_time_s": fit.seconds, "seconds_per_epoch": fit.seconds / len(fit.history),
@@ -202,7 +203,7 @@ def train_svm(args: argparse.Namespace) -> None:
     name = f"svm_ngrams_s{args.seeds[0]}"
     cfg = dict(model="svm", features="binary word 1-2-grams, lowercased", grid=list(SVM_GRID), quick=args.quick)
     record = {"experiment": "trec", "run": name, "seed": args.seeds[0], "config": cfg,
-              "command": "python experiments/trec.py " + " ".join(sys.argv[1:]), "best_epoch": best[0],
+              "command": recorded_command("trec.py", sys.argv[1:]), "best_epoch": best[0],
               "dev": {"accuracy": best[1]["dev"]}, "test": {"accuracy": best[1]["test"]}, "history": history,
               "wall_time_s": seconds, "seconds_per_epoch": seconds / len(history),
               "train_seconds_per_epoch": seconds / len(history), **run_record(args.threads)}

@@ -42,3 +42,10 @@ def test_finished_run_is_found_by_its_results_file_and_settings(tmp_path):
     assert finished_run(tmp_path, "nary_s1", config)["test"]["root"] == 50.0  # tuples and lists compare equal
     with pytest.raises(ValueError, match="differing: epochs"):
         finished_run(tmp_path, "nary_s1", {**config, "epochs": 30})
+
+
+def test_the_recorded_command_leaves_out_where_the_files_went():
+    from graphtree.train.runs import recorded_command
+
+    argv = ["--model", "nary", "--out", "/some/machine/folder", "--seeds", "1", "--out=elsewhere", "--quick"]
+    assert recorded_command("sst.py", argv) == "python experiments/sst.py --model nary --seeds 1 --quick"

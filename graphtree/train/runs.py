@@ -23,7 +23,7 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -35,7 +35,8 @@ from ..errors import GraphtreeError
 from .provenance import provenance
 
 __all__ = ["RunError", "RunPaths", "add_run_arguments", "check_embeddings", "default_mirror", "fail",
-           "finished_run", "machine_description", "main_guard", "quick_sample", "resolve_device", "run_record"]
+           "finished_run", "machine_description", "main_guard", "quick_sample", "recorded_command", "resolve_device",
+           "run_record"]
 
 T = TypeVar("T")
 
@@ -89,6 +90,20 @@ class RunPaths:
     def under(cls, out: str | os.PathLike, task: str, quick: bool = False) -> RunPaths:
         root = Path(out) / "quick" if quick else Path(out)
         return cls(root / task, root / "checkpoints" / task)
+
+
+def recorded_command(script: str, argv: Sequence[str]) -> str:
+    """The command a results file records: ``python experiments/<script> ...`` without ``--out DIR``, which says
+    where the files went, not what the run computed (and would name a folder of one machine)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            kept.append(arg)
+    return " ".join(["python", f"experiments/{script}", *kept])
 
 
 def default_mirror(repo: Path) -> str | None:
