@@ -36,3 +36,15 @@ def nlp():
         return load_parser()
     except ImportError as err:
         pytest.skip(f"spaCy model missing: {err}")
+
+
+@pytest.fixture(scope="session")
+def kernels():
+    """The compiled kernels module; the test is skipped, with the reason, where they cannot be built."""
+    from graphtree.backend import native
+
+    try:
+        with native.use_native(True):
+            return native._load(strict=True)
+    except RuntimeError as error:
+        pytest.skip(f"the native kernels cannot be built here: {error}")

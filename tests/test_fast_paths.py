@@ -52,15 +52,6 @@ FAST_CELLS = {
 }
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    try:
-        with native.use_native(True):
-            return native._load(strict=True)
-    except RuntimeError as error:
-        pytest.skip(f"the native kernels cannot be built here: {error}")
-
-
 def _batch(max_arity: int, seed: int) -> Batch:
     rng = random.Random(seed)
     return Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 12), max_arity, rng)) for _ in range(9)])

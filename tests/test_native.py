@@ -35,19 +35,6 @@ from graphtree.nn import (
 )
 
 
-def _kernels_or_skip():
-    try:
-        with native.use_native(True):
-            return native._load(strict=True)
-    except RuntimeError as error:
-        pytest.skip(f"the native kernels cannot be built here: {error}")
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    return _kernels_or_skip()
-
-
 def _run(cell, x, batch, weights):
     h, c = cell(x, batch)
     loss = (h * weights[0]).sum() + (c * weights[1]).sum()
