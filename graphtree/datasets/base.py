@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,33 @@ class CorpusDataset(InMemoryDataset):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.split!r}, {len(self)} examples, {self.options_tag()})"
+
+
+SPLIT_ORDER = ("test", "dev", "train")  # the order generated splits are drawn in
+
+
+def split_sizes(train: int, dev: int, test: int) -> dict[str, int]:
+    """The sizes of a generated dataset's splits, checked to be non-negative."""
+    sizes = {"test": int(test), "dev": int(dev), "train": int(train)}
+    if min(sizes.values()) < 0:
+        raise DatasetError(f"split sizes must be non-negative, got {sizes}")
+    return sizes
+
+
+def generated_split(split: str, sizes: Mapping[str, int], seed: int,
+                    generate: Callable[[int, int, set], list]) -> list:
+    """The examples of ``split`` of a generated dataset: ``generate(count, seed, exclude)`` for each split in
+    :data:`SPLIT_ORDER`, each with a seed of its own drawn from ``seed`` and avoiding the examples of the splits
+    before it (``generate`` adds what it makes to ``exclude``). A split so depends only on the settings and the
+    sizes of the splits before it: a smaller training set keeps the same test set."""
+    seen: set = set()
+    seeds = random.Random(seed)
+    examples: list = []
+    for name in SPLIT_ORDER:
+        try:
+            examples = generate(sizes[name], seeds.randrange(2**63), seen)
+        except ValueError as err:
+            raise DatasetError(str(err)) from None
+        if name == split:
+            break
+    return examples

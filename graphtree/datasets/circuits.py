@@ -19,7 +19,7 @@ from torch_geometric.data import Data
 
 from ..data.networkx import from_networkx
 from ..errors import TreeFormatError
-from .base import DEFAULT_ROOT, CorpusDataset
+from .base import DEFAULT_ROOT, CorpusDataset, generated_split, split_sizes
 from .download import DatasetError
 
 __all__ = ["FAN_IN", "NODE_TYPES", "BooleanCircuits", "Circuit", "circuit_data", "evaluate_gate",
@@ -254,9 +254,7 @@ class BooleanCircuits(CorpusDataset):
                  num_gates: int = 12, gates: Sequence[str] = tuple(FAN_IN), seed: int = 0,
                  transform: Callable | None = None, pre_transform: Callable | None = None,
                  pre_filter: Callable | None = None, log: bool = True, force_reload: bool = False) -> None:
-        self.sizes = {"test": int(test_size), "dev": int(dev_size), "train": int(train_size)}
-        if min(self.sizes.values()) < 0:
-            raise DatasetError(f"split sizes must be non-negative, got {self.sizes}")
+        self.sizes = split_sizes(train_size, dev_size, test_size)
         self.num_inputs, self.num_gates, self.gates = int(num_inputs), int(num_gates), tuple(gates)
         self.seed = int(seed)
         try:
@@ -274,17 +272,6 @@ class BooleanCircuits(CorpusDataset):
         return []  # nothing to fetch: the generator is the dataset
 
     def process(self) -> None:
-        seen: set = set()
-        circuits: list[Circuit] = []
-        # Each split has a seed of its own drawn from `seed`, in a fixed order, and avoids the circuits of the
-        # splits before it: a split depends only on the settings and the sizes of the splits before it.
-        seeds = random.Random(self.seed)
-        for split in ("test", "dev", "train"):
-            try:
-                circuits = generate_circuits(self.sizes[split], seeds.randrange(2**63), num_inputs=self.num_inputs,
-                                             num_gates=self.num_gates, gates=self.gates, exclude=seen)
-            except ValueError as err:
-                raise DatasetError(str(err)) from None
-            if split == self.split:
-                break
+        circuits = generated_split(self.split, self.sizes, self.seed, lambda count, seed, seen: generate_circuits(
+            count, seed, num_inputs=self.num_inputs, num_gates=self.num_gates, gates=self.gates, exclude=seen))
         self.save_processed([circuit_data(*circuit) for circuit in circuits])

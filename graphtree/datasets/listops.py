@@ -19,7 +19,7 @@ from ..data.parents import from_parents
 from ..data.tree import Vocabulary, lookup_words
 from ..errors import TreeFormatError
 from ..vocab import Vocab
-from .base import DEFAULT_ROOT, CorpusDataset
+from .base import DEFAULT_ROOT, CorpusDataset, generated_split, split_sizes
 from .download import DatasetError
 
 __all__ = ["DIGITS", "END", "LISTOPS_VOCAB", "OPERATORS", "TOKENS", "ListOps", "apply_operator",
@@ -247,9 +247,7 @@ class ListOps(CorpusDataset):
                  seed: int = 0, vocab: Any = LISTOPS_VOCAB, transform: Callable | None = None,
                  pre_transform: Callable | None = None, pre_filter: Callable | None = None, log: bool = True,
                  force_reload: bool = False) -> None:
-        self.sizes = {"test": int(test_size), "dev": int(dev_size), "train": int(train_size)}
-        if min(self.sizes.values()) < 0:
-            raise DatasetError(f"split sizes must be non-negative, got {self.sizes}")
+        self.sizes = split_sizes(train_size, dev_size, test_size)
         self.settings = {"max_depth": int(max_depth), "min_args": int(min_args), "max_args": int(max_args),
                          "list_prob": float(list_prob), "max_length": int(max_length)}
         self.seed = int(seed)
@@ -269,17 +267,6 @@ class ListOps(CorpusDataset):
         return []  # nothing to fetch: the generator is the dataset
 
     def process(self) -> None:
-        seen: set[str] = set()
-        examples: list[list[str]] = []
-        # Each split has a seed of its own drawn from `seed`, in a fixed order, and avoids the examples of the
-        # splits before it: a split depends only on the settings and the sizes of the splits before it.
-        rng_seed = random.Random(self.seed)
-        for split in ("test", "dev", "train"):
-            try:
-                examples = generate_listops(self.sizes[split], rng_seed.randrange(2**63), exclude=seen,
-                                            **self.settings)
-            except ValueError as err:
-                raise DatasetError(str(err)) from None
-            if split == self.split:
-                break
+        examples = generated_split(self.split, self.sizes, self.seed, lambda count, seed, seen: generate_listops(
+            count, seed, exclude=seen, **self.settings))
         self.save_processed([listops_tree(tokens, self.vocab) for tokens in examples])

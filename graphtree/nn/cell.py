@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
+from ..backend.compiled import Maker
 from ..engine import Children, propagate, schedule_of
 
 __all__ = ["TreeCell"]
@@ -59,7 +60,7 @@ class TreeCell(MessagePassing):
     max_children: int | None = None
     state_channels: tuple[int, ...] = ()
     output_states: int | None = None  # None: every state component is returned
-    compiled_levels: ClassVar[Any] = None  # a maker of graphtree.backend.compiled, for the paper cells
+    compiled_levels: ClassVar[Maker | None] = None  # a maker of graphtree.backend.compiled, for the paper cells
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -84,11 +84,6 @@ class HeadLexicalization(TreeCell):
             self.b_z = Parameter(torch.empty((N - 1) * D))
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        bound = 1.0 / math.sqrt(self.channels)
-        for param in self.parameters():
-            torch.nn.init.uniform_(param, -bound, bound)
-
     compiled_levels = compiled.gated_head  # the fast path (gated, binary): graphtree/backend/compiled.py
 
     def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> Tensor:
