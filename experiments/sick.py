@@ -51,7 +51,7 @@ from graphtree.models.similarity import (
     similarity_loss,
 )
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
-from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, seed_everything
+from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, distributed, seed_everything
 from graphtree.train.pairs import PairTrainer, pearson_by_length
 from graphtree.train.runs import (
     RunPaths,
@@ -60,6 +60,7 @@ from graphtree.train.runs import (
     default_mirror,
     finished_run,
     main_guard,
+    note,
     quick_sample,
     recorded_command,
     resolve_device,
@@ -143,7 +144,7 @@ def build_model(model: str, vocab_size: int, dim: int, pretrained: torch.Tensor 
 def main(args: argparse.Namespace) -> None:
     """Train, select on dev Pearson r and test one model per seed; write the JSON and CSV of each run."""
     torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    device = distributed.setup(resolve_device(args.device))  # one process, or this one of torchrun's
     spec = MODELS[args.model]
     vectors = load_glove(None if args.embeddings == "glove50" else args.embeddings, verbose=False)
     epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
@@ -153,7 +154,8 @@ def main(args: argparse.Namespace) -> None:
     paths = RunPaths.under(args.out, "sick", args.quick)
 
     mirror = default_mirror(REPO)
-    raw = {s: list(SICK(args.data_root, s, mirror=mirror, log=False)) for s in ("train", "dev", "test")}
+    with distributed.main_first():  # the first run processes the corpus into datasets/ for the others
+        raw = {s: list(SICK(args.data_root, s, mirror=mirror, log=False)) for s in ("train", "dev", "test")}
     # Every SICK word with a GloVe vector (as written or lowercased); the others share <unk>, the mean vector.
     vocab = Vocab.build([d.tokens_a for s in raw.values() for d in s] + [d.tokens_b for s in raw.values() for d in s],
                         pretrained=vectors)
@@ -161,15 +163,15 @@ def main(args: argparse.Namespace) -> None:
         raw = {s: quick_sample(d, QUICK[s]) for s, d in raw.items()}
     train_set, dev_set, test_set = ([with_words(d, spec["trees"], vocab) for d in raw[s]]
                                     for s in ("train", "dev", "test"))
-    print(f"SICK ({spec['trees']} trees): {len(train_set)} / {len(dev_set)} / {len(test_set)} pairs, "
-          f"vocabulary {len(vocab)}", file=sys.stderr)
+    note(f"SICK ({spec['trees']} trees): {len(train_set)} / {len(dev_set)} / {len(test_set)} pairs, "
+         f"vocabulary {len(vocab)}")
     data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
                    sample="random-0" if args.quick else "all")
     for seed in args.seeds:
         name = f"{args.model}_{args.embeddings if args.embeddings == 'glove50' else Path(args.embeddings).stem}"
         name += (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + f"_s{seed}"
         if finished_run(paths.results, name, cfg) is not None:
-            print(f"{name}: finished earlier ({paths.results / name}.json), skipped", file=sys.stderr)
+            note(f"{name}: finished earlier ({paths.results / name}.json), skipped")
             continue
         seed_everything(seed)
         model = build_model(args.model, len(vocab), vectors.dim, embedding_matrix(vocab, vectors, missing="mean"))
@@ -181,6 +183,8 @@ def main(args: argparse.Namespace) -> None:
                               progress=not args.no_progress, desc=name, device=device)
         fit = trainer.fit(train_set, dev_set)
         test, pred, gold = trainer.evaluate(test_set)
+        if not distributed.is_main():  # rank 0 writes the results
+            continue
         record = {
             "experiment": "sick", "run": name, "seed": seed, "config": cfg,
             "command": recorded_command("sick.py", sys.argv[1:]),
@@ -203,4 +207,4 @@ def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     start = time.perf_counter()
     main_guard(lambda: main(parse_args(sys.argv[1:])), "sick.py")
-    print(f"wall time {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    note(f"wall time {time.perf_counter() - start:.0f} s")

@@ -47,6 +47,7 @@ from graphtree.train import (
     Trainer,
     WordInputModel,
     atomic_write_text,
+    distributed,
     recursive_tree,
     restrict_supervision,
     seed_everything,
@@ -59,6 +60,7 @@ from graphtree.train.runs import (
     fail,
     finished_run,
     main_guard,
+    note,
     quick_sample,
     recorded_command,
     resolve_device,
@@ -259,7 +261,7 @@ def build_model(cfg: dict, vocab_size: int, num_classes: int, pretrained: torch.
 def train(args: argparse.Namespace) -> None:
     """Train, select on dev and test one model per seed; write the JSON and CSV of each run."""
     torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    device = distributed.setup(resolve_device(args.device))  # one process, or this one of torchrun's
     paper = paper_settings(dict(model=args.model, settings_of=args.settings_of))
     vectors = load_vectors(args.embeddings) if args.embeddings != "random" else None
     preset = PRESETS[paper["paper"] if args.optimizer == "paper" else args.optimizer]
@@ -286,14 +288,16 @@ def train(args: argparse.Namespace) -> None:
     paths = RunPaths.under(args.out, "sst", args.quick)
 
     mirror = default_mirror(REPO)
-    vocab = build_vocab(cfg, args.data_root, mirror, vectors)
-    train_set, dev_set, test_set = (load_split(cfg, s, vocab, args.data_root, mirror) for s in ("train", "dev", "test"))
+    with distributed.main_first():  # the first run processes the corpus into datasets/ for the others
+        vocab = build_vocab(cfg, args.data_root, mirror, vectors)
+        train_set, dev_set, test_set = (load_split(cfg, s, vocab, args.data_root, mirror)
+                                        for s in ("train", "dev", "test"))
     if args.quick:  # a fixed random sample: the treebank files are ordered by sentiment
         train_set, dev_set, test_set = (quick_sample(s, QUICK[k]) for s, k in
                                         ((train_set, "train"), (dev_set, "dev"), (test_set, "test")))
     classes = SST.FINE_CLASSES if args.fine_grained else SST.BINARY_CLASSES
-    print(f"SST {'fine-grained' if args.fine_grained else 'binary'}: {len(train_set)} / {len(dev_set)} / "
-          f"{len(test_set)} sentences, vocabulary {len(vocab)}", file=sys.stderr)
+    note(f"SST {'fine-grained' if args.fine_grained else 'binary'}: {len(train_set)} / {len(dev_set)} / "
+         f"{len(test_set)} sentences, vocabulary {len(vocab)}")
 
     # Stored with the checkpoint so that a resumed run is sure to continue on the very same data.
     data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
@@ -301,7 +305,7 @@ def train(args: argparse.Namespace) -> None:
     for seed in args.seeds:
         name = run_name(cfg, seed)
         if finished_run(paths.results, name, cfg) is not None:
-            print(f"{name}: finished earlier ({paths.results / name}.json), skipped", file=sys.stderr)
+            note(f"{name}: finished earlier ({paths.results / name}.json), skipped")
             continue
         seed_everything(seed)
         if vectors is not None:
@@ -323,6 +327,8 @@ def train(args: argparse.Namespace) -> None:
         began = time.perf_counter()
         fit = trainer.fit(train_set, dev_set)
         test = trainer.test(test_set)
+        if not distributed.is_main():
+            continue
         record = {
             "experiment": "sst", "run": name, "seed": seed, "config": cfg,
             "command": recorded_command("sst.py", sys.argv[1:]),
@@ -538,6 +544,8 @@ def main(argv: list[str]) -> None:
         predict(argv[1:])
     else:
         args = parse_args(argv)
+        if args.model in BASELINES and distributed.launched():
+            fail(f"--model {args.model} trains in one process (scikit-learn); run it without torchrun")
         train_baseline(args) if args.model in BASELINES else train(args)
 
 

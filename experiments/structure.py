@@ -46,13 +46,14 @@ from graphtree.datasets import BooleanCircuits, ListOps
 from graphtree.datasets.circuits import FAN_IN, NODE_TYPES
 from graphtree.datasets.listops import LISTOPS_VOCAB
 from graphtree.models import NodeEmbedding
-from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, seed_everything
+from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, distributed, seed_everything
 from graphtree.train.own_data import MODELS, NodeInputs, Task, TaskTrainer, build_model, model_settings
 from graphtree.train.runs import (
     RunPaths,
     add_run_arguments,
     finished_run,
     main_guard,
+    note,
     recorded_command,
     resolve_device,
     run_record,
@@ -125,10 +126,11 @@ def build(args: argparse.Namespace, splits: dict[str, list], task: Task) -> tupl
 def train(args: argparse.Namespace) -> None:
     """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
     torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    device = distributed.setup(resolve_device(args.device))  # one process, or this one of torchrun's
     epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
     began = time.perf_counter()
-    sizes, splits = load_splits(args)
+    with distributed.main_first():  # the first run generates the graphs into datasets/ for the others
+        sizes, splits = load_splits(args)
     if args.model == "lstm":
         for graphs in splits.values():
             for g in graphs:
@@ -141,13 +143,13 @@ def train(args: argparse.Namespace) -> None:
                hidden=HIDDEN, dropout=DROPOUT, optimizer=OPTIMIZER.as_dict(), quick=args.quick,
                train_max_depth=TRAIN_MAX_DEPTH if args.task == "circuits" else None)
     paths = RunPaths.under(args.out, "structure", args.quick)
-    print(f"{args.task}: {' / '.join(str(len(splits[s])) for s in ('train', 'dev', 'test'))} graphs, training "
-          f"depths {train_depths[0]}-{train_depths[-1]} ({data_seconds:.1f} s to generate)", file=sys.stderr)
+    note(f"{args.task}: {' / '.join(str(len(splits[s])) for s in ('train', 'dev', 'test'))} graphs, training "
+         f"depths {train_depths[0]}-{train_depths[-1]} ({data_seconds:.1f} s to generate)")
     for seed in args.seeds:
         name = f"{args.task}_{args.model}" + (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "")
         name += f"_s{seed}"
         if finished_run(paths.results, name, cfg) is not None:
-            print(f"{name}: finished earlier ({paths.results / name}.json), skipped", file=sys.stderr)
+            note(f"{name}: finished earlier ({paths.results / name}.json), skipped")
             continue
         seed_everything(seed)
         model, settings, embedding = build(args, splits, task)
@@ -159,6 +161,8 @@ def train(args: argparse.Namespace) -> None:
                               desc=name, device=device)
         fit = trainer.fit(splits["train"], splits["dev"])
         test, predictions = trainer.evaluate(splits["test"])
+        if not distributed.is_main():  # rank 0 writes the results
+            continue
         correct = [bool(p.pred.eq(p.gold).all()) for p in predictions]
         depths = [depth_of(args.task, g) for g in splits["test"]]
         test["by_depth"] = accuracy_by(depths, correct)
@@ -180,11 +184,11 @@ def train(args: argparse.Namespace) -> None:
         }
         atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
         resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
-        print(f"{name}: best dev epoch {fit.best_epoch}, dev {fit.best_dev['accuracy']:.2f}, test "
-              f"{test['accuracy']:.2f}, {fit.seconds:.1f} s{resumed}", file=sys.stderr)
+        note(f"{name}: best dev epoch {fit.best_epoch}, dev {fit.best_dev['accuracy']:.2f}, test "
+             f"{test['accuracy']:.2f}, {fit.seconds:.1f} s{resumed}")
 
 
 if __name__ == "__main__":
     start = time.perf_counter()
     main_guard(lambda: train(parse_args(sys.argv[1:])), "structure.py")
-    print(f"wall time {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    note(f"wall time {time.perf_counter() - start:.0f} s")

@@ -38,7 +38,7 @@ import torch
 
 from graphtree.embeddings import embedding_matrix, load_glove
 from graphtree.models import NodeEmbedding
-from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, seed_everything
+from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, distributed, seed_everything
 from graphtree.train.own_data import (
     MODELS,
     SPLITS,
@@ -60,6 +60,7 @@ from graphtree.train.runs import (
     fail,
     finished_run,
     main_guard,
+    note,
     recorded_command,
     resolve_device,
     run_record,
@@ -123,9 +124,10 @@ def main(argv: list[str]) -> None:
     """Train, select on dev and test one model per seed; write the JSON, CSV and predictions of each run."""
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
-    splits = load_graph_splits(args.data, format=args.format, labels=args.labels, target=args.target,
-                               ratios=args.split, seed=args.split_seed, root=args.data_root)
+    device = distributed.setup(resolve_device(args.device))  # one process, or this one of torchrun's
+    with distributed.main_first():  # the first run converts the files into datasets/ for the others
+        splits = load_graph_splits(args.data, format=args.format, labels=args.labels, target=args.target,
+                                   ratios=args.split, seed=args.split_seed, root=args.data_root)
     task = find_task(splits, args.task)
     if args.quick:
         splits = splits.sample(QUICK)
@@ -147,13 +149,13 @@ def main(argv: list[str]) -> None:
                split=dict(ratios=args.split, seed=args.split_seed) if splits.one_file else None, quick=args.quick)
     paths = RunPaths.under(args.out, "train", args.quick)
     sizes = " / ".join(str(len(splits.graphs[s])) for s in SPLITS)
-    print(f"{splits.name} ({splits.format}): {sizes} graphs, {task.name} with {task.out_channels} outputs, "
-          f"vocabulary {len(vocab) if vocab is not None else 0}, {features} node features", file=sys.stderr)
+    note(f"{splits.name} ({splits.format}): {sizes} graphs, {task.name} with {task.out_channels} outputs, "
+         f"vocabulary {len(vocab) if vocab is not None else 0}, {features} node features")
 
     for seed in args.seeds:
         name = run_name(splits.name, args.model, task.name, args.embeddings, epochs, args.quick, seed)
         if finished_run(paths.results, name, cfg) is not None:
-            print(f"{name}: finished earlier ({paths.results / name}.json), skipped", file=sys.stderr)
+            note(f"{name}: finished earlier ({paths.results / name}.json), skipped")
             continue
         seed_everything(seed)
         embedding = None
@@ -169,6 +171,8 @@ def main(argv: list[str]) -> None:
                               extra={"vocab": vocab.itos[1:] if vocab is not None else None})
         fit = trainer.fit(splits.graphs["train"], splits.graphs["dev"])
         test, predictions = trainer.evaluate(splits.graphs["test"])
+        if not distributed.is_main():  # rank 0 writes the results
+            continue
         write_predictions(paths.results / f"{name}.predictions.tsv", task, splits, "test", predictions)
         record = {
             "experiment": "train", "run": name, "seed": seed, "config": cfg,
@@ -185,11 +189,11 @@ def main(argv: list[str]) -> None:
                  else f"test MSE {test['mse']:.4g}, r {test['pearson']:.4f}" if test.get("mse") is not None
                  else "no test labels")
         resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
-        print(f"{name}: best dev epoch {fit.best_epoch}, {score}, {fit.seconds:.1f} s{resumed}; predictions in "
-              f"{paths.results / name}.predictions.tsv", file=sys.stderr)
+        note(f"{name}: best dev epoch {fit.best_epoch}, {score}, {fit.seconds:.1f} s{resumed}; predictions in "
+             f"{paths.results / name}.predictions.tsv")
 
 
 if __name__ == "__main__":
     start = time.perf_counter()
     main_guard(lambda: main(sys.argv[1:]), "train.py")
-    print(f"wall time {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    note(f"wall time {time.perf_counter() - start:.0f} s")

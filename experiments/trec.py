@@ -43,14 +43,24 @@ from graphtree.embeddings import embedding_matrix, load_glove
 from graphtree.models import BiTreeLSTM, NodeEmbedding
 from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
-from graphtree.train import PRESETS, PaperOptimizer, Trainer, WordInputModel, atomic_write_text, seed_everything
+from graphtree.train import (
+    PRESETS,
+    PaperOptimizer,
+    Trainer,
+    WordInputModel,
+    atomic_write_text,
+    distributed,
+    seed_everything,
+)
 from graphtree.train.runs import (
     RunPaths,
     add_run_arguments,
     check_embeddings,
     default_mirror,
+    fail,
     finished_run,
     main_guard,
+    note,
     quick_sample,
     recorded_command,
     resolve_device,
@@ -128,7 +138,7 @@ def build_model(model: str, vocab_size: int, dim: int, num_classes: int, pretrai
 def train(args: argparse.Namespace) -> None:
     """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
     torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    device = distributed.setup(resolve_device(args.device))  # one process, or this one of torchrun's
     spec = MODELS[args.model]
     vectors = load_glove(None if args.embeddings == "glove50" else args.embeddings, verbose=False)
     epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
@@ -136,22 +146,23 @@ def train(args: argparse.Namespace) -> None:
                hidden=HIDDEN, mlp=MLP_CHANNELS, dropout=DROPOUT, epochs=epochs, optimizer=OPTIMIZER.as_dict(),
                supervision="root", quick=args.quick)
     paths = RunPaths.under(args.out, "trec", args.quick)
-    splits = load_splits(args, spec["trees"])
+    with distributed.main_first():  # the first run parses the corpus into datasets/ for the others
+        splits = load_splits(args, spec["trees"])
     # Teng & Zhang's vocabulary: every word of the corpus with a vector (as written or lowercased).
     vocab = Vocab.build([d.tokens for s in splits.values() for d in s], pretrained=vectors)
     for data in splits.values():
         for d in data:
             d.word = lookup_words(d.tokens, d.word_pos.tolist(), vocab)
     train_set, dev_set, test_set = splits["train"], splits["dev"], splits["test"]
-    print(f"TREC ({spec['trees']} trees): {len(train_set)} / {len(dev_set)} / {len(test_set)} questions, "
-          f"vocabulary {len(vocab)}", file=sys.stderr)
+    note(f"TREC ({spec['trees']} trees): {len(train_set)} / {len(dev_set)} / {len(test_set)} questions, "
+         f"vocabulary {len(vocab)}")
     data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
                    sample="random-0" if args.quick else "all")
     for seed in args.seeds:
         name = f"{args.model}_{args.embeddings if args.embeddings == 'glove50' else Path(args.embeddings).stem}"
         name += (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + f"_s{seed}"
         if finished_run(paths.results, name, cfg) is not None:
-            print(f"{name}: finished earlier ({paths.results / name}.json), skipped", file=sys.stderr)
+            note(f"{name}: finished earlier ({paths.results / name}.json), skipped")
             continue
         seed_everything(seed)
         model, embedding = build_model(args.model, len(vocab), vectors.dim, len(TREC.COARSE_CLASSES),
@@ -163,6 +174,8 @@ def train(args: argparse.Namespace) -> None:
                           progress=not args.no_progress, desc=name, device=device)
         fit = trainer.fit(train_set, dev_set)
         test = trainer.test(test_set)
+        if not distributed.is_main():  # rank 0 writes the results
+            continue
         record = {
             "experiment": "trec", "run": name, "seed": seed, "config": cfg,
             "command": recorded_command("trec.py", sys.argv[1:]),
@@ -176,8 +189,8 @@ def train(args: argparse.Namespace) -> None:
         }
         atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
         resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
-        print(f"{name}: best dev epoch {fit.best_epoch}, dev {fit.best_dev['root']:.2f}, test {test.root:.2f}, "
-              f"{fit.seconds:.0f} s{resumed}", file=sys.stderr)
+        note(f"{name}: best dev epoch {fit.best_epoch}, dev {fit.best_dev['root']:.2f}, test {test.root:.2f}, "
+             f"{fit.seconds:.0f} s{resumed}")
 
 
 def train_svm(args: argparse.Namespace) -> None:
@@ -209,8 +222,8 @@ def train_svm(args: argparse.Namespace) -> None:
               "train_seconds_per_epoch": seconds / len(history), **run_record(args.threads)}
     atomic_write_text(json.dumps(record, indent=1) + "\n",
                       RunPaths.under(args.out, "trec", args.quick).results / f"{name}.json")
-    print(f"{name}: best C {SVM_GRID[best[0] - 1]}, dev {best[1]['dev']:.2f}, test {best[1]['test']:.2f}, "
-          f"{seconds:.1f} s", file=sys.stderr)
+    note(f"{name}: best C {SVM_GRID[best[0] - 1]}, dev {best[1]['dev']:.2f}, test {best[1]['test']:.2f}, "
+         f"{seconds:.1f} s")
 
 
 if __name__ == "__main__":
@@ -218,7 +231,9 @@ if __name__ == "__main__":
 
     def main() -> None:
         arguments = parse_args(sys.argv[1:])
+        if arguments.model == "svm" and distributed.launched():
+            fail("--model svm trains in one process (scikit-learn); run it without torchrun")
         train_svm(arguments) if arguments.model == "svm" else train(arguments)
 
     main_guard(main, "trec.py")
-    print(f"wall time {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    note(f"wall time {time.perf_counter() - start:.0f} s")

@@ -12,8 +12,10 @@ writes into the repository: runs go to a temporary ``--out`` folder.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +230,69 @@ def test_own_data_command_runs_end_to_end(command, tmp_path):
     assert len(predictions) == 1 + record["config"]["data"]["sizes"]["test"]  # a header, a line per test graph
     assert (tmp_path / "quick" / "checkpoints" / "train" / f"{path.stem}.pt").is_file()
     assert committed_state() == before
+
+
+# ------------------------------------------------------------------------------------------ torchrun
+
+TORCHRUN_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_commands() -> list[str]:
+    """README's ``torchrun`` lines: one machine first, then several."""
+    return [line for line in shell_lines() if line.startswith("torchrun ")]
+
+
+def torchrun_short_form(command: str, out: Path, **launcher_flags: str) -> list[str]:
+    """``command`` through ``python -m torch.distributed.run`` (what ``torchrun`` is), with the script's short
+    form, ``--out`` under ``out``, the repository's data root, and ``launcher_flags`` replaced."""
+    words = shlex.split(command)
+    at = next(k for k, w in enumerate(words) if w.startswith("experiments/"))
+    launcher, script = words[1:at], words[at:]
+    for flag, value in launcher_flags.items():
+        launcher[launcher.index(f"--{flag}") + 1] = value
+    for flag in ("--out", "--data-root"):  # folders of README's reader
+        if flag in script:
+            k = script.index(flag)
+            del script[k:k + 2]
+    return [sys.executable, "-m", "torch.distributed.run", *launcher, *script, *SHORT, "--out", str(out)]
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without a surrounding torchrun's variables, one thread per process."""
+    return {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}, "OMP_NUM_THREADS": "1"}
+
+
+def test_readme_shows_a_one_machine_and_a_several_machine_torchrun_command():
+    one, several = torchrun_commands()
+    assert "--standalone" in one and "--rdzv_endpoint HOST:" in several
+    assert shlex.split(one)[shlex.split(one).index("--nproc_per_node") + 1] == "2"
+
+
+@needs_data
+def test_the_torchrun_command_trains_in_two_processes_and_writes_once(tmp_path):
+    one, _ = torchrun_commands()
+    before = committed_state()
+    result = subprocess.run(torchrun_short_form(one, tmp_path), cwd=REPO, capture_output=True, text=True,
+                            timeout=900, env=clean_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("epoch 1/1: loss") == 1  # rank 0 speaks for the job
+    (path,) = (tmp_path / "quick" / "sst").glob("*.json")
+    assert json.loads(path.read_text())["processes"] == 2
+    assert committed_state() == before
+
+
+@pytest.mark.slow
+@needs_data
+def test_the_several_machine_command_runs_as_two_local_nodes(tmp_path):
+    _, several = torchrun_commands()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"127.0.0.1:{s.getsockname()[1]}"
+    argv = torchrun_short_form(several, tmp_path, nproc_per_node="1", rdzv_endpoint=endpoint)
+    nodes = [subprocess.Popen(argv, cwd=REPO, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    for node in nodes:
+        _, err = node.communicate(timeout=900)
+        assert node.returncode == 0, err[-3000:]
+    (path,) = (tmp_path / "quick" / "sst").glob("*.json")
+    assert json.loads(path.read_text())["processes"] == 2

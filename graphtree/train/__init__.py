@@ -8,6 +8,8 @@
 * :mod:`~graphtree.train.checkpoint` — atomic saves and RNG state capture.
 * :mod:`~graphtree.train.trainer` — :class:`Trainer`: epochs, early model
   selection on dev, resumable checkpoints, per-epoch CSV, progress bar.
+* :mod:`~graphtree.train.distributed` — data-parallel training under
+  ``torchrun`` (``DistributedDataParallel``; the trainer finds the process group).
 * :mod:`~graphtree.train.transforms` — label restriction (root / root+leaf
   supervision) and left/right-recursive trees over a sentence's words.
 * :mod:`~graphtree.train.own_data` — training on files of one's own
@@ -15,6 +17,7 @@
   :class:`~graphtree.train.Trainer` for graph or node labels, predictions.
 """
 
+from . import distributed
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
 from .metrics import Tally, evaluate
 from .models import WordInputModel
@@ -33,6 +36,7 @@ __all__ = [
     "WordInputModel",
     "atomic_save",
     "atomic_write_text",
+    "distributed",
     "evaluate",
     "get_rng_state",
     "make_optimizer",

@@ -536,11 +536,11 @@ class TaskTrainer(Trainer):
         except ValueError as err:  # a checkpoint of another run: the user's to resolve
             raise RunError(str(err)) from None
 
-    def _batch_loss(self, batch: Batch) -> Tensor:
-        return self.task.loss(self.model(batch), batch)
+    def _batch_loss(self, model: torch.nn.Module, batch: Batch) -> Tensor:
+        return self.task.loss(model(batch), batch)
 
-    def _validate(self, dev_batches: list[Batch]) -> tuple[dict[str, float], dict[str, Any]]:
-        metrics = self.metrics(self._predict(dev_batches))
+    def _validate(self, model: torch.nn.Module, dev_batches: list[Batch]) -> tuple[dict[str, float], dict[str, Any]]:
+        metrics = self.metrics(self._predict(model, dev_batches))
         return {f"dev_{c}": metrics[c] for c in self.dev_columns}, metrics
 
     def _improves(self, dev: dict[str, Any], best_dev: dict[str, Any] | None) -> bool:
@@ -558,13 +558,13 @@ class TaskTrainer(Trainer):
         return f"dev MSE {columns['dev_mse']:.4g}, dev r {columns['dev_pearson']:.4f}"
 
     @torch.no_grad()
-    def _predict(self, batches: Sequence[Batch]) -> list[Prediction]:
-        was_training = self.model.training
-        self.model.eval()
+    def _predict(self, model: torch.nn.Module, batches: Sequence[Batch]) -> list[Prediction]:
+        was_training = model.training
+        model.eval()
         out: list[Prediction] = []
         try:
             for batch in batches:
-                pred = self.task.predict(self.model(batch)).cpu()
+                pred = self.task.predict(model(batch)).cpu()
                 gold = self.task.gold(batch).cpu()
                 if self.task.level == "graph":
                     out += [Prediction(p, g, None) for p, g in zip(pred.split(1), gold.split(1))]
@@ -573,7 +573,7 @@ class TaskTrainer(Trainer):
                     out += [Prediction(p, g, r) for p, g, r in
                             zip(pred.split(sizes), gold.split(sizes), batch.is_root.cpu().split(sizes))]
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         return out
 
     def metrics(self, predictions: Sequence[Prediction]) -> dict[str, Any]:
@@ -596,7 +596,8 @@ class TaskTrainer(Trainer):
 
     def evaluate(self, data: Sequence[Data]) -> tuple[dict[str, Any], list[Prediction]]:
         """Metrics and per-graph predictions of the current model (after :meth:`fit`, the best-dev one) on ``data``."""
-        predictions = self._predict([self.to_device(b) for b in collate(data, self.eval_batch_size)])
+        batches = [self.to_device(b) for b in collate(data, self.eval_batch_size)]
+        predictions = self._predict(self._scoring_model(batches), batches)
         return self.metrics(predictions), predictions
 
 

@@ -141,11 +141,11 @@ class PairTrainer(Trainer):
                          eval_batch_size=eval_batch_size, progress=progress, desc=desc, extra=extra, device=device,
                          verbose=verbose)
 
-    def _batch_loss(self, batch: Batch) -> Tensor:
-        return self.loss_fn(self.model(batch), batch.target)
+    def _batch_loss(self, model: torch.nn.Module, batch: Batch) -> Tensor:
+        return self.loss_fn(model(batch), batch.target)
 
-    def _validate(self, dev_batches: list[Batch]) -> tuple[dict[str, float], dict[str, Any]]:
-        metrics = relatedness(*predict_pairs(self.model, dev_batches))
+    def _validate(self, model: torch.nn.Module, dev_batches: list[Batch]) -> tuple[dict[str, float], dict[str, Any]]:
+        metrics = relatedness(*predict_pairs(model, dev_batches))
         return {f"dev_{k}": metrics[k] for k in ("pearson", "spearman", "mse")}, metrics
 
     def _improves(self, dev: dict[str, Any], best_dev: dict[str, Any] | None) -> bool:
@@ -163,5 +163,6 @@ class PairTrainer(Trainer):
 
     def evaluate(self, data: Sequence[Data]) -> tuple[dict[str, float], list[float], list[float]]:
         """Metrics, predictions and gold ratings of the current model on ``data`` (in order)."""
-        pred, gold = predict_pairs(self.model, [self.to_device(b) for b in collate(data, self.eval_batch_size)])
+        batches = [self.to_device(b) for b in collate(data, self.eval_batch_size)]
+        pred, gold = predict_pairs(self._scoring_model(batches), batches)
         return relatedness(pred, gold), pred, gold

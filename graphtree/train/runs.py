@@ -32,11 +32,12 @@ import torch
 
 from ..datasets import MIRROR_ENV
 from ..errors import GraphtreeError
+from . import distributed
 from .provenance import provenance
 
 __all__ = ["RunError", "RunPaths", "add_run_arguments", "check_embeddings", "default_mirror", "fail",
-           "finished_run", "machine_description", "main_guard", "quick_sample", "recorded_command", "resolve_device",
-           "run_record"]
+           "finished_run", "machine_description", "main_guard", "note", "quick_sample", "recorded_command",
+           "resolve_device", "run_record"]
 
 T = TypeVar("T")
 
@@ -48,6 +49,12 @@ class RunError(GraphtreeError):
 def fail(message: str) -> NoReturn:
     """Stop a script with ``message`` as a user error (one line, exit status 2)."""
     raise RunError(message)
+
+
+def note(message: str) -> None:
+    """A line for the user on stderr, from rank 0 only under ``torchrun`` (one copy, not one per process)."""
+    if distributed.is_main():
+        print(message, file=sys.stderr)
 
 
 def main_guard(main: Callable[[], T], prog: str) -> T:
@@ -155,10 +162,14 @@ def kernels_used(device: torch.device | str) -> str:
 
 
 def run_record(threads: int, device: torch.device | str = "cpu") -> dict:
-    """The fields every results file ends with: threads, device, versions, machine and provenance."""
-    return {"threads": threads, "device": str(device), "torch": torch.__version__,
-            "python": platform.python_version(), "machine": machine_description(device),
-            "provenance": provenance(threads, kernels_used(device))}
+    """The fields every results file ends with: threads (per process), device, versions, machine and provenance;
+    ``processes`` too for a run trained by several (``torchrun``)."""
+    record = {"threads": threads, "device": str(device), "torch": torch.__version__,
+              "python": platform.python_version(), "machine": machine_description(device),
+              "provenance": provenance(threads, kernels_used(device))}
+    if distributed.world_size() > 1:
+        record["processes"] = distributed.world_size()
+    return record
 
 
 def finished_run(results: Path, name: str, config: dict) -> dict | None:

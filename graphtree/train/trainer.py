@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 from ..backend import native
 from ..engine import schedule_of
 from ..models.classifier import node_loss
-from .checkpoint import atomic_save, atomic_write_text, get_rng_state, set_rng_state
+from . import distributed
+from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
 from .metrics import Tally, evaluate
 from .optim import PaperOptimizer
 
@@ -70,6 +71,18 @@ class FitResult:
     resumed_at: int
 
 
+class _Replay(torch.nn.Module):
+    """Stands in for the model in metric code under ``torchrun``: returns, call by call, the outputs that the
+    ranks computed for their shares of the batches and gathered (the metric code visits the batches in order)."""
+
+    def __init__(self, outputs: list[Tensor]) -> None:
+        super().__init__()
+        self._outputs = iter(outputs)
+
+    def forward(self, batch: Any) -> Tensor:
+        return next(self._outputs)
+
+
 class Trainer:
     """Trains a node classifier with a paper's optimizer and keeps the model that does best on dev.
 
@@ -83,6 +96,18 @@ class Trainer:
     ``checkpoint`` path resumes after the last completed epoch and ends with
     exactly the weights and metrics of an uninterrupted run (same seed, same
     thread count); a run that had finished returns at once.
+
+    Under ``torchrun`` (a process group set up by
+    :func:`graphtree.train.distributed.setup`) the same call trains data-parallel:
+    each minibatch is split across the ranks, gradients are averaged by
+    ``DistributedDataParallel`` (sparse embedding gradients by
+    :func:`~graphtree.train.distributed.all_reduce_sparse_`), the minibatch loss
+    is still divided by the whole minibatch's size, dev and test sets are split
+    across the ranks, and rank 0 alone writes files and shows the bar. The
+    result is the one-process run's up to the order of float sums (and to the
+    dropout masks, which each rank draws from a stream of its own). A
+    checkpoint keeps every rank's random state: a job resumed with the same
+    number of processes ends exactly as an uninterrupted one.
 
     Args:
         model: ``model(batch) -> logits`` on every node.
@@ -125,6 +150,7 @@ class Trainer:
         self.loss_fn, self.eval_batch_size = loss_fn, eval_batch_size
         self.progress, self.desc, self.extra, self.on_step = progress, desc, extra or {}, on_step
         self.verbose = verbose
+        self._sparse_params: list[torch.nn.Parameter] = []  # synchronized outside DDP (see _data_parallel)
         if device is None:
             device = next((p.device for p in model.parameters()), torch.device("cpu"))
         self.device = torch.device(device)
@@ -142,13 +168,14 @@ class Trainer:
     checkpoint_format: Any = CHECKPOINT_FORMAT
     csv_fields: tuple[str, ...] = CSV_FIELDS
 
-    def _batch_loss(self, batch: Batch) -> Tensor:
-        """The summed loss of one minibatch."""
-        return self.loss_fn(self.model(batch), batch.y)
+    def _batch_loss(self, model: torch.nn.Module, batch: Batch) -> Tensor:
+        """The summed loss of one minibatch under ``model`` (the model, or its data-parallel wrapper)."""
+        return self.loss_fn(model(batch), batch.y)
 
-    def _validate(self, dev_batches: list[Batch]) -> tuple[dict[str, float], dict[str, Any]]:
-        """Dev metrics after an epoch: the history columns, and the dict kept with the best epoch."""
-        tally = evaluate(self.model, dev_batches)
+    def _validate(self, model: torch.nn.Module, dev_batches: list[Batch]) -> tuple[dict[str, float], dict[str, Any]]:
+        """Dev metrics after an epoch, ``model`` run on ``dev_batches`` in order: the history columns, and the
+        dict kept with the best epoch."""
+        tally = evaluate(model, dev_batches)
         return {"dev_root": tally.root, "dev_phrase": tally.phrase}, tally.as_dict()
 
     def _improves(self, dev: dict[str, Any], best_dev: dict[str, Any] | None) -> bool:
@@ -163,6 +190,56 @@ class Trainer:
         return f"dev root {columns['dev_root']:.2f}, dev phrase {columns['dev_phrase']:.2f}"
 
     # -- checkpoints -------------------------------------------------------------------------------
+
+    def _scoring_model(self, batches: Sequence[Batch]) -> torch.nn.Module:
+        """What metric code runs on ``batches``: the model itself in one process; under ``torchrun``, a stand-in
+        replaying the outputs that each rank computed for its share and every rank gathered."""
+        if distributed.world_size() == 1:
+            return self.model
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                outputs = distributed.gather_outputs(self.model, batches)
+        finally:
+            self.model.train(was_training)
+        return _Replay(outputs)
+
+    def _data_parallel(self) -> torch.nn.Module:
+        """The model training goes through: itself, or under ``torchrun`` its ``DistributedDataParallel``.
+
+        DDP all-reduces the dense gradients. The embeddings with sparse
+        gradients are left to :func:`~graphtree.train.distributed.all_reduce_sparse_`
+        (``nccl`` has no sparse all-reduce), so they are kept out of DDP and
+        broadcast from rank 0 here, as DDP broadcasts the others.
+        """
+        if distributed.world_size() == 1:
+            self._sparse_params = []
+            return self.model
+        from torch.nn.parallel import DistributedDataParallel
+
+        sparse = {f"{name}.weight" if name else "weight" for name, module in self.model.named_modules()
+                  if isinstance(module, torch.nn.Embedding) and module.sparse and module.weight.requires_grad}
+        self._sparse_params = [p for name, p in self.model.named_parameters() if name in sparse]
+        for param in self._sparse_params:
+            torch.distributed.broadcast(param.data, src=0)
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.model, sorted(sparse))
+        return DistributedDataParallel(self.model, device_ids=[self.device.index] if self.device.type == "cuda"
+                                       else None)
+
+    def _every_parameter(self, loss: Tensor) -> Tensor:
+        """``loss`` plus zero times every DDP-synchronized parameter, under ``torchrun``.
+
+        A rank's share of a minibatch may lack what some weights act on (no
+        inner node, no leaf); its DDP would then wait for a gradient that never
+        comes. The zero term gives every such weight a zero gradient, for the
+        price of a sum, where ``find_unused_parameters`` would search the
+        autograd graph at every step.
+        """
+        if distributed.world_size() == 1:
+            return loss
+        skip = {id(p) for p in self._sparse_params}
+        return loss + 0.0 * sum(p.sum() for p in self.model.parameters() if p.requires_grad and id(p) not in skip)
 
     def _load(self) -> dict[str, Any] | None:
         if self.checkpoint is None or not self.checkpoint.is_file():
@@ -181,13 +258,22 @@ class Trainer:
     def _save(self, epoch: int, history: list[dict], best: dict, seconds: float) -> None:
         if self.checkpoint is None:
             return
+        rng = distributed.all_gather_objects(get_rng_state())  # every rank's dropout stream, to resume exactly
+        if not distributed.is_main():
+            return
         atomic_save({"format": self.checkpoint_format, "config": self.config, "epoch": epoch,
                      "finished": epoch == self.epochs, "model": self.model.state_dict(),
-                     "optimizer": self.optimizer.state_dict(), "rng": get_rng_state(), "history": history,
+                     "optimizer": self.optimizer.state_dict(), "rng": rng[0], "rng_ranks": rng, "history": history,
                      "best": best, "seconds": seconds, "extra": self.extra}, self.checkpoint)
 
+    @staticmethod
+    def _restore_rng(state: dict[str, Any]) -> None:
+        """This rank's random state from a checkpoint (rank 0's where it was written by fewer processes)."""
+        ranks = state.get("rng_ranks", [state["rng"]])
+        set_rng_state(ranks[distributed.rank()] if distributed.rank() < len(ranks) else ranks[0])
+
     def _write_csv(self, history: list[dict], best_epoch: int) -> None:
-        if self.metrics_csv is None:
+        if self.metrics_csv is None or not distributed.is_main():
             return
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=self.csv_fields, lineterminator="\n")
@@ -209,17 +295,20 @@ class Trainer:
         if state is not None:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
-            set_rng_state(state["rng"])
+            self._restore_rng(state)
             history, best, seconds, start = state["history"], state["best"], state["seconds"], state["epoch"]
+        elif distributed.world_size() > 1:  # a dropout stream of each rank's own
+            seed_everything(self.seed * 1_000_003 + 7_919 * (distributed.rank() + 1))
+        model = self._data_parallel()
         dev_batches = [self.to_device(b) for b in collate(dev, self.eval_batch_size)]
         steps_per_epoch = math.ceil(len(train) / self.batch_size)
         for epoch in range(start, self.epochs):
             # A first use of the compiled kernels builds them (minutes, once per install): that is set-up, not
             # training, so it is left out of the epoch's recorded time.
             began, building = time.perf_counter(), native.build_seconds()
-            train_loss = self._train_epoch(train, epoch, epoch * steps_per_epoch, history)
+            train_loss = self._train_epoch(model, train, epoch, epoch * steps_per_epoch, history)
             trained = time.perf_counter() - began - (native.build_seconds() - building)
-            columns, dev_metrics = self._validate(dev_batches)
+            columns, dev_metrics = self._validate(self._scoring_model(dev_batches), dev_batches)
             took = time.perf_counter() - began - (native.build_seconds() - building)
             seconds += took
             history.append({"epoch": epoch + 1, "train_loss": train_loss, **columns,
@@ -230,7 +319,7 @@ class Trainer:
                         "model": {k: v.detach().clone() for k, v in self.model.state_dict().items()}}
             self._save(epoch + 1, history, best, seconds)
             self._write_csv(history, best["epoch"])
-            if self.verbose:  # one line per epoch stays on screen above the progress bar
+            if self.verbose and distributed.is_main():  # one line per epoch stays above the progress bar
                 tqdm.write(f"{self.desc + ' ' if self.desc else ''}epoch {epoch + 1}/{self.epochs}: loss "
                            f"{train_loss:.4f}, {self._dev_summary(columns)}{' (best)' if improved else ''}, "
                            f"{took:.1f} s", file=sys.stderr)
@@ -239,31 +328,44 @@ class Trainer:
         self.model.load_state_dict(best["model"])
         return FitResult(best["epoch"], best["dev"], history, seconds, start)
 
-    def _train_epoch(self, train: Sequence[Data], epoch: int, step: int, history: list[dict]) -> float:
+    def _train_epoch(self, model: torch.nn.Module, train: Sequence[Data], epoch: int, step: int,
+                     history: list[dict]) -> float:
         """One pass over ``train``; returns the summed loss per example."""
         self.model.train()
         order = epoch_order(len(train), self.seed, epoch).tolist()
         last_dev = self._last_dev(history)
         bar = tqdm(range(0, len(order), self.batch_size), desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}",
-                   disable=not self.progress, leave=False, file=sys.stderr,
+                   disable=not self.progress or not distributed.is_main(), leave=False, file=sys.stderr,
                    mininterval=0.5 if sys.stderr.isatty() else 30.0)
+        ranks = distributed.world_size()
         loss_sum, examples = 0.0, 0
         for k in bar:
-            batch = self.to_device(Batch.from_data_list([train[i] for i in order[k:k + self.batch_size]]))
-            loss = self._batch_loss(batch)
+            minibatch = order[k:k + self.batch_size]
+            mine = distributed.shard(minibatch)
+            # A rank left without examples (a last minibatch smaller than the job) still joins the gradient
+            # all-reduce, with a zero-weighted example.
+            batch = self.to_device(Batch.from_data_list([train[i] for i in mine or minibatch[:1]]))
+            loss = self._every_parameter(self._batch_loss(model, batch))
             self.optimizer.zero_grad()
-            (loss / batch.num_graphs).backward()
+            # DDP averages over the ranks, so each rank's share is divided by the minibatch size over the ranks:
+            # the gradient is that of the minibatch's summed loss over its size, as in one process.
+            (loss / (len(minibatch) / ranks) if mine else loss * 0.0).backward()
+            for param in self._sparse_params:
+                distributed.all_reduce_sparse_(param)
             self.optimizer.step()
-            loss_sum += float(loss.detach())
-            examples += batch.num_graphs
+            if mine:
+                loss_sum += float(loss.detach())
+                examples += len(mine)
             step += 1
             if self.on_step is not None:
                 self.on_step(step)
             bar.set_postfix(loss=f"{loss_sum / examples:.3f}", dev=last_dev, refresh=False)
         bar.close()
+        if ranks > 1:
+            loss_sum, examples = (sum(part) for part in zip(*distributed.all_gather_objects((loss_sum, examples))))
         return loss_sum / examples
 
     def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
         """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``."""
-        return evaluate(self.model, [self.to_device(b) for b in collate(data, self.eval_batch_size)],
-                        breakdown=breakdown)
+        batches = [self.to_device(b) for b in collate(data, self.eval_batch_size)]
+        return evaluate(self._scoring_model(batches), batches, breakdown=breakdown)

@@ -1,0 +1,93 @@
+"""Train a tiny tree classifier with graphtree.train.Trainer, in one process or under torchrun.
+
+usage: [torchrun --nproc_per_node N] tests/distributed_helper.py OUT_DIR [--preset P] [--dropout D]
+                                                                [--kill-at-step S] [--epochs E]
+
+tests/test_distributed.py runs it with 1 and 2 processes and compares. Every
+rank writes ``OUT_DIR/rank<r>.json`` with a digest of its parameters after
+every step; rank 0 writes ``OUT_DIR/result.json`` with the final metrics.
+``--kill-at-step S`` makes the last rank kill itself (SIGKILL) after step S,
+which takes the job down as a crash would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from trees import random_ptb
+
+from graphtree.data import from_ptb
+from graphtree.models import NodeEmbedding, TreeClassifier
+from graphtree.nn import NaryTreeLSTM
+from graphtree.train import PRESETS, PaperOptimizer, Trainer, atomic_write_text, distributed, seed_everything
+
+BATCH = 6
+
+
+def dataset(count: int, seed: int) -> list:
+    rng = random.Random(seed)
+    vocab = {f"w{k}": k for k in range(40)}
+    return [from_ptb(random_ptb(rng.randint(2, 9), 2, rng, num_labels=3), vocab) for _ in range(count)]
+
+
+def digest(model: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, value in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(value.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--preset", default="tai", choices=sorted(PRESETS))
+    parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--kill-at-step", type=int, default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    distributed.setup("cpu")
+    rank, ranks = distributed.rank(), distributed.world_size()
+    torch.set_default_dtype(torch.float64)  # float sums in another order must still agree closely
+    # 43 examples: the last minibatch of 6 has one, so one of two ranks has none there.
+    train, dev = dataset(43, 1), dataset(13, 2)
+    seed_everything(7)
+    embedding = NodeEmbedding(40, 6)
+    model = TreeClassifier(embedding, NaryTreeLSTM(6, 5), 3, dropout=args.dropout)
+    steps: list[str] = []
+
+    def on_step(step: int) -> None:
+        steps.append(digest(model))
+        if args.kill_at_step is not None and step == args.kill_at_step and rank == ranks - 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    spec = PRESETS[args.preset]
+    trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, spec), epochs=args.epochs, batch_size=BATCH,
+                      seed=7, checkpoint=args.out / "run.pt", metrics_csv=args.out / "run.csv",
+                      config={"what": "distributed test", "preset": args.preset, "dropout": args.dropout},
+                      progress=False, on_step=on_step, verbose=False)
+    fit = trainer.fit(train, dev)
+    test = trainer.test(dev)
+    atomic_write_text(json.dumps({"steps": steps, "final": digest(model)}), args.out / f"rank{rank}.json")
+    if distributed.is_main():
+        result = {"best_epoch": fit.best_epoch, "best_dev": fit.best_dev, "test": test.as_dict(),
+                  "history": [{k: h[k] for k in ("epoch", "train_loss", "dev_root", "dev_phrase")}
+                              for h in fit.history], "processes": ranks,
+                  "sparse_embedding": bool(embedding.embedding.sparse)}
+        atomic_write_text(json.dumps(result), args.out / "result.json")
+
+
+if __name__ == "__main__":
+    main()
