@@ -1,15 +1,16 @@
-"""Training throughput of the SST script with 1 and with several processes (``torchrun``), one thread each.
+"""Training throughput of the SST script in one process and in several (``torchrun``).
 
-For each model and process count, ``experiments/sst.py`` trains ``--epochs`` epochs of SST (fine-grained, GloVe
-50d vectors, the paper's settings and minibatch) into a temporary folder, as a user would start it: plain
-``python`` for one process, ``python -m torch.distributed.run --standalone --nproc_per_node N`` for N. The
-figure is the epoch's training pass as the results file records it (``train_seconds``: batches, forward,
-backward, optimizer, gradient all-reduce; not the dev evaluation nor start-up), turned into training trees per
-second. Rounds alternate the order of the process counts so that drift of the machine hits both alike; the
-table gives the median over rounds and the speed-up over one process.
+For each model and each setup ``PxT`` (P processes of T threads), ``experiments/sst.py`` trains ``--epochs``
+epochs of SST (fine-grained, GloVe 50d vectors, the paper's settings and minibatch) into a temporary folder, as
+a user would start it: plain ``python`` for one process, ``python -m torch.distributed.run --standalone
+--nproc_per_node P`` for several. The figure is the epoch's training pass as the results file records it
+(``train_seconds``: batches, forward, backward, optimizer, gradient all-reduce; not the dev evaluation nor
+start-up), turned into training trees per second. Rounds alternate the order of the setups so that drift of
+the machine hits all alike; the table gives the median over rounds and the speed-up over the first setup.
 
-    python benchmarks/processes.py --models nary bicontree --processes 1 2 --rounds 2 \
-        --out benchmarks/results/processes-cpu-threads1.json --readme
+    python benchmarks/processes.py --models nary bicontree --setups 1x1 2x1 1x2 --rounds 2 \
+        --out benchmarks/results/processes-cpu.json --readme
+    python benchmarks/processes.py --table benchmarks/results/processes-cpu.json --readme   # table only
 
 ``--readme`` writes the table into README's ``<!-- results:processes -->`` block.
 """
@@ -43,6 +44,11 @@ def git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
 
+def setup_name(setup: str) -> str:
+    processes, threads = (int(v) for v in setup.split("x"))
+    return (f"{processes} process{'es' if processes > 1 else ''} × {threads} thread{'s' if threads > 1 else ''}")
+
+
 def train_once(model: str, processes: int, epochs: int, threads: int) -> dict:
     """One run of the SST script; its per-epoch training seconds and training trees per second."""
     script = ["experiments/sst.py", "--model", model, "--embeddings", "glove50", "--fine-grained",
@@ -65,48 +71,60 @@ def train_once(model: str, processes: int, epochs: int, threads: int) -> dict:
 
 
 def table(results: dict) -> str:
-    lines = [f"Training trees per second on SST (fine-grained, GloVe 50d, the paper's minibatch), one thread per "
-             f"process, {results['machine']}, median of {results['rounds']} rounds of {results['epochs']} "
-             f"epoch(s) (`python benchmarks/processes.py {results['arguments']}`, at {results['commit'][:7]}"
-             f"{'+dirty' if results['dirty'] else ''}):", "",
-             "| model | " + " | ".join(f"{p} process{'es' if p > 1 else ''}" for p in results["processes"]) + " |",
-             "|---|" + "---|" * len(results["processes"])]
+    setups = results["setups"]
+    lines = [f"Training trees per second on SST (fine-grained, GloVe 50d, the paper's minibatch), "
+             f"{results['machine']}, median of {results['rounds']} rounds of {results['epochs']} epoch(s) "
+             f"(`python benchmarks/processes.py {results['arguments']}`, at {results['commit'][:7]}"
+             f"{'+dirty' if results['dirty'] else ''}; × the first column):", "",
+             "| model | " + " | ".join(setup_name(s) for s in setups) + " |", "|---|" + "---|" * len(setups)]
     for model, rows in results["models"].items():
-        base = rows[str(results["processes"][0])]["median_trees_per_s"]
+        base = rows[setups[0]]["median_trees_per_s"]
         cells = []
-        for p in results["processes"]:
-            rate = rows[str(p)]["median_trees_per_s"]
-            cells.append(f"{rate:.0f}" + ("" if p == results["processes"][0] else f" ({rate / base:.2f}×)"))
+        for s in setups:
+            rate = rows[s]["median_trees_per_s"]
+            cells.append(f"{rate:.0f}" + ("" if s == setups[0] else f" ({rate / base:.2f}×)"))
         lines.append(f"| {NAMES.get(model, model)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Every run of every model and setup, interleaved; the results JSON."""
+    arguments = " ".join(sys.argv[1:]).replace(str(REPO) + os.sep, "")
+    results = {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
+               "epochs": args.epochs, "rounds": args.rounds, "setups": args.setups, "arguments": arguments,
+               "models": {}}
+    for model in args.models:
+        runs: dict[str, list[dict]] = {s: [] for s in args.setups}
+        for round_ in range(args.rounds):
+            for setup in args.setups if round_ % 2 == 0 else args.setups[::-1]:
+                processes, threads = (int(v) for v in setup.split("x"))
+                run = train_once(model, processes, args.epochs, threads)
+                runs[setup].append(run)
+                print(f"{model}, {setup_name(setup)}, round {round_ + 1}: "
+                      f"{', '.join(f'{r:.0f}' for r in run['trees_per_s'])} trees/s", file=sys.stderr)
+        results["models"][model] = {s: {"runs": r, "median_trees_per_s": statistics.median(
+            x for run in r for x in run["trees_per_s"])} for s, r in runs.items()}
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["nary", "bicontree"])
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--setups", nargs="+", default=["1x1", "2x1", "1x2"],
+                        help="PxT: P processes of T threads each (default: 1x1 2x1 1x2)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=1, help="threads per process")
     parser.add_argument("--out", default=None, help="JSON of every run (default: print only)")
+    parser.add_argument("--table", default=None, help="only write the table of this JSON (no runs)")
     parser.add_argument("--readme", action="store_true", help="write the table into README.md")
     args = parser.parse_args()
-    arguments = " ".join(sys.argv[1:]).replace(str(REPO) + os.sep, "")
-    results = {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
-               "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds,
-               "processes": args.processes, "arguments": arguments, "models": {}}
-    for model in args.models:
-        runs: dict[int, list[dict]] = {p: [] for p in args.processes}
-        for round_ in range(args.rounds):
-            order = args.processes if round_ % 2 == 0 else args.processes[::-1]
-            for p in order:
-                run = train_once(model, p, args.epochs, args.threads)
-                runs[p].append(run)
-                print(f"{model}, {p} process(es), round {round_ + 1}: "
-                      f"{', '.join(f'{r:.0f}' for r in run['trees_per_s'])} trees/s", file=sys.stderr)
-        results["models"][model] = {str(p): {"runs": r, "median_trees_per_s": statistics.median(
-            x for run in r for x in run["trees_per_s"])} for p, r in runs.items()}
+    if args.table:
+        results = json.loads(Path(args.table).read_text())
+    else:
+        if any(not re.fullmatch(r"[1-9]\d*x[1-9]\d*", s) for s in args.setups):
+            parser.error("--setups: each one PxT, e.g. 2x1")
+        results = measure(args)
     text = table(results)
     print(text)
     if args.out:

@@ -37,6 +37,8 @@ FAST_CELLS = {
     "child_sum": (lambda: ChildSumTreeLSTM(7, 6), 7, 3),
     "nary_constituency": (lambda: NaryTreeLSTM(7, 6), 7, 2),
     "nary_ternary": (lambda: NaryTreeLSTM(7, 6, n_ary=3), 7, 3),
+    "nary_general": (lambda: NaryTreeLSTM(7, 6, setting="general"), 7, 2),
+    "nary_general_ternary": (lambda: NaryTreeLSTM(7, 6, n_ary=3, setting="general"), 7, 3),
     "slstm_embedding": (lambda: SLSTM(6, 6), 6, 2),
     "slstm_lstm_leaf": (lambda: SLSTM(7, 6, leaf="lstm"), 7, 2),
     "lstm_rnn_tanh": (lambda: LSTMRNN(6, 6), 6, 2),
@@ -48,6 +50,9 @@ FAST_CELLS = {
     "top_down": (lambda: TopDownTreeLSTM(7, 6), 7, 2),
     "top_down_shared": (lambda: TopDownTreeLSTM(7, 6, n_ary=3, share_input_weights=True), 7, 3),
     "gated_head": (lambda: HeadLexicalization(7), 7, 2),
+    "left_head": (lambda: HeadLexicalization(7, "left"), 7, 3),
+    "right_head": (lambda: HeadLexicalization(7, "right"), 7, 3),
+    "average_head": (lambda: HeadLexicalization(7, "average"), 7, 3),
     "leaf_sum": (lambda: _LeafSum(7), 7, 2),
 }
 

@@ -82,10 +82,11 @@ def child_sum(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tup
 
 
 def nary(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]] | None:
-    """:class:`~graphtree.nn.NaryTreeLSTM`, constituency setting with full forget maps: ``NaryLevels``
+    """:class:`~graphtree.nn.NaryTreeLSTM` with full forget maps, either setting: ``NaryLevels``
     (``csrc/nary_level.cpp``). It takes ``U`` transposed, with the candidate's rows doubled (the kernel
-    computes tanh(z) as 2 sigmoid(2z) - 1, one activation for all gates), and the children's biases summed."""
-    if cell.setting != "constituency" or cell.forget != "full":
+    computes tanh(z) as 2 sigmoid(2z) - 1, one activation for all gates), and the children's biases summed.
+    In the general setting the pass's inputs are the nodes' ``W x + b``, which the cell computes before it."""
+    if cell.forget != "full":
         return None
     U, d = cell.U.detach(), cell.hidden_channels
     scale = torch.ones(U.size(0), dtype=U.dtype, device=U.device)
@@ -93,8 +94,11 @@ def nary(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Te
     U_t = torch.empty(U.size(1), U.size(0), dtype=U.dtype, device=U.device)
     torch.mul(U.t(), scale, out=U_t)
     gate_bias = cell.b_U.detach().sum(0)[:U.size(0)] * scale
+    if cell.setting == "general":
+        none = U.new_empty(0)
+        return kernels.NaryLevels(U_t, gate_bias, U, none, none, True), (cell.U, cell.b_U)
     weights = (cell.U, cell.b_U, cell.W_leaf.weight, cell.W_leaf.bias)
-    return kernels.NaryLevels(U_t, gate_bias, U, *_detached(cell.W_leaf.weight, cell.W_leaf.bias)), weights
+    return kernels.NaryLevels(U_t, gate_bias, U, *_detached(cell.W_leaf.weight, cell.W_leaf.bias), False), weights
 
 
 def slstm(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
@@ -129,11 +133,16 @@ def top_down(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tupl
     return kernels.TopDownLevels(*_detached(*weights)), weights
 
 
-def gated_head(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]] | None:
-    """:class:`~graphtree.nn.HeadLexicalization`, gated binary method: ``GatedHeadLevels``
-    (``csrc/head_level.cpp``). The fixed methods (left, right, average) copy or average rows: nothing to
-    compile."""
-    if cell.method != "gated" or cell.n_ary != 2:
+# The fixed heads of Teng & Zhang's Table 5, as the kernel numbers them.
+FIXED_HEADS = {"left": 0, "right": 1, "average": 2}
+
+
+def head_lexicalization(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]] | None:
+    """:class:`~graphtree.nn.HeadLexicalization`: the gated binary method, ``GatedHeadLevels``, and the
+    fixed methods (left, right, average), ``FixedHeadLevels`` (``csrc/head_level.cpp``)."""
+    if cell.method in FIXED_HEADS:
+        return kernels.FixedHeadLevels(FIXED_HEADS[cell.method]), ()
+    if cell.n_ary != 2:
         return None
     weights = (cell.W_zx, cell.b_z)
     return kernels.GatedHeadLevels(*_detached(*weights)), weights

@@ -20,6 +20,7 @@ void bind_slstm_levels(pybind11::module& m);
 void bind_lexicalized_levels(pybind11::module& m);
 void bind_top_down_levels(pybind11::module& m);
 void bind_gated_head_levels(pybind11::module& m);
+void bind_fixed_head_levels(pybind11::module& m);
 void bind_leaf_sum_levels(pybind11::module& m);
 void bind_lstm_rnn_levels(pybind11::module& m);
 
@@ -32,6 +33,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   bind_lexicalized_levels(m);
   bind_top_down_levels(m);
   bind_gated_head_levels(m);
+  bind_fixed_head_levels(m);
   bind_leaf_sum_levels(m);
   bind_lstm_rnn_levels(m);
   m.def("run_levels_forward", &run_levels_forward, "the engine's forward level loop over a LevelKernel",

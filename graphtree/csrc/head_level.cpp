@@ -6,7 +6,8 @@
 // heads read bottom-up; a leaf's head is its word vector. A unary node takes its one child's head (z = 1 for a
 // left child alone, 0 for a right one), as the softmax over one present child does.
 //
-// Also the leaf sums of BiTreeLSTM's classifier input (LeafSumLevels), another parameterless bottom-up pass.
+// Also the left, right and average heads of Table 5 (FixedHeadLevels) and the leaf sums of BiTreeLSTM's
+// classifier input (LeafSumLevels), parameterless bottom-up passes.
 
 #include <vector>
 
@@ -138,6 +139,128 @@ void bind_gated_head_levels(pybind11::module& m) {
   pybind11::class_<GatedHeadLevels, graphtree::LevelKernel, std::shared_ptr<GatedHeadLevels>>(
       m, "GatedHeadLevels", "Teng & Zhang's gated head lexicalization (binary) for the compiled level loop")
       .def(pybind11::init<torch::Tensor, torch::Tensor>(), pybind11::arg("W_zx"), pybind11::arg("b_z"));
+}
+
+namespace {
+
+// Teng & Zhang's Table 5 baselines of head lexicalization (graphtree/nn/head_lexicalization.py): a node's head
+// is its leftmost child's head (method 0), its rightmost child's (1) or the mean of its children's (2); a leaf's
+// is its word vector. No parameters: the level loop moves rows, which in C++ spares each level the
+// interpreter's calls of the Python update.
+class FixedHeadLevels : public graphtree::LevelKernel {
+ public:
+  explicit FixedHeadLevels(int64_t method) : method_(method) {
+    TORCH_CHECK(method >= 0 && method <= 2, "FixedHeadLevels: method must be 0 (left), 1 (right) or 2 (average)");
+  }
+
+  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
+    save_ = save;
+    pad_ = -1;
+  }
+
+  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
+               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
+    const int64_t n = level.end - level.begin, K = level.width;
+    auto heads = buffers[0].narrow(0, level.begin, n);
+    pad_ = buffers[0].size(0) - 1;  // empty slots point at the zero row past the nodes
+    if (K == 0) {  // a leaf: its word vector
+      heads.copy_(inputs[0]);
+      return;
+    }
+    auto kids = children[0].contiguous();
+    const int64_t D = heads.size(1), pad = pad_, method = method_;
+    const int64_t* S = level.slots.data_ptr<int64_t>();
+    const float* X = kids.data_ptr<float>();
+    float* H = heads.data_ptr<float>();
+    at::parallel_for(0, n, grain_rows(K * D), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        float* h = H + r * D;
+        if (method < 2) {
+          const float* x = X + (r * K + pick(S + r * K, K, pad)) * D;
+#pragma omp simd
+          for (int64_t k = 0; k < D; ++k) h[k] = x[k];
+          continue;
+        }
+        int64_t count = 0;
+        for (int64_t l = 0; l < K; ++l) count += S[r * K + l] != pad;
+        const float* x0 = X + r * K * D;
+#pragma omp simd
+        for (int64_t k = 0; k < D; ++k) h[k] = x0[k];
+        for (int64_t l = 1; l < K; ++l) {
+          const float* x = x0 + l * D;
+#pragma omp simd
+          for (int64_t k = 0; k < D; ++k) h[k] += x[k];  // empty slots hold zeros
+        }
+        const float c = static_cast<float>(count);
+#pragma omp simd
+        for (int64_t k = 0; k < D; ++k) h[k] /= c;
+      }
+    });
+  }
+
+  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
+                                      std::vector<torch::Tensor>& grad_inputs) override {
+    TORCH_CHECK(save_, "FixedHeadLevels: backward after a forward that saved nothing");
+    const int64_t n = level.end - level.begin, K = level.width;
+    auto grad_head = grad_states[0].contiguous();
+    if (K == 0) {
+      if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].add_(grad_head);
+      return {torch::Tensor()};
+    }
+    const int64_t D = grad_head.size(1), pad = pad_, method = method_;
+    auto grad_children = torch::zeros({n * K, D}, grad_head.options());
+    const int64_t* S = level.slots.data_ptr<int64_t>();
+    const float* G = grad_head.data_ptr<float>();
+    float* gX = grad_children.data_ptr<float>();
+    at::parallel_for(0, n, grain_rows(K * D), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* g = G + r * D;
+        if (method < 2) {
+          float* gx = gX + (r * K + pick(S + r * K, K, pad)) * D;
+#pragma omp simd
+          for (int64_t k = 0; k < D; ++k) gx[k] = g[k];
+          continue;
+        }
+        int64_t count = 0;
+        for (int64_t l = 0; l < K; ++l) count += S[r * K + l] != pad;
+        const float c = static_cast<float>(count);
+        for (int64_t l = 0; l < K; ++l) {
+          if (S[r * K + l] == pad) continue;
+          float* gx = gX + (r * K + l) * D;
+#pragma omp simd
+          for (int64_t k = 0; k < D; ++k) gx[k] = g[k] / c;
+        }
+      }
+    });
+    return {grad_children};
+  }
+
+  std::vector<torch::Tensor> param_grads() override { return {}; }
+
+ private:
+  // The slot of the leftmost (method 0) or rightmost (1) child present among a node's K slots.
+  int64_t pick(const int64_t* slots, int64_t K, int64_t pad) const {
+    if (method_ == 0) {
+      for (int64_t l = 0; l < K; ++l)
+        if (slots[l] != pad) return l;
+    } else {
+      for (int64_t l = K - 1; l >= 0; --l)
+        if (slots[l] != pad) return l;
+    }
+    return 0;  // unreachable: an internal node has a child
+  }
+
+  int64_t method_;
+  int64_t pad_ = -1;
+  bool save_ = false;
+};
+
+}  // namespace
+
+void bind_fixed_head_levels(pybind11::module& m) {
+  pybind11::class_<FixedHeadLevels, graphtree::LevelKernel, std::shared_ptr<FixedHeadLevels>>(
+      m, "FixedHeadLevels", "Teng & Zhang's left, right and average heads (Table 5) for the compiled level loop")
+      .def(pybind11::init<int64_t>(), pybind11::arg("method"));
 }
 
 namespace {

@@ -82,29 +82,55 @@ void backward_rows(const float* gH, const float* gC, const float* A, const float
   });
 }
 
+// The general setting's input terms: adds each row of X = W x + b ([n, 4 d]: gates i, o, u, f) to the row's
+// pre-activations G ([n, (3 + N) d]), the u block doubled like its weights, the f block to every child's gate.
+void add_input_rows(float* G, const float* X, int64_t n, int64_t N, int64_t d) {
+  const int64_t width = (3 + N) * d;
+  at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* g = G + r * width;
+      const float* x = X + r * 4 * d;
+#pragma omp simd
+      for (int64_t k = 0; k < 2 * d; ++k) g[k] += x[k];
+#pragma omp simd
+      for (int64_t k = 0; k < d; ++k) g[2 * d + k] += 2.f * x[2 * d + k];
+      for (int64_t l = 0; l < N; ++l) {
+        float* f = g + (3 + l) * d;
+#pragma omp simd
+        for (int64_t k = 0; k < d; ++k) f[k] += x[3 * d + k];
+      }
+    }
+  });
+}
+
 }  // namespace
 
 namespace {
 
-// The constituency N-ary Tree-LSTM (forget="full") as a LevelKernel: the engine's compiled level loop runs a
-// whole pass with it (graphtree/nn/nary.py's update, and its derivatives): leaves use the leaf unit c = W^(c) x + b^(c), o = sigmoid(W^(o) x + b^(o)); internal
-// levels eqs 9-14 from their children's states alone.
+// The N-ary Tree-LSTM (forget="full") as a LevelKernel: the engine's compiled level loop runs a whole pass with
+// it (graphtree/nn/nary.py's update, and its derivatives). Constituency setting: leaves use the leaf unit
+// c = W^(c) x + b^(c), o = sigmoid(W^(o) x + b^(o)); internal levels eqs 9-14 from their children's states
+// alone. General setting: eqs 9-14 at every node, plus the node's input terms W x + b (computed for all nodes
+// before the pass, their gradient returned through the level's input rows); a leaf is a step from zero children.
 class NaryLevels : public graphtree::LevelKernel {
  public:
   // gate_weights_t: [N d, R] the gate rows of U transposed (R = (3 + N) d), their u block doubled (one
-  // sigmoid serves every gate: tanh(z) = 2 sigmoid(2 z) - 1); gate_bias: [R] the summed biases b_U, doubled likewise; U: [R, N d] as it is, for the
-  // children's gradients; leaf_weight: [2 d, E] and leaf_bias: [2 d], W_leaf's.
+  // sigmoid serves every gate: tanh(z) = 2 sigmoid(2 z) - 1); gate_bias: [R] the summed biases b_U, doubled
+  // likewise; U: [R, N d] as it is, for the children's gradients; leaf_weight: [2 d, E] and leaf_bias: [2 d],
+  // W_leaf's (constituency; empty in the general setting).
   NaryLevels(torch::Tensor gate_weights_t, torch::Tensor gate_bias, torch::Tensor U, torch::Tensor leaf_weight,
-             torch::Tensor leaf_bias)
+             torch::Tensor leaf_bias, bool general)
       : gate_weights_t_(gate_weights_t.contiguous()),
         gate_bias_(gate_bias.contiguous()),
         U_(U.contiguous()),
-        leaf_(leaf_weight, leaf_bias) {
+        general_(general) {
     for (auto* t : {&gate_weights_t_, &gate_bias_, &U_}) check(*t, "every weight");
+    if (!general_) leaf_ = graphtree::LeafUnit(leaf_weight, leaf_bias);
     rows_ = U_.size(0);
-    d_ = leaf_weight.size(0) / 2;
-    N_ = U_.size(1) / d_;
-    TORCH_CHECK(rows_ == (3 + N_) * d_ && gate_weights_t_.size(0) == N_ * d_ && gate_weights_t_.size(1) == rows_,
+    d_ = (rows_ - U_.size(1)) / 3;  // R = 3 d + N d
+    N_ = d_ > 0 ? U_.size(1) / d_ : 0;
+    TORCH_CHECK(d_ > 0 && rows_ == (3 + N_) * d_ && gate_weights_t_.size(0) == N_ * d_ &&
+                    gate_weights_t_.size(1) == rows_ && (general_ || leaf_weight.size(0) == 2 * d_),
                 "NaryLevels: weight shapes do not agree");
   }
 
@@ -112,6 +138,7 @@ class NaryLevels : public graphtree::LevelKernel {
     save_ = save;
     contexts_.assign(levels.size(), {});
     leaf_.reset();
+    leaf_grad_bias_ = torch::zeros({rows_}, U_.options());
     const int64_t internal = graphtree::internal_row_offsets(levels, offsets_);
     // Every internal node's gathered children h, level after level: the rows of U's weight gradient.
     children_h_ = torch::empty({internal, N_ * d_}, U_.options());
@@ -128,14 +155,24 @@ class NaryLevels : public graphtree::LevelKernel {
     const int64_t n = level.end - level.begin;
     auto h = buffers[0].narrow(0, level.begin, n), c = buffers[1].narrow(0, level.begin, n);
     Context& context = contexts_[level.index];
-    if (level.width == 0) {
+    if (level.width == 0 && !general_) {
       context.leaf = leaf_.forward(inputs[0], h, c, save);
       return;
     }
     auto tanh_c = torch::empty({n, d_}, U_.options());
-    auto h_children = children[0].view({n, N_ * d_});
-    auto c_children = children[1].view({n, N_, d_});
-    auto gates = at::addmm(gate_bias_, h_children, gate_weights_t_);
+    torch::Tensor gates, c_children;
+    if (level.width == 0) {  // general leaves: a step from zero children
+      gates = gate_bias_.expand({n, rows_}).contiguous();
+      c_children = torch::zeros({n, N_, d_}, U_.options());
+    } else {
+      gates = at::addmm(gate_bias_, children[0].view({n, N_ * d_}), gate_weights_t_);
+      c_children = children[1].view({n, N_, d_});
+    }
+    if (general_) {
+      auto x = inputs[0].contiguous();
+      TORCH_CHECK(x.size(0) == n && x.size(1) == 4 * d_, "NaryLevels: inputs must be [n, 4 d] (W x + b)");
+      add_input_rows(gates.data_ptr<float>(), x.data_ptr<float>(), n, N_, d_);
+    }
     forward_rows(gates.data_ptr<float>(), c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(),
                  tanh_c.data_ptr<float>(), n, N_, d_);
     if (save) context = Context{gates, tanh_c, c_children, {}};
@@ -147,30 +184,41 @@ class NaryLevels : public graphtree::LevelKernel {
     const int64_t n = level.end - level.begin, d = d_;
     const Context& context = contexts_[level.index];
     auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
-    if (level.width == 0) {
+    if (level.width == 0 && !general_) {
       leaf_.backward(context.leaf, grad_h, grad_c, grad_inputs.empty() ? nullptr : &grad_inputs[0]);
       return {torch::Tensor(), torch::Tensor()};
     }
     if (!grad_gates_.defined()) grad_gates_ = torch::empty({children_h_.size(0), rows_}, U_.options());
-    auto grad_gates = grad_gates_.narrow(0, offsets_[level.index], n);
+    auto grad_gates = level.width == 0 ? torch::empty({n, rows_}, U_.options())
+                                       : grad_gates_.narrow(0, offsets_[level.index], n);
     auto grad_c_children = torch::empty({n, N_, d}, U_.options());
     backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), context.activated.data_ptr<float>(),
                   context.c_children.data_ptr<float>(), context.tanh_c.data_ptr<float>(),
                   grad_gates.data_ptr<float>(), grad_c_children.data_ptr<float>(), n, N_, d);
+    if (general_ && !grad_inputs.empty() && grad_inputs[0].defined()) {  // W x + b: gates i, o, u; f summed
+      grad_inputs[0].narrow(1, 0, 3 * d).add_(grad_gates.narrow(1, 0, 3 * d));
+      grad_inputs[0].narrow(1, 3 * d, d).add_(grad_gates.narrow(1, 3 * d, N_ * d).view({n, N_, d}).sum(1));
+    }
+    if (level.width == 0) {  // general leaves: no children; their gates' bias gradient
+      leaf_grad_bias_ += grad_gates.sum(0);
+      return {torch::Tensor(), torch::Tensor()};
+    }
     auto grad_h_children = at::mm(grad_gates, U_);
     return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
   }
 
   std::vector<torch::Tensor> param_grads() override {
     auto grad_U = torch::zeros_like(U_);
-    auto grad_b = torch::zeros({rows_}, U_.options());
+    auto grad_b = leaf_grad_bias_.defined() ? leaf_grad_bias_.clone() : torch::zeros({rows_}, U_.options());
     if (grad_gates_.defined() && grad_gates_.size(0) > 0) {
       grad_U.addmm_(grad_gates_.t(), children_h_);
       grad_b += grad_gates_.sum(0);
     }
-    auto [grad_leaf_weight, grad_leaf_bias] = leaf_.param_grads();
     // Every child's bias block b_U[l] enters the gates the same way, so each gets the same gradient.
-    return {grad_U, grad_b.unsqueeze(0).expand({N_, rows_}).contiguous(), grad_leaf_weight, grad_leaf_bias};
+    auto grad_b_U = grad_b.unsqueeze(0).expand({N_, rows_}).contiguous();
+    if (general_) return {grad_U, grad_b_U};
+    auto [grad_leaf_weight, grad_leaf_bias] = leaf_.param_grads();
+    return {grad_U, grad_b_U, grad_leaf_weight, grad_leaf_bias};
   }
 
  private:
@@ -180,9 +228,11 @@ class NaryLevels : public graphtree::LevelKernel {
   };
 
   torch::Tensor gate_weights_t_, gate_bias_, U_;
-  graphtree::LeafUnit leaf_;
+  graphtree::LeafUnit leaf_;  // constituency only
+  bool general_ = false;
   int64_t rows_ = 0, d_ = 0, N_ = 0;
   bool save_ = false;
+  torch::Tensor leaf_grad_bias_;  // general setting: the leaves' share of the gates' bias gradient
   std::vector<Context> contexts_;
   std::vector<int64_t> offsets_;  // each level's first row in children_h_ and grad_gates_
   torch::Tensor children_h_, grad_gates_;
@@ -192,8 +242,8 @@ class NaryLevels : public graphtree::LevelKernel {
 
 void bind_nary_levels(pybind11::module& m) {
   pybind11::class_<NaryLevels, graphtree::LevelKernel, std::shared_ptr<NaryLevels>>(
-      m, "NaryLevels", "The constituency N-ary Tree-LSTM's level math for the engine's compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>(),
+      m, "NaryLevels", "The N-ary Tree-LSTM's level math for the engine's compiled level loop")
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, bool>(),
            pybind11::arg("gate_weights_t"), pybind11::arg("gate_bias"), pybind11::arg("U"),
-           pybind11::arg("leaf_weight"), pybind11::arg("leaf_bias"));
+           pybind11::arg("leaf_weight"), pybind11::arg("leaf_bias"), pybind11::arg("general"));
 }

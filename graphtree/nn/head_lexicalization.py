@@ -84,7 +84,7 @@ class HeadLexicalization(TreeCell):
             self.b_z = Parameter(torch.empty((N - 1) * D))
         self.reset_parameters()
 
-    compiled_levels = compiled.gated_head  # the fast path (gated, binary): graphtree/backend/compiled.py
+    compiled_levels = compiled.head_lexicalization  # the fast path: graphtree/backend/compiled.py
 
     def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> Tensor:
         """Return the head vector of every node; ``edge_index``: child -> parent edges (with ``edge_pos``, each

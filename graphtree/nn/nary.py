@@ -96,7 +96,7 @@ class NaryTreeLSTM(TreeCell):
         self.b_U = Parameter(torch.empty(N, (3 + N) * d))
         self.reset_parameters()
 
-    compiled_levels = compiled.nary  # the fast path (constituency setting): graphtree/backend/compiled.py
+    compiled_levels = compiled.nary  # the fast path (forget="full"): graphtree/backend/compiled.py
 
     def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node; ``edge_index``: child -> parent edges (with ``edge_pos``, each
