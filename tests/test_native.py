@@ -56,12 +56,13 @@ def _reference(cell, x, batch, weights, reference):
     return tuple(t.float() for t in (h, c, *grads))
 
 
+@pytest.mark.parametrize("setting", ["constituency", "general"])
 @pytest.mark.parametrize("n_ary", [2, 3])
-def test_kernels_match_the_recursive_reference(kernels, n_ary, monkeypatch):
-    # The constituency setting runs the whole pass in the engine's compiled level loop; "general" has no kernel.
+def test_kernels_match_the_recursive_reference(kernels, n_ary, setting, monkeypatch):
+    # Either setting runs the whole pass in the engine's compiled level loop.
     monkeypatch.setattr(tai, "HID", 16)
     torch.manual_seed(n_ary)
-    cell = NaryTreeLSTM(tai.IN, 16, n_ary=n_ary)
+    cell = NaryTreeLSTM(tai.IN, 16, n_ary=n_ary, setting=setting)
     batch = tai.mixed_batch(max_arity=n_ary, seed=n_ary + 10)
     _assert_kernels_match_reference(kernels, cell, batch, tai.IN, ["NaryLevels"], tai.nary_reference, monkeypatch)
 

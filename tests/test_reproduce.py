@@ -38,7 +38,7 @@ def test_rerun_command_refuses_a_command_of_another_script(tmp_path):
 def test_differences_compare_every_metric_exactly_but_not_times():
     committed = [{"epoch": 1, "train_loss": 1.5, "dev_root": 40.0, "seconds": 3.0},
                  {"epoch": 2, "train_loss": 1.25, "dev_root": 41.0, "seconds": 3.0}]
-    same = [dict(row, seconds=9.0) for row in committed]
+    same = [dict(row, seconds=9.0, phases={"forward": 2.0}) for row in committed]  # times, and their split
     assert reproduce.differences(committed, same) == []
     off = [dict(committed[0]), dict(committed[1], train_loss=1.25 + 2 ** -40)]
     assert reproduce.differences(committed, off) == [

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -327,6 +328,32 @@ def test_resume_refuses_a_checkpoint_of_another_run(tmp_path: Path) -> None:
     assert again.resumed_at == 1 and again.history == first.history
     with pytest.raises(ValueError, match="differing: lr"):
         trainer({"lr": 2}).fit(data, data)
+
+
+def test_each_epoch_splits_its_time_into_the_trainers_phases() -> None:
+    from graphtree.models import NodeEmbedding, TreeClassifier
+    from graphtree.nn import NaryTreeLSTM
+    from graphtree.train.trainer import PHASES
+
+    data = [from_ptb("(1 (0 a) (1 b))", VOCAB), from_ptb("(0 (0 c) (1 d))", VOCAB)] * 4
+    emb = NodeEmbedding(6, 4)
+    model = TreeClassifier(emb, NaryTreeLSTM(4, 3), 2)
+    optimizer = PaperOptimizer.for_model(model, emb, PRESETS["tai"])
+    step_embeddings = optimizer.step_embeddings
+
+    def slow_embedding_update() -> None:  # a phase made long on purpose: its time must land in its column
+        time.sleep(0.05)
+        step_embeddings()
+
+    optimizer.step_embeddings = slow_embedding_update
+    fit = Trainer(model, optimizer, epochs=1, batch_size=2, seed=0, progress=False, verbose=False).fit(data, data)
+    (epoch,) = fit.history
+    phases = epoch["phases"]
+    assert list(phases) == [*PHASES, "dev"]
+    assert phases["embeddings"] >= 4 * 0.05  # 4 minibatches
+    assert all(0 <= phases[p] < phases["embeddings"] / 2 for p in PHASES if p != "embeddings")
+    assert sum(phases[p] for p in PHASES) <= epoch["train_seconds"]
+    assert phases["dev"] == pytest.approx(epoch["seconds"] - epoch["train_seconds"])
 
 
 def test_kill_9_mid_training_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:

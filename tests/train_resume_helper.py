@@ -63,7 +63,8 @@ def run(out: Path, sleep: float = 0.0) -> dict:
         digest.update(name.encode())
         digest.update(value.numpy().tobytes())
     return {"best_epoch": fit.best_epoch,
-            "history": [{k: v for k, v in h.items() if "seconds" not in k} for h in fit.history],
+            "history": [{k: v for k, v in h.items() if "seconds" not in k and k != "phases"}  # times
+                        for h in fit.history],
             "test": test.as_dict(), "params": digest.hexdigest(), "resumed_at": fit.resumed_at}
 
 

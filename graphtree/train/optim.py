@@ -194,9 +194,15 @@ class PaperOptimizer:
         with torch.no_grad():
             return 0.5 * self.spec.l2 * float(sum((p * p).sum() for p in self.params))
 
-    @torch.no_grad()
     def step(self) -> None:
-        """Add λθ to the gradients of the non-embedding parameters, decay them, then step both optimizers."""
+        """Add λθ to the gradients of the non-embedding parameters, decay them, then step both optimizers
+        (:meth:`step_model`, then :meth:`step_embeddings`)."""
+        self.step_model()
+        self.step_embeddings()
+
+    @torch.no_grad()
+    def step_model(self) -> None:
+        """The update of the non-embedding parameters: decay, λθ added to their gradients, the optimizer's step."""
         if self.spec.decay:
             torch._foreach_mul_(self.params, 1.0 - self.spec.decay)
         if self.spec.l2:
@@ -206,6 +212,10 @@ class PaperOptimizer:
                 else:
                     p.grad.add_(p, alpha=self.spec.l2)
         self.model_optimizer.step()
+
+    @torch.no_grad()
+    def step_embeddings(self) -> None:
+        """The update of the word embeddings (nothing where they are frozen or absent)."""
         if self.embedding_optimizer is not None:
             # The sparse tensors in the update are PyTorch's own (valid by construction); opting out of the
             # invariant checks explicitly is what keeps torch from warning on every run that it did so implicitly.

@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,18 @@ from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_ever
 from .metrics import Tally, evaluate
 from .optim import PaperOptimizer
 
-__all__ = ["CHECKPOINT_FORMAT", "FitResult", "Trainer", "collate", "epoch_order"]
+__all__ = ["CHECKPOINT_FORMAT", "PHASES", "FitResult", "Trainer", "collate", "epoch_order"]
 
 CHECKPOINT_FORMAT = 1
 """Version of the checkpoint layout written by :class:`Trainer`."""
 
 CSV_FIELDS = ("epoch", "train_loss", "dev_root", "dev_phrase", "train_seconds", "seconds", "best")
+
+PHASES = ("batches", "forward", "backward", "optimizer", "embeddings")
+"""Where a training pass's time goes (each epoch's ``phases`` in the history, with ``dev`` for the evaluation):
+building the minibatches (and moving them to the device), the forward pass and loss, the backward pass (and,
+under ``torchrun``, the gradient all-reduce), the update of the model's parameters, and that of the word
+embeddings. On a GPU, which runs asynchronously, a phase may be charged to a later one."""
 
 
 def epoch_order(num_examples: int, seed: int, epoch: int) -> Tensor:
@@ -58,7 +65,8 @@ class FitResult:
         best_dev: Dev metrics of that epoch (:meth:`Tally.as_dict`).
         history: One dict per epoch: ``epoch``, ``train_loss`` (summed node
             loss per sentence), ``dev_root``, ``dev_phrase``, ``train_seconds``
-            (the training pass) and ``seconds`` (training and dev evaluation).
+            (the training pass), ``seconds`` (training and dev evaluation) and
+            ``phases`` (those seconds split as :data:`PHASES`, and ``dev``).
         seconds: Training and dev-evaluation time of all completed epochs,
             summed over every process that worked on the run.
         resumed_at: Epochs already completed when this process started.
@@ -223,6 +231,7 @@ class Trainer:
         self._sparse_params = [p for name, p in self.model.named_parameters() if name in sparse]
         for param in self._sparse_params:
             torch.distributed.broadcast(param.data, src=0)
+        # DDP's own (static, documented in its source) way of leaving parameters to the caller.
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.model, sorted(sparse))
         return DistributedDataParallel(self.model, device_ids=[self.device.index] if self.device.type == "cuda"
                                        else None)
@@ -306,13 +315,14 @@ class Trainer:
             # A first use of the compiled kernels builds them (minutes, once per install): that is set-up, not
             # training, so it is left out of the epoch's recorded time.
             began, building = time.perf_counter(), native.build_seconds()
-            train_loss = self._train_epoch(model, train, epoch, epoch * steps_per_epoch, history)
+            train_loss, phases = self._train_epoch(model, train, epoch, epoch * steps_per_epoch, history)
             trained = time.perf_counter() - began - (native.build_seconds() - building)
             columns, dev_metrics = self._validate(self._scoring_model(dev_batches), dev_batches)
             took = time.perf_counter() - began - (native.build_seconds() - building)
             seconds += took
+            phases["dev"] = took - trained
             history.append({"epoch": epoch + 1, "train_loss": train_loss, **columns,
-                            "train_seconds": trained, "seconds": took})
+                            "train_seconds": trained, "seconds": took, "phases": phases})
             improved = self._improves(dev_metrics, best["dev"])
             if improved:
                 best = {"epoch": epoch + 1, "dev": dev_metrics,
@@ -328,42 +338,70 @@ class Trainer:
         self.model.load_state_dict(best["model"])
         return FitResult(best["epoch"], best["dev"], history, seconds, start)
 
+    def _minibatch(self, train: Sequence[Data], order: list[int], start: int) -> tuple[list[int], list[int], Batch]:
+        """The minibatch at ``start`` of the epoch's ``order``, this rank's share of it, and that share as a
+        ``Batch`` with its schedule, on the device. A rank left without examples (a last minibatch smaller than
+        the job) still joins the gradient all-reduce, with one example weighted zero."""
+        minibatch = order[start:start + self.batch_size]
+        mine = distributed.shard(minibatch)
+        batch = Batch.from_data_list([train[i] for i in mine or minibatch[:1]])
+        if getattr(batch, "edge_index", None) is not None:  # pairs build their sides' schedules in the model
+            schedule_of(batch)
+        return minibatch, mine, self.to_device(batch)
+
     def _train_epoch(self, model: torch.nn.Module, train: Sequence[Data], epoch: int, step: int,
-                     history: list[dict]) -> float:
-        """One pass over ``train``; returns the summed loss per example."""
+                     history: list[dict]) -> tuple[float, dict[str, float]]:
+        """One pass over ``train``; returns the summed loss per example and the seconds of each of :data:`PHASES`."""
         self.model.train()
         order = epoch_order(len(train), self.seed, epoch).tolist()
         last_dev = self._last_dev(history)
-        bar = tqdm(range(0, len(order), self.batch_size), desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}",
+        bar = tqdm(range(math.ceil(len(order) / self.batch_size)), desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}",
                    disable=not self.progress or not distributed.is_main(), leave=False, file=sys.stderr,
                    mininterval=0.5 if sys.stderr.isatty() else 30.0)
         ranks = distributed.world_size()
         loss_sum, examples = 0.0, 0
-        for k in bar:
-            minibatch = order[k:k + self.batch_size]
-            mine = distributed.shard(minibatch)
-            # A rank left without examples (a last minibatch smaller than the job) still joins the gradient
-            # all-reduce, with a zero-weighted example.
-            batch = self.to_device(Batch.from_data_list([train[i] for i in mine or minibatch[:1]]))
-            loss = self._every_parameter(self._batch_loss(model, batch))
-            self.optimizer.zero_grad()
-            # DDP averages over the ranks, so each rank's share is divided by the minibatch size over the ranks:
-            # the gradient is that of the minibatch's summed loss over its size, as in one process.
-            (loss / (len(minibatch) / ranks) if mine else loss * 0.0).backward()
-            for param in self._sparse_params:
-                distributed.all_reduce_sparse_(param)
-            self.optimizer.step()
-            if mine:
-                loss_sum += float(loss.detach())
-                examples += len(mine)
-            step += 1
-            if self.on_step is not None:
-                self.on_step(step)
-            bar.set_postfix(loss=f"{loss_sum / examples:.3f}", dev=last_dev, refresh=False)
+        phases = dict.fromkeys(PHASES, 0.0)
+        clock = time.perf_counter
+        starts = list(range(0, len(order), self.batch_size))
+        # The next minibatch (its Batch and level schedule) is built in a thread while this one trains: the
+        # pass runs in ATen and the compiled loops, which release the interpreter. The same batches, in the
+        # same order: the run is the same to the bit.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphtree-batches") as builder:
+            ahead = builder.submit(self._minibatch, train, order, starts[0])
+            for n in bar:
+                began = clock()
+                minibatch, mine, batch = ahead.result()
+                if n + 1 < len(starts):
+                    ahead = builder.submit(self._minibatch, train, order, starts[n + 1])
+                built = clock()
+                loss = self._every_parameter(self._batch_loss(model, batch))
+                forward = clock()
+                self.optimizer.zero_grad()
+                # DDP averages over the ranks, so each rank's share is divided by the minibatch size over the
+                # ranks: the gradient is that of the minibatch's summed loss over its size, as in one process.
+                (loss / (len(minibatch) / ranks) if mine else loss * 0.0).backward()
+                for param in self._sparse_params:
+                    distributed.all_reduce_sparse_(param)
+                backward = clock()
+                self.optimizer.step_model()
+                stepped = clock()
+                self.optimizer.step_embeddings()
+                done = clock()
+                for phase, seconds in zip(PHASES, (built - began, forward - built, backward - forward,
+                                                   stepped - backward, done - stepped)):
+                    phases[phase] += seconds
+                if mine:
+                    loss_sum += float(loss.detach())
+                    examples += len(mine)
+                step += 1
+                if self.on_step is not None:
+                    self.on_step(step)
+                bar.set_postfix(loss=f"{loss_sum / examples:.3f}" if examples else "-", dev=last_dev,
+                                refresh=False)
         bar.close()
         if ranks > 1:
             loss_sum, examples = (sum(part) for part in zip(*distributed.all_gather_objects((loss_sum, examples))))
-        return loss_sum / examples
+        return loss_sum / examples, phases
 
     def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
         """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``."""

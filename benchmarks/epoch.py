@@ -1,18 +1,21 @@
-"""Training throughput of the SST script in one process and in several (``torchrun``).
+"""The SST training epoch a user waits for, in one process and in several (``torchrun``), phase by phase.
 
 For each model and each setup ``PxT`` (P processes of T threads), ``experiments/sst.py`` trains ``--epochs``
 epochs of SST (fine-grained, GloVe 50d vectors, the paper's settings and minibatch) into a temporary folder, as
 a user would start it: plain ``python`` for one process, ``python -m torch.distributed.run --standalone
---nproc_per_node P`` for several. The figure is the epoch's training pass as the results file records it
+--nproc_per_node P`` for several. The figures are the epoch's training pass as the results file records it
 (``train_seconds``: batches, forward, backward, optimizer, gradient all-reduce; not the dev evaluation nor
-start-up), turned into training trees per second. Rounds alternate the order of the setups so that drift of
-the machine hits all alike; the table gives the median over rounds and the speed-up over the first setup.
+start-up), as training trees per second, and its split into the trainer's phases
+(:data:`graphtree.train.trainer.PHASES`, rank 0's, and the dev evaluation). Rounds alternate the order of the
+setups so that drift of the machine hits all alike; tables give the median over rounds.
 
-    python benchmarks/processes.py --models nary bicontree --setups 1x1 2x1 1x2 --rounds 2 \
-        --out benchmarks/results/processes-cpu.json --readme
-    python benchmarks/processes.py --table benchmarks/results/processes-cpu.json --readme   # table only
+    python benchmarks/epoch.py --models nary bicontree --setups 1x1 2x1 1x2 --rounds 2 \
+        --out benchmarks/results/processes-cpu.json --readme processes
+    python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --out benchmarks/results/epoch-cpu.json --readme epoch
+    python benchmarks/epoch.py --table benchmarks/results/epoch-cpu.json --readme epoch   # tables only
 
-``--readme`` writes the table into README's ``<!-- results:processes -->`` block.
+``--readme processes`` writes the speed-up table into README's ``<!-- results:processes -->`` block,
+``--readme epoch`` the phase table into ``<!-- results:epoch -->``.
 """
 
 from __future__ import annotations
@@ -37,7 +40,12 @@ sys.path.insert(0, str(REPO))
 from graphtree.train import atomic_write_text  # noqa: E402
 from graphtree.train.report import write_readme_section  # noqa: E402
 
-NAMES = {"nary": "Constituency Tree-LSTM (Tai et al.)", "bicontree": "BiConTree (Teng & Zhang)"}
+NAMES = {"nary": "Constituency Tree-LSTM (Tai et al.)", "childsum": "Child-Sum Tree-LSTM (Tai et al.)",
+         "slstm": "S-LSTM (Zhu et al.)", "lstmrnn": "LSTM-RNN (Le & Zuidema)", "contree": "ConTree (Teng & Zhang)",
+         "contree_lex": "ConTree + Lex (Teng & Zhang)", "topdown": "Top-down (Teng & Zhang)",
+         "bicontree": "BiConTree (Teng & Zhang)"}
+ALL_MODELS = list(NAMES)
+PHASE_COLUMNS = ("batches", "forward", "backward", "optimizer", "embeddings", "dev")
 
 
 def git(*args: str) -> str:
@@ -67,15 +75,38 @@ def train_once(model: str, processes: int, epochs: int, threads: int) -> dict:
     trees = int(re.search(r"SST fine-grained: (\d+) /", done.stderr).group(1))
     seconds = [h["train_seconds"] for h in record["history"]]
     return {"train_seconds": seconds, "trees_per_s": [trees / s for s in seconds], "train_trees": trees,
+            "phases": [h.get("phases") for h in record["history"]],
             "command": shlex.join(["python" if processes == 1 else "torchrun", *launcher[3:], *script])}
+
+
+def source(results: dict) -> str:
+    return (f"SST (fine-grained, GloVe 50d, the paper's minibatch), {results['machine']}, median of "
+            f"{results['rounds']} round(s) of {results['epochs']} epoch(s) (`{results['command']}`, at "
+            f"{results['commit'][:7]}{'+dirty' if results['dirty'] else ''})")
+
+
+def phase_table(results: dict) -> str:
+    """Seconds of one training epoch and of its phases, by model and setup."""
+    lines = [f"Seconds of one training epoch and its phases, {source(results)}:", "",
+             "| model | setup | trees/s | epoch (training) | " + " | ".join(PHASE_COLUMNS) + " |",
+             "|---|---|---|---|" + "---|" * len(PHASE_COLUMNS)]
+    for model, rows in results["models"].items():
+        for setup in results["setups"]:
+            runs = rows[setup]["runs"]
+            epochs = [(run["train_seconds"][k], phases) for run in runs
+                      for k, phases in enumerate(run.get("phases") or []) if phases]
+            if not epochs:
+                continue
+            median = statistics.median(seconds for seconds, _ in epochs)
+            cells = [f"{statistics.median(p[c] for _, p in epochs):.2f}" for c in PHASE_COLUMNS]
+            lines.append(f"| {NAMES.get(model, model)} | {setup_name(setup)} | "
+                         f"{rows[setup]['median_trees_per_s']:.0f} | {median:.2f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n" if len(lines) > 4 else ""  # runs from before the trainer timed phases: none
 
 
 def table(results: dict) -> str:
     setups = results["setups"]
-    lines = [f"Training trees per second on SST (fine-grained, GloVe 50d, the paper's minibatch), "
-             f"{results['machine']}, median of {results['rounds']} rounds of {results['epochs']} epoch(s) "
-             f"(`python benchmarks/processes.py {results['arguments']}`, at {results['commit'][:7]}"
-             f"{'+dirty' if results['dirty'] else ''}; × the first column):", "",
+    lines = [f"Training trees per second, {source(results)}; × the first column:", "",
              "| model | " + " | ".join(setup_name(s) for s in setups) + " |", "|---|" + "---|" * len(setups)]
     for model, rows in results["models"].items():
         base = rows[setups[0]]["median_trees_per_s"]
@@ -89,10 +120,12 @@ def table(results: dict) -> str:
 
 def measure(args: argparse.Namespace) -> dict:
     """Every run of every model and setup, interleaved; the results JSON."""
-    arguments = " ".join(sys.argv[1:]).replace(str(REPO) + os.sep, "")
+    # The command without --out, which names a file of this machine, not a setting of the measurement.
+    argv = [a for k, a in enumerate(sys.argv[1:]) if a != "--out" and (k == 0 or sys.argv[k] != "--out")]
     results = {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
-               "epochs": args.epochs, "rounds": args.rounds, "setups": args.setups, "arguments": arguments,
+               "epochs": args.epochs, "rounds": args.rounds, "setups": args.setups,
+               "command": shlex.join(["python", "benchmarks/epoch.py", *argv]),
                "models": {}}
     for model in args.models:
         runs: dict[str, list[dict]] = {s: [] for s in args.setups}
@@ -110,14 +143,15 @@ def measure(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=["nary", "bicontree"])
+    parser.add_argument("--models", nargs="+", default=ALL_MODELS, choices=ALL_MODELS)
     parser.add_argument("--setups", nargs="+", default=["1x1", "2x1", "1x2"],
                         help="PxT: P processes of T threads each (default: 1x1 2x1 1x2)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--out", default=None, help="JSON of every run (default: print only)")
     parser.add_argument("--table", default=None, help="only write the table of this JSON (no runs)")
-    parser.add_argument("--readme", action="store_true", help="write the table into README.md")
+    parser.add_argument("--readme", choices=("processes", "epoch"), default=None,
+                        help="write the speed-up table (processes) or the phase table (epoch) into README.md")
     args = parser.parse_args()
     if args.table:
         results = json.loads(Path(args.table).read_text())
@@ -125,12 +159,12 @@ def main() -> None:
         if any(not re.fullmatch(r"[1-9]\d*x[1-9]\d*", s) for s in args.setups):
             parser.error("--setups: each one PxT, e.g. 2x1")
         results = measure(args)
-    text = table(results)
-    print(text)
+    tables = {"processes": table(results), "epoch": phase_table(results)}
+    print(*(t for t in tables.values() if t), sep="\n")
     if args.out:
         atomic_write_text(json.dumps(results, indent=1) + "\n", Path(args.out))
-    if args.readme and not write_readme_section(REPO / "README.md", "processes", text):
-        raise SystemExit("README.md has no <!-- results:processes --> block")
+    if args.readme and not write_readme_section(REPO / "README.md", args.readme, tables[args.readme]):
+        raise SystemExit(f"README.md has no <!-- results:{args.readme} --> block")
 
 
 if __name__ == "__main__":
