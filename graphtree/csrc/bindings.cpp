@@ -36,16 +36,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   bind_fixed_head_levels(m);
   bind_leaf_sum_levels(m);
   bind_lstm_rnn_levels(m);
-  // The loops touch no Python object: they run without the interpreter lock, so that another thread (the
-  // trainer's, building the next minibatch) can run while a pass is in C++.
-  using release = py::call_guard<py::gil_scoped_release>;
   m.def("run_levels_forward", &run_levels_forward, "the engine's forward level loop over a LevelKernel",
         py::arg("kernel"), py::arg("buffers"), py::arg("inputs"), py::arg("ptr"), py::arg("slots"),
-        py::arg("position_groups"), py::arg("save"), release());
+        py::arg("position_groups"), py::arg("save"));
   m.def("run_levels_backward", &run_levels_backward,
         "the engine's backward level loop over a LevelKernel; returns its parameter gradients",
         py::arg("kernel"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptr"), py::arg("slots"),
-        py::arg("position_groups"), release());
-  m.def("scatter_add_rows_", &scatter_add_rows_, "dst[index[r]] += src[r], in place (the engine's child gradients)",
-        release());
+        py::arg("position_groups"));
+  m.def("scatter_add_rows_", &scatter_add_rows_, "dst[index[r]] += src[r], in place (the engine's child gradients)");
 }

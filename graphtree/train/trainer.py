@@ -9,7 +9,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -340,8 +339,9 @@ class Trainer:
 
     def _minibatch(self, train: Sequence[Data], order: list[int], start: int) -> tuple[list[int], list[int], Batch]:
         """The minibatch at ``start`` of the epoch's ``order``, this rank's share of it, and that share as a
-        ``Batch`` with its schedule, on the device. A rank left without examples (a last minibatch smaller than
-        the job) still joins the gradient all-reduce, with one example weighted zero."""
+        ``Batch`` with its schedule (built here, on the host), on the device. A rank left without examples (a
+        last minibatch smaller than the job) still joins the gradient all-reduce, with one example weighted
+        zero."""
         minibatch = order[start:start + self.batch_size]
         mine = distributed.shard(minibatch)
         batch = Batch.from_data_list([train[i] for i in mine or minibatch[:1]])
@@ -362,42 +362,33 @@ class Trainer:
         loss_sum, examples = 0.0, 0
         phases = dict.fromkeys(PHASES, 0.0)
         clock = time.perf_counter
-        starts = list(range(0, len(order), self.batch_size))
-        # The next minibatch (its Batch and level schedule) is built in a thread while this one trains: the
-        # pass runs in ATen and the compiled loops, which release the interpreter. The same batches, in the
-        # same order: the run is the same to the bit.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphtree-batches") as builder:
-            ahead = builder.submit(self._minibatch, train, order, starts[0])
-            for n in bar:
-                began = clock()
-                minibatch, mine, batch = ahead.result()
-                if n + 1 < len(starts):
-                    ahead = builder.submit(self._minibatch, train, order, starts[n + 1])
-                built = clock()
-                loss = self._every_parameter(self._batch_loss(model, batch))
-                forward = clock()
-                self.optimizer.zero_grad()
-                # DDP averages over the ranks, so each rank's share is divided by the minibatch size over the
-                # ranks: the gradient is that of the minibatch's summed loss over its size, as in one process.
-                (loss / (len(minibatch) / ranks) if mine else loss * 0.0).backward()
-                for param in self._sparse_params:
-                    distributed.all_reduce_sparse_(param)
-                backward = clock()
-                self.optimizer.step_model()
-                stepped = clock()
-                self.optimizer.step_embeddings()
-                done = clock()
-                for phase, seconds in zip(PHASES, (built - began, forward - built, backward - forward,
-                                                   stepped - backward, done - stepped)):
-                    phases[phase] += seconds
-                if mine:
-                    loss_sum += float(loss.detach())
-                    examples += len(mine)
-                step += 1
-                if self.on_step is not None:
-                    self.on_step(step)
-                bar.set_postfix(loss=f"{loss_sum / examples:.3f}" if examples else "-", dev=last_dev,
-                                refresh=False)
+        for n in bar:
+            began = clock()
+            minibatch, mine, batch = self._minibatch(train, order, n * self.batch_size)
+            built = clock()
+            loss = self._every_parameter(self._batch_loss(model, batch))
+            forward = clock()
+            self.optimizer.zero_grad()
+            # DDP averages over the ranks, so each rank's share is divided by the minibatch size over the ranks:
+            # the gradient is that of the minibatch's summed loss over its size, as in one process.
+            (loss / (len(minibatch) / ranks) if mine else loss * 0.0).backward()
+            for param in self._sparse_params:
+                distributed.all_reduce_sparse_(param)
+            backward = clock()
+            self.optimizer.step_model()
+            stepped = clock()
+            self.optimizer.step_embeddings()
+            done = clock()
+            for phase, seconds in zip(PHASES, (built - began, forward - built, backward - forward,
+                                               stepped - backward, done - stepped)):
+                phases[phase] += seconds
+            if mine:
+                loss_sum += float(loss.detach())
+                examples += len(mine)
+            step += 1
+            if self.on_step is not None:
+                self.on_step(step)
+            bar.set_postfix(loss=f"{loss_sum / examples:.3f}" if examples else "-", dev=last_dev, refresh=False)
         bar.close()
         if ranks > 1:
             loss_sum, examples = (sum(part) for part in zip(*distributed.all_gather_objects((loss_sum, examples))))
