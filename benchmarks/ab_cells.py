@@ -443,7 +443,9 @@ def main() -> None:
                              for name in args.cells},
                       points=points, process_per_point=args.process_per_point, tree_pool=TREE_POOL,
                       max_batches=MAX_BATCHES, sst_length_deciles=SST_LENGTH_DECILES, split_skew=SPLIT_SKEW),
-        env={k: v for k, v in os.environ.items() if k.startswith("GRAPHTREE_") or k.endswith("_NUM_THREADS")},
+        # Which settings were in force; a folder (GRAPHTREE_MIRROR) is this machine's, so only its presence.
+        env={k: "(a folder)" if k == "GRAPHTREE_MIRROR" else v for k, v in os.environ.items()
+             if k.startswith("GRAPHTREE_") or k.endswith("_NUM_THREADS")},
     )
     for side in sides:
         state = info["checkouts"][side]

@@ -130,3 +130,14 @@ def test_one_process_outside_torchrun():
     assert distributed.shard([1, 2, 3]) == [1, 2, 3]
     with distributed.main_first():
         pass
+
+
+def test_the_own_data_command_trains_under_torchrun(tmp_path):
+    # TaskTrainer (graph labels) through experiments/train.py: one set of files, the run marked as 2 processes.
+    launch([*TORCHRUN, "--standalone", "--nproc_per_node", "2", "experiments/train.py", "--data",
+            "examples/graphs.jsonl", "--model", "childsum", "--quick", "--epochs", "2", "--no-progress",
+            "--out", str(tmp_path / "runs"), "--data-root", str(tmp_path / "data")])
+    (record,) = (tmp_path / "runs" / "quick" / "train").glob("*.json")
+    result = json.loads(record.read_text())
+    assert result["processes"] == 2 and len(result["history"]) == 2
+    assert len(list((tmp_path / "runs" / "quick" / "train").glob("*.predictions.tsv"))) == 1
