@@ -154,7 +154,7 @@ def test_a_killed_run_resumes_to_the_numbers_of_an_uninterrupted_one(tmp_path, c
     monkeypatch.undo()
     resumed, resumed_rows, err = run(argv, tmp_path / "killed", capsys)
     assert "(resumed after epoch 1)" in err
-    timing = ("train_seconds", "seconds")
+    timing = ("train_seconds", "seconds", "phases")
     assert ([{k: v for k, v in h.items() if k not in timing} for h in resumed["history"]]
             == [{k: v for k, v in h.items() if k not in timing} for h in whole["history"]])
     assert resumed["best_epoch"] == whole["best_epoch"] and resumed["test"] == whole["test"]
