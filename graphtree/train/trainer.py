@@ -158,6 +158,7 @@ class Trainer:
         self.progress, self.desc, self.extra, self.on_step = progress, desc, extra or {}, on_step
         self.verbose = verbose
         self._sparse_params: list[torch.nn.Parameter] = []  # synchronized outside DDP (see _data_parallel)
+        self._ddp_params: list[torch.nn.Parameter] = []  # synchronized by DDP
         if device is None:
             device = next((p.device for p in model.parameters()), torch.device("cpu"))
         self.device = torch.device(device)
@@ -221,13 +222,14 @@ class Trainer:
         broadcast from rank 0 here, as DDP broadcasts the others.
         """
         if distributed.world_size() == 1:
-            self._sparse_params = []
+            self._sparse_params, self._ddp_params = [], []
             return self.model
         from torch.nn.parallel import DistributedDataParallel
 
         sparse = {f"{name}.weight" if name else "weight" for name, module in self.model.named_modules()
                   if isinstance(module, torch.nn.Embedding) and module.sparse and module.weight.requires_grad}
         self._sparse_params = [p for name, p in self.model.named_parameters() if name in sparse]
+        self._ddp_params = [p for name, p in self.model.named_parameters() if name not in sparse and p.requires_grad]
         for param in self._sparse_params:
             torch.distributed.broadcast(param.data, src=0)
         # DDP's own (static, documented in its source) way of leaving parameters to the caller.
@@ -244,10 +246,9 @@ class Trainer:
         price of a sum, where ``find_unused_parameters`` would search the
         autograd graph at every step.
         """
-        if distributed.world_size() == 1:
+        if not self._ddp_params:
             return loss
-        skip = {id(p) for p in self._sparse_params}
-        return loss + 0.0 * sum(p.sum() for p in self.model.parameters() if p.requires_grad and id(p) not in skip)
+        return loss + 0.0 * sum(p.sum() for p in self._ddp_params)
 
     def _load(self) -> dict[str, Any] | None:
         if self.checkpoint is None or not self.checkpoint.is_file():
