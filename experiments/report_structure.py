@@ -25,17 +25,30 @@ from graphtree.train import atomic_write_text
 from graphtree.train.report import mean_std, write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
-MODEL_NAMES = {"childsum": "Child-Sum Tree-LSTM", "nary": "N-ary Tree-LSTM", "lstm": "LSTM (sequence)"}
+MODEL_NAMES = {"childsum": "Child-Sum Tree-LSTM", "nary": "N-ary Tree-LSTM", "slstm": "S-LSTM", "lstmrnn": "LSTM-RNN",
+               "bicontree": "BiConTree", "lstm": "LSTM (sequence)"}
+TREE_NAMES = {"flat": " (flat tree)"}  # ListOps: the paper's parse is the default and goes unnamed
 TASK_NAMES = {"listops": "ListOps", "circuits": "Boolean circuits"}
 
 
+def variant(record: dict) -> str:
+    """A run's model, and its ListOps tree unless the default: ``childsum``, ``childsum/flat``."""
+    tree = record["config"].get("tree", "paper")
+    return record["config"]["model"] + ("" if tree == "paper" else f"/{tree}")
+
+
+def display(variant: str) -> str:
+    model, _, tree = variant.partition("/")
+    return MODEL_NAMES.get(model, model) + TREE_NAMES.get(tree, "")
+
+
 def load(results: Path, quick: bool) -> dict[tuple[str, str], list[dict]]:
-    """The runs in ``results`` by (task, model), quick ones only with ``quick``."""
+    """The runs in ``results`` by (task, variant), quick ones only with ``quick``."""
     runs: dict[tuple[str, str], list[dict]] = {}
     for path in sorted(results.glob("*.json")):
         record = json.loads(path.read_text())
         if record.get("experiment") == "structure" and bool(record["config"].get("quick")) == quick:
-            runs.setdefault((record["config"]["task"], record["config"]["model"]), []).append(record)
+            runs.setdefault((record["config"]["task"], variant(record)), []).append(record)
     return runs
 
 
@@ -44,15 +57,15 @@ def breakdown(runs: list[dict], field: str) -> list[str]:
     keys = sorted({int(k) for r in runs for k in r["test"][field]})
     label = field.removeprefix("by_")
     lines = [f"| Model | {' | '.join(str(k) for k in keys)} |", "|---" * (len(keys) + 1) + "|"]
-    models = sorted({r["config"]["model"] for r in runs})
+    models = sorted({variant(r) for r in runs})
     for model in models:
-        mine = [r for r in runs if r["config"]["model"] == model]
+        mine = [r for r in runs if variant(r) == model]
         cells = []
         for k in keys:
             values = [r["test"][field][str(k)]["accuracy"] for r in mine if str(k) in r["test"][field]]
             cells.append(f"{statistics.mean(values):.1f}" if values else "—")
-        lines.append(f"| {MODEL_NAMES.get(model, model)} | {' | '.join(cells)} |")
-    first = next(r for r in runs if r["config"]["model"] == models[0])
+        lines.append(f"| {display(model)} | {' | '.join(cells)} |")
+    first = next(r for r in runs if variant(r) == models[0])
     counts = " · ".join(f"{k}: {first['test'][field].get(str(k), {}).get('total', 0)}" for k in keys)
     return [f"Test accuracy (%) by {label} (test graphs per {label}: {counts}):", "", *lines, ""]
 
@@ -84,13 +97,16 @@ def report(runs: dict[tuple[str, str], list[dict]]) -> str:
         for (t, model), rs in sorted(runs.items()):
             if t != task:
                 continue
-            row = [MODEL_NAMES.get(model, model), mean_std(r["test"]["accuracy"] for r in rs)]
+            row = [display(model), mean_std(r["test"]["accuracy"] for r in rs)]
             if deeper:
                 row.append(mean_std(r["test"]["deeper_than_training"]["accuracy"] for r in rs
                                     if r["test"].get("deeper_than_training")))
-            row += [" ".join(str(r["seed"]) for r in rs), f"{statistics.mean(r['wall_time_s'] for r in rs) / 60:.1f}",
-                    f"`python experiments/structure.py --task {task} --model {model} --seeds "
-                    f"{' '.join(str(r['seed']) for r in rs)}{' --quick' if rs[0]['config']['quick'] else ''}`",
+            name, _, tree = model.partition("/")
+            seeds = " ".join(str(r["seed"]) for r in rs)
+            tree_flag = f" --listops-tree {tree}" if tree else ""
+            quick = " --quick" if rs[0]["config"]["quick"] else ""
+            row += [seeds, f"{statistics.mean(r['wall_time_s'] for r in rs) / 60:.1f}",
+                    f"`python experiments/structure.py --task {task} --model {name}{tree_flag} --seeds {seeds}{quick}`",
                     ran_at(rs)]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
@@ -99,7 +115,7 @@ def report(runs: dict[tuple[str, str], list[dict]]) -> str:
             if trees:
                 best = max((statistics.mean(r["test"]["accuracy"] for r in rs), m) for m, rs in trees.items())
                 lines += [f"Target: a tree model at {LISTOPS_TARGET:.0f}% test accuracy or more: best "
-                          f"{MODEL_NAMES.get(best[1], best[1])}, {best[0]:.1f}, "
+                          f"{display(best[1])}, {best[0]:.1f}, "
                           f"{'met' if best[0] >= LISTOPS_TARGET else 'missed'}.", ""]
         if deeper:
             r = task_runs[0]

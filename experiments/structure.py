@@ -15,16 +15,23 @@ tabulates the runs.
     python experiments/structure.py --task listops --model childsum --seeds 1 2 3
     python experiments/structure.py --task listops --model nary --seeds 1 2 3
     python experiments/structure.py --task listops --model lstm --seeds 1 2 3
+    python experiments/structure.py --task listops --model childsum --listops-tree flat --seeds 1
     python experiments/structure.py --task circuits --model childsum --seeds 1 2 3
     python experiments/structure.py --task circuits --model lstm --seeds 1 2 3
     python experiments/structure.py --task circuits --model childsum --quick   # seconds, under runs/quick/
 
 Models: ``childsum`` and ``nary`` (and the other cells of ``experiments/train.py``
 where they fit: the binary ones, top-down and bidirectional included, take at
-most two children and inputs at leaves only, which neither benchmark has, and
-say so) on the gold trees / DAGs; ``lstm``: ``nn.LSTM`` of the same hidden size
-over ListOps' token sequence (brackets included), or over a circuit's nodes in a
-topological order, each node its gate type and the distances back to its operands.
+most two children and inputs at leaves only, which ListOps' gold parse has and
+circuits have not) on the gold trees / DAGs; ``lstm``: ``nn.LSTM`` of the same
+hidden size over ListOps' token sequence (brackets included), or over a
+circuit's nodes in a topological order, each node its gate type and the
+distances back to its operands.
+
+ListOps' gold tree is the paper's parse (Nangia & Bowman 2018, Figure 1): every
+token a leaf, left-branching within each list, so a list is read one argument
+at a time. ``--listops-tree flat`` gives instead one node per list with its
+arguments as children (runs named ``listops_<model>_flat_s<seed>``).
 
 ListOps uses the generator's defaults, the paper's settings (90,000 / 10,000 /
 10,000 examples, at most 10 nested lists, 2-5 arguments, sequences up to 100
@@ -44,7 +51,7 @@ import torch
 
 from graphtree.datasets import BooleanCircuits, ListOps
 from graphtree.datasets.circuits import FAN_IN, NODE_TYPES
-from graphtree.datasets.listops import LISTOPS_VOCAB
+from graphtree.datasets.listops import LISTOPS_VOCAB, TREES
 from graphtree.models import NodeEmbedding
 from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, distributed, seed_everything
 from graphtree.train.own_data import MODELS, NodeInputs, Task, TaskTrainer, build_model, model_settings
@@ -86,21 +93,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--task", choices=list(TASKS), required=True)
     p.add_argument("--model", choices=[*MODELS, "lstm"], default="childsum",
                    help="a tree cell on the gold structure, or lstm: nn.LSTM over the sequence")
+    p.add_argument("--listops-tree", choices=TREES, default="paper",
+                   help="ListOps: the paper's gold parse (default), or flat: one node per list")
     add_run_arguments(p, REPO, epochs_help=f"default {EPOCHS}",
                       quick_help="a few hundred graphs, 2 epochs; results under OUT/quick/")
     return p.parse_args(argv)
 
 
 def depth_of(task: str, graph) -> int:
-    """ListOps: lists nested on the deepest path (the root's height); circuits: gates on the longest path."""
-    return int(graph.circuit_depth) if task == "circuits" else int(graph.height[graph.is_root])
+    """ListOps: lists nested on the deepest path; circuits: gates on the longest path."""
+    return int(graph.circuit_depth) if task == "circuits" else int(graph.list_depth)
 
 
 def load_splits(args: argparse.Namespace) -> tuple[dict, dict[str, list]]:
     """The generator's settings and the three splits (circuits: train and dev up to ``TRAIN_MAX_DEPTH``)."""
     spec = TASKS[args.task]
     sizes = QUICK[args.task] if args.quick else spec["sizes"]
-    splits = {s: list(spec["dataset"](args.data_root, s, **sizes, seed=0, log=False)) for s in ("train", "dev", "test")}
+    options = dict(tree=args.listops_tree) if args.task == "listops" else {}
+    splits = {s: list(spec["dataset"](args.data_root, s, **sizes, **options, seed=0, log=False))
+              for s in ("train", "dev", "test")}
     if args.task == "circuits":
         for s in ("train", "dev"):
             splits[s] = [g for g in splits[s] if depth_of(args.task, g) <= TRAIN_MAX_DEPTH]
@@ -142,11 +153,14 @@ def train(args: argparse.Namespace) -> None:
     cfg = dict(task=args.task, model=args.model, generator=dict(sizes, seed=0), epochs=epochs, dim=DIM,
                hidden=HIDDEN, dropout=DROPOUT, optimizer=OPTIMIZER.as_dict(), quick=args.quick,
                train_max_depth=TRAIN_MAX_DEPTH if args.task == "circuits" else None)
+    if args.task == "listops" and args.model != "lstm":
+        cfg["tree"] = args.listops_tree
     paths = RunPaths.under(args.out, "structure", args.quick)
     note(f"{args.task}: {' / '.join(str(len(splits[s])) for s in ('train', 'dev', 'test'))} graphs, training "
          f"depths {train_depths[0]}-{train_depths[-1]} ({data_seconds:.1f} s to generate)")
     for seed in args.seeds:
-        name = f"{args.task}_{args.model}" + (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "")
+        name = f"{args.task}_{args.model}" + ("_flat" if cfg.get("tree") == "flat" else "")
+        name += f"_ep{epochs}" if epochs != EPOCHS and not args.quick else ""
         name += f"_s{seed}"
         if finished_run(paths.results, name, cfg) is not None:
             note(f"{name}: finished earlier ({paths.results / name}.json), skipped")

@@ -66,6 +66,41 @@ def preorder_values(tree) -> list[int]:
     return out
 
 
+def paper_values(tree) -> list[int]:
+    """Node labels of the paper's parse in pre-order: a list's value, -1 for its partial lists and operator,
+    its arguments' labels in order, -1 for its ``]``."""
+    if isinstance(tree, int):
+        return [tree]
+    out = [value(tree)] + [-1] * (len(tree) - 1) + [-1]
+    for child in tree[1:]:
+        out += paper_values(child)
+    return out + [-1]
+
+
+def paper_bracketing(tree) -> str:
+    """The paper's parse (Nangia & Bowman 2018, Figure 1) written out: left-branching within each list."""
+    if isinstance(tree, int):
+        return str(tree)
+    text = "[" + tree[0]
+    for child in tree[1:]:
+        text = f"({text} {paper_bracketing(child)})"
+    return f"({text} ])"
+
+
+def bracketing_of(data) -> str:
+    """The tree of a ``Data`` written out from its edges, children by ``edge_pos``, leaves by ``word_pos``."""
+    children = collections.defaultdict(list)
+    for (child, parent), pos in zip(data.edge_index.t().tolist(), data.edge_pos.tolist()):
+        children[parent].append((pos, child))
+
+    def write(node: int) -> str:
+        if not children[node]:
+            return data.tokens[int(data.word_pos[node])]
+        return "(" + " ".join(write(c) for _, c in sorted(children[node])) + ")"
+
+    return write(int(data.is_root.nonzero()))
+
+
 def list_depth(tree) -> int:
     return 0 if isinstance(tree, int) else 1 + max(list_depth(c) for c in tree[1:])
 
@@ -91,15 +126,38 @@ def run_cell(data, channels: int) -> None:
     ("[MAX 0 ]", 0),
 ])
 def test_listops_hand_checked_values(text, expected):
-    data = listops_tree(text)
     tree = nest(text.split())
     assert value(tree) == expected
-    assert int(data.graph_y) == expected == int(data.y[0])
-    assert data.y.tolist() == preorder_values(tree)
+    flat, paper = listops_tree(text, tree="flat"), listops_tree(text)
+    for data in (flat, paper):
+        assert int(data.graph_y) == expected == int(data.y[0])
+        assert int(data.list_depth) == list_depth(tree)
+    assert flat.y.tolist() == preorder_values(tree)
+    assert paper.y.tolist() == paper_values(tree)
+    assert bracketing_of(paper) == paper_bracketing(tree)
 
 
-def test_listops_tree_layout():
-    data = listops_tree("[MAX 2 9 [MIN 4 7 ] 0 ]", LISTOPS_VOCAB)
+def test_listops_paper_tree_layout():
+    # Worked by hand from the paper's Figure 1 rule: ((([MAX 2) ((([MIN 4) 7) ])) ]).
+    data = listops_tree("[MAX 2 [MIN 4 7 ] ]", LISTOPS_VOCAB)
+    assert data.tokens == data.tokens_flat == "[MAX 2 [MIN 4 7 ] ]".split()
+    assert data.edge_index.tolist() == [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
+                                        [0, 1, 2, 2, 1, 5, 6, 7, 7, 6, 5, 0]]
+    assert data.edge_pos.tolist() == [0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1]
+    assert data.y.tolist() == [4, -1, -1, -1, 2, 4, -1, -1, -1, 4, 7, -1, -1]
+    assert data.word_pos.tolist() == [-1, -1, -1, 0, 1, -1, -1, -1, 2, 3, 4, 5, 6]
+    assert data.word.tolist() == [NO_WORD] * 3 + [LISTOPS_VOCAB[t] for t in ("[MAX", "2")] + [NO_WORD] * 3 + [
+        LISTOPS_VOCAB[t] for t in ("[MIN", "4", "7", "]", "]")]
+    assert data.is_leaf.tolist() == [False] * 3 + [True] * 2 + [False] * 3 + [True] * 5
+    assert data.height.tolist() == [5, 4, 1, 0, 0, 3, 2, 1, 0, 0, 0, 0, 0]
+    assert int(data.list_depth) == 2
+    run_cell(data, 3)
+    with pytest.raises(ValueError, match="unknown ListOps tree"):
+        listops_tree("[MAX 1 ]", tree="binary")
+
+
+def test_listops_flat_tree_layout():
+    data = listops_tree("[MAX 2 9 [MIN 4 7 ] 0 ]", LISTOPS_VOCAB, tree="flat")
     assert data.tokens == ["[MAX", "2", "9", "[MIN", "4", "7", "0"]  # no ']' nodes
     assert data.tokens_flat == "[MAX 2 9 [MIN 4 7 ] 0 ]".split()
     assert data.edge_index.tolist() == [[1, 2, 3, 4, 5, 6], [0, 0, 0, 3, 3, 0]]
@@ -122,8 +180,9 @@ def test_listops_tree_layout():
     ("", "empty"),
 ])
 def test_listops_malformed(text, pattern):
-    with pytest.raises(TreeFormatError, match=pattern):
-        listops_tree(text)
+    for tree in ("paper", "flat"):
+        with pytest.raises(TreeFormatError, match=pattern):
+            listops_tree(text, tree=tree)
 
 
 def test_listops_generator_matches_the_paper_settings_and_the_evaluator():
@@ -135,8 +194,13 @@ def test_listops_generator_matches_the_paper_settings_and_the_evaluator():
         tree = nest(tokens)
         depths[list_depth(tree)] += 1
         assert list_depth(tree) <= 10
-        data = listops_tree(tokens)
+        data = listops_tree(tokens, tree="flat")
         assert data.y.tolist() == preorder_values(tree)
+        paper = listops_tree(tokens)
+        assert paper.y.tolist() == paper_values(tree) and bracketing_of(paper) == paper_bracketing(tree)
+        assert int(paper.list_depth) == list_depth(tree)
+        children = torch.bincount(paper.edge_index[1], minlength=paper.num_nodes)
+        assert set(children[~paper.is_leaf].tolist()) == {2}  # binary everywhere
         labels[int(data.graph_y)] += 1
         for token in tokens:
             if token.startswith("["):
@@ -172,14 +236,17 @@ def test_listops_dataset_splits_cache_and_loader(tmp_path):
     flat = {s: [" ".join(d.tokens_flat) for d in splits[s]] for s in splits}
     assert not set(flat["train"]) & set(flat["test"]) and not set(flat["dev"]) & set(flat["test"])
     for data in splits["test"]:
-        assert data.y.tolist() == preorder_values(nest(data.tokens_flat))
+        assert data.y.tolist() == paper_values(nest(data.tokens_flat))
     # The test set does not depend on the train size; everything depends on the seed.
     bigger = ListOps(tmp_path, "test", train_size=80, dev_size=10, test_size=10, log=False)
     assert [" ".join(d.tokens_flat) for d in bigger] == flat["test"]
     reseeded = ListOps(tmp_path, "test", **sizes, seed=1, log=False)
     assert [" ".join(d.tokens_flat) for d in reseeded] != flat["test"]
     names = sorted(p.name for p in (tmp_path / "listops" / "processed").glob("test-*.pt"))
-    assert len(names) == 3 and all("seed" in n and "depth10" in n for n in names)
+    assert len(names) == 3 and all("seed" in n and "depth10" in n and "-paper-" in n for n in names)
+    flat_test = ListOps(tmp_path, "test", **sizes, tree="flat", log=False)  # cached apart, same examples
+    assert [" ".join(d.tokens_flat) for d in flat_test] == flat["test"]
+    assert [d.y.tolist() for d in flat_test] == [preorder_values(nest(d.tokens_flat)) for d in flat_test]
     again = ListOps(tmp_path / "fresh", "test", **sizes, log=False)  # regenerated elsewhere: identical
     assert [" ".join(d.tokens_flat) for d in again] == flat["test"]
 
@@ -194,6 +261,8 @@ def test_listops_dataset_splits_cache_and_loader(tmp_path):
     assert seen == 40
     with pytest.raises(DatasetError, match="out of range"):
         ListOps(tmp_path, "test", max_args=1, min_args=2)
+    with pytest.raises(DatasetError, match="unknown ListOps tree"):
+        ListOps(tmp_path, "test", tree="binary")
 
 
 # --------------------------------------------------------------------------- Boolean circuits

@@ -108,10 +108,15 @@ def test_quick_run_and_report(tmp_path, task, model):
     assert str(tmp_path) not in table  # commands as a user would type them, no paths of this machine
 
 
-def test_binary_cells_say_why_they_do_not_fit(tmp_path):
-    done = run(str(SCRIPT), "--task", "listops", "--model", "slstm", "--quick", "--epochs", "1", "--out",
-               str(tmp_path), "--data-root", str(tmp_path / "data"), "--no-progress")
-    assert done.returncode == 2 and "at most 2 children" in done.stderr
+def test_binary_cells_fit_the_paper_parse_and_say_why_not_the_flat_tree(tmp_path):
+    common = ("--task", "listops", "--model", "slstm", "--quick", "--epochs", "1", "--out", str(tmp_path),
+              "--data-root", str(tmp_path / "data"), "--no-progress")
+    flat = run(str(SCRIPT), *common, "--listops-tree", "flat")
+    assert flat.returncode == 2 and "at most 2 children" in flat.stderr
+    paper = run(str(SCRIPT), *common)
+    assert paper.returncode == 0, paper.stderr
+    assert json.loads((tmp_path / "quick" / "structure" / "listops_slstm_s1.json").read_text())["config"]["tree"] \
+        == "paper"
 
 
 def test_sequences_and_sequence_lstm(tmp_path):
