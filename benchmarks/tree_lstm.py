@@ -6,10 +6,13 @@ distribution when the treebank is absent):
 
 * training: forward, backward and an optimizer step, every node classified and
   the loss summed over nodes; inference: forward only, without autograd;
-* on the same sentences and in the same repetitions, two references: the plain
+* on the same sentences and in the same repetitions, three references: the plain
   recursive Tree-LSTM of ``recursive_reference.py`` (one tree at a time, one
-  node at a time) and ``torch.nn.LSTM`` over the words (a padded batch, a
-  classifier on every time step);
+  node at a time), the same N-ary model as the plainest level loop of
+  ``plain_level_loop.py`` (one ``index_select``, one ``addmm`` and the gate math
+  per level, autograd for the rest: what each specialization must beat), and
+  ``torch.nn.LSTM`` over the words (a padded batch, a classifier on every time
+  step);
 * the essential matmul FLOPs of each model (formulas in :func:`forward_flops`)
   against the measured rate of one large matmul, i.e. how far a row is from the
   FLOP bound.
@@ -63,6 +66,7 @@ from graphtree.schedule import Schedule
 from graphtree.train import make_optimizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plain_level_loop import PlainLevelTreeLSTM
 from recursive_reference import RecursiveTreeLSTM, tree_from_data
 
 # --------------------------------------------------------------------------- configuration
@@ -81,7 +85,7 @@ LEARNING_RATE = 1e-3
 CELLS = ("nary", "child_sum", "slstm", "lstm_rnn", "contree_lex", "top_down", "bicontree")
 CELL_NAMES = {"nary": "N-ary", "child_sum": "Child-Sum", "slstm": "S-LSTM", "lstm_rnn": "LSTM-RNN",
               "contree_lex": "ConTree+Lex", "top_down": "top-down", "bicontree": "BiConTree",
-              "lstm": "nn.LSTM", "recursive": "recursive"}
+              "lstm": "nn.LSTM", "recursive": "recursive", "plain": "plain loop"}
 
 FULL = dict(embeddings=(300, 50), batch_sizes=(25, 100, 256), workload=256, reference_trees=50, reps=5,
             warmup=1, scale_nodes=(1_000, 10_000, 100_000), scale_reps=7, scale_processes=3,
@@ -313,7 +317,7 @@ def forward_flops(model: str, s: TreeStats, E: int, d: int = HIDDEN, C: int = NU
     heads = 2 * E * E * s.internal
     lexical_up = 4 * d * E * n + 16 * d * d * s.internal + d * d * n
     top_down = 4 * d * E * n + 6 * d * d * s.edges + d * d * n
-    if model in ("nary", "recursive"):
+    if model in ("nary", "recursive", "plain"):
         macs = 2 * d * E * s.leaves + 5 * d * 2 * d * s.internal + d * C * n
     elif model == "child_sum":
         macs = 4 * d * E * n + 3 * d * d * s.internal + d * d * s.edges + d * C * n
@@ -516,13 +520,18 @@ def recursive_contender(model: RecursiveTreeLSTM, trees: list[Data], batch_size:
 
 
 def check_reference(vocab_size: int, trees: list[Data], device: torch.device) -> float:
-    """Largest logit difference between the recursive reference and ``NaryTreeLSTM`` with the same weights."""
+    """Largest logit difference between ``NaryTreeLSTM`` and either reference (recursive, plain level loop) with
+    the same weights."""
     torch.manual_seed(0)
     nary = tree_model("nary", 50, vocab_size).to(device).eval()
     reference = RecursiveTreeLSTM(vocab_size, 50, HIDDEN, NUM_CLASSES).to(device).eval()
     reference.load_from(nary.embedding.embedding, nary.cell, nary.classifier)
+    plain = PlainLevelTreeLSTM(vocab_size, 50, HIDDEN, NUM_CLASSES).to(device).eval()
+    plain.load_from(nary.embedding.embedding, nary.cell, nary.classifier)
     worst = 0.0
     with torch.no_grad():
+        five = Batch.from_data_list(trees[:5]).to(device)
+        worst = float((plain(five) - nary(five)).abs().max())
         for tree in trees[:5]:
             graph = Batch.from_data_list([tree]).to(device)
             expected = nary(graph)
@@ -579,6 +588,11 @@ def run_grid(config: dict, trees: list[Data], vocab_size: int, device: torch.dev
             for tree in ref_trees:
                 ref_stats.add(tree)
             contenders = [tree_contender(cell, tree_models[cell], batches, stats) for cell in config["cells"]]
+            if "nary" in tree_models:  # the plainest level loop of the same model, from the same weights
+                plain = PlainLevelTreeLSTM(vocab_size, E, HIDDEN, NUM_CLASSES).to(device)
+                plain.load_from(tree_models["nary"].embedding.embedding, tree_models["nary"].cell,
+                                tree_models["nary"].classifier)
+                contenders.append(tree_contender("plain", plain, batches, stats))
             contenders.append(lstm_contender(lstm, groups, stats, device))
             contenders.append(recursive_contender(reference, ref_trees, B, ref_stats, device))
             # The matmul rate is sampled inside every repetition too, so FLOP-bound ratios are pairwise as well.
@@ -633,7 +647,7 @@ def summarize(contenders: list[Contender], E: int, B: int, probe_flops: float, s
         # Time over the time the essential FLOPs would take at the matmul rate of the same repetition.
         row["train_vs_bound"] = median([t * r / (3 * flops) for t, r in zip(c.times["train"], rates)])
         row["infer_vs_bound"] = median([t * r / flops for t, r in zip(c.times["infer"], rates)])
-        if c.name not in ("lstm", "recursive"):
+        if c.name not in ("lstm", "recursive", "plain"):
             batches = math.ceil(c.stats.trees / B)
             row["schedule_ms_per_batch"] = 1e3 * schedule_s
             row["collate_ms_per_batch"] = 1e3 * collate_s
@@ -1117,7 +1131,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"torch {info['torch']}, {info['torch_threads']} threads (interop {info['torch_interop_threads']}), "
           f"{info['device']}, {info['processor']}")
     difference = check_reference(vocab_size, trees, device)
-    print(f"recursive reference vs NaryTreeLSTM with the same weights: max |logit difference| {difference:.1e}")
+    print(f"recursive reference and plain level loop vs NaryTreeLSTM with the same weights: max |logit "
+          f"difference| {difference:.1e}")
     rate = matmul_rate(device)
     print(f"matmul rate (float32, one large matmul): {rate / 1e9:.1f} GFLOP/s before the grid; the grid samples "
           "it again in every repetition\n")

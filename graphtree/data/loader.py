@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torch_geometric.data import Batch
+from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.loader.dataloader import Collater
+
+from .batching import collate_graphs
 
 __all__ = ["ScheduleCollater", "TreeLoader", "with_schedule"]
 
@@ -57,7 +59,8 @@ def with_schedule(batch: Any, directions: Sequence[str] = ("bottom_up",)) -> Any
 
 
 class ScheduleCollater(Collater):
-    """PyG's collate (``Batch.from_data_list``), then :func:`with_schedule` on the batch.
+    """PyG's collate (``Batch.from_data_list``, through :func:`~graphtree.data.batching.collate_graphs`), then
+    :func:`with_schedule` on the batch.
 
     Picklable, so it runs inside the loader's worker processes; use it as the
     ``collate_fn`` of a ``torch.utils.data.DataLoader``, or take
@@ -76,7 +79,8 @@ class ScheduleCollater(Collater):
         self.directions = _check_directions(directions)
 
     def __call__(self, batch: list[Any]) -> Any:
-        out = super().__call__(batch)
+        out = (collate_graphs(batch, self.follow_batch, self.exclude_keys) if batch and isinstance(batch[0], Data)
+               else super().__call__(batch))
         return with_schedule(out, self.directions) if isinstance(out, Batch) else out
 
 

@@ -19,6 +19,7 @@ from torch_geometric.data import Batch, Data
 from tqdm.auto import tqdm
 
 from ..backend import native
+from ..data.batching import collate_graphs
 from ..engine import schedule_of
 from ..models.classifier import node_loss
 from . import distributed
@@ -52,7 +53,7 @@ def epoch_order(num_examples: int, seed: int, epoch: int) -> Tensor:
 
 def collate(examples: Sequence[Data], batch_size: int) -> list[Batch]:
     """Consecutive ``Batch`` es of ``batch_size`` examples (for evaluation, where order does not matter)."""
-    return [Batch.from_data_list(list(examples[k:k + batch_size])) for k in range(0, len(examples), batch_size)]
+    return [collate_graphs(examples[k:k + batch_size]) for k in range(0, len(examples), batch_size)]
 
 
 @dataclass
@@ -345,7 +346,7 @@ class Trainer:
         zero."""
         minibatch = order[start:start + self.batch_size]
         mine = distributed.shard(minibatch)
-        batch = Batch.from_data_list([train[i] for i in mine or minibatch[:1]])
+        batch = collate_graphs([train[i] for i in mine or minibatch[:1]])
         if getattr(batch, "edge_index", None) is not None:  # pairs build their sides' schedules in the model
             schedule_of(batch)
         return minibatch, mine, self.to_device(batch)

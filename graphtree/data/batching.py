@@ -1,0 +1,155 @@
+"""Minibatches of trees and DAGs: PyG's ``Batch``, built with a fraction of the Python work.
+
+``Batch.from_data_list`` is general: for every attribute of every graph it
+asks the graph how to concatenate and how far to shift it, and shifts each
+graph's index tensor on its own. A training epoch on SST builds 342 batches of
+25 trees, and this per-graph work was 2.6 ms a batch, a tenth of the epoch's
+training step. :func:`collate_graphs` builds the same ``Batch`` (same
+attributes in the same order, same ``batch`` and ``ptr``, same
+``_slice_dict``/``_inc_dict``, so ``get_example`` and ``to_data_list`` work)
+from plain ``Data`` graphs with PyG's default rules, asking per attribute
+instead of per graph and shifting each index tensor once after the
+concatenation. Anything else (subclasses with their own rules, sparse or
+nested tensors, PyG's ``Index``/``EdgeIndex``, graphs with different
+attributes, loader worker processes, where PyG writes into shared memory) goes
+to ``Batch.from_data_list`` unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import accumulate
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.data import get_worker_info
+from torch_geometric import EdgeIndex, Index
+from torch_geometric.data import Batch, Data
+
+__all__ = ["collate_graphs"]
+
+# PyG's batch class for Data, made once: Batch(_base_cls=Data) builds a class and reads a signature per call.
+_DataBatch = type(Batch(_base_cls=Data))
+
+
+def collate_graphs(data_list: Sequence[Data], follow_batch: Iterable[str] | None = None,
+                   exclude_keys: Iterable[str] | None = None) -> Batch:
+    """``Batch.from_data_list(data_list, follow_batch, exclude_keys)``, faster for plain ``Data`` graphs.
+
+    Raises:
+        ValueError: an empty ``data_list``.
+    """
+    if not data_list:
+        raise ValueError("cannot batch an empty list of graphs")
+    follow_batch = list(follow_batch or [])
+    exclude_keys = list(exclude_keys or [])
+    columns = _columns(data_list, exclude_keys)
+    if columns is None:
+        return Batch.from_data_list(list(data_list), follow_batch, exclude_keys)
+
+    out = _DataBatch(_base_cls=_DataBatch)
+    slice_dict: dict[str, Tensor] = {}
+    inc_dict: dict[str, Tensor | None] = {}
+    counts = list(columns["num_nodes"])
+    cumsums: dict[tuple[int, ...], Tensor] = {}  # most attributes share their sizes: one tensor made each
+    for key, values in columns.items():
+        if key == "num_nodes":  # summed, as PyG does, with the per-graph counts kept
+            store = out.stores[0]
+            store._num_nodes = counts
+            store.num_nodes = sum(counts)
+            continue
+        value, slices, incs = _collate(key, values, counts, cumsums)
+        out[key] = value
+        slice_dict[key], inc_dict[key] = slices, incs
+        if key in follow_batch:
+            sizes = (slices[1:] - slices[:-1]).tolist()
+            out[f"{key}_batch"] = _repeat_interleave(sizes)
+            out[f"{key}_ptr"] = _cumsum(sizes)
+    out.batch = _repeat_interleave(counts)
+    out.ptr = _cumsum(counts)
+    out._num_graphs = len(data_list)
+    out._slice_dict = slice_dict
+    out._inc_dict = inc_dict
+    return out
+
+
+def _columns(data_list: Sequence[Data], exclude_keys: list[str]) -> dict[str, list[Any]] | None:
+    """Each attribute's values over the graphs, in the first graph's attribute order; ``None`` where PyG's own
+    collate must run."""
+    if get_worker_info() is not None:  # PyG's collate writes straight into shared memory there
+        return None
+    first = data_list[0]
+    if type(first) is not Data or isinstance(first, Batch):
+        return None
+    stores = []
+    for data in data_list:
+        if type(data) is not Data:
+            return None
+        stores.append(data.to_dict())  # the attributes in the order they were set, as PyG's collate reads them
+    keys = [key for key in stores[0] if key not in exclude_keys and key != "ptr"]
+    if "num_nodes" not in keys or any(store.keys() - {"ptr", *exclude_keys} != set(keys) for store in stores):
+        return None
+    columns = {key: [store[key] for store in stores] for key in keys}
+    for values in columns.values():
+        elem = values[0]
+        if isinstance(elem, Tensor) and (elem.layout != torch.strided or elem.is_nested or elem.device.type != "cpu"
+                                         or isinstance(elem, (Index, EdgeIndex))):
+            return None
+        if isinstance(elem, Tensor) and not all(isinstance(v, Tensor) for v in values):
+            return None
+    return columns
+
+
+def _collate(key: str, values: list[Any], counts: list[int],
+             cumsums: dict[tuple[int, ...], Tensor]) -> tuple[Any, Tensor, Tensor | None]:
+    """One attribute, by PyG's rules for ``Data``: ``(value, slices, incs)`` as ``Batch.from_data_list``."""
+    elem = values[0]
+    if isinstance(elem, Tensor):
+        cat_dim = -1 if ("index" in key or key == "face") else 0  # Data.__cat_dim__ for dense tensors
+        if elem.dim() == 0:
+            value = torch.stack(values)
+            sizes = [1] * len(values)
+        else:
+            value = torch.cat(values, dim=cat_dim)
+            sizes = [v.size(cat_dim) for v in values]
+        shifts = _increments(key, values, counts)
+        if sum(shifts[:-1]) != 0:
+            # One shift after the concatenation instead of one per graph: the same integers. Cast first: PyG
+            # adds each graph's shift as a 0-dim tensor, which keeps the attribute's dtype.
+            offsets = list(accumulate(shifts[:-1], initial=0))
+            shift = torch.repeat_interleave(torch.tensor(offsets, dtype=value.dtype), torch.tensor(sizes), dim=0)
+            value = value + (shift if cat_dim == 0 else shift.view(*([1] * (value.dim() - 1)), -1))
+        return value, _cumsum(sizes, cumsums), _cumsum(shifts[:-1], cumsums)
+    if isinstance(elem, (int, float)):  # bools too, as in PyG
+        value = torch.tensor(values)
+        shifts = _increments(key, values, counts)
+        incs = _cumsum(shifts[:-1], cumsums)
+        if sum(shifts[:-1]) != 0:
+            value.add_(incs)
+        return value, torch.arange(len(values) + 1), incs
+    return values, torch.arange(len(values) + 1), None
+
+
+def _increments(key: str, values: list[Any], counts: list[int]) -> list[int]:
+    """Data.__inc__ of each graph: ``max + 1`` for a ``batch`` tensor, the node count for an index, else 0."""
+    if "batch" in key and isinstance(values[0], Tensor):
+        return [int(v.max()) + 1 for v in values]
+    if "index" in key or key == "face":
+        return counts
+    return [0] * len(values)
+
+
+def _cumsum(sizes: list[int], made: dict[tuple[int, ...], Tensor] | None = None) -> Tensor:
+    """``[0, s0, s0 + s1, ...]`` as a ``long`` tensor, as PyG's ``cumsum``; a copy of one in ``made`` if there."""
+    key = tuple(sizes)
+    if made is not None and key in made:
+        return made[key].clone()
+    out = torch.tensor(list(accumulate(sizes, initial=0)), dtype=torch.long)
+    if made is not None:
+        made[key] = out
+    return out
+
+
+def _repeat_interleave(repeats: list[int]) -> Tensor:
+    return torch.repeat_interleave(torch.arange(len(repeats)), torch.tensor(repeats, dtype=torch.long))

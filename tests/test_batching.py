@@ -1,0 +1,116 @@
+"""collate_graphs builds exactly PyG's Batch.from_data_list: every attribute, dtype, key order, batch vectors,
+slice and increment dictionaries, on trees, DAGs, generated datasets and odd attributes; and falls back to PyG
+where its own rules are not PyG's defaults."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+from trees import random_ptb
+
+from graphtree.data import from_networkx, from_ptb
+from graphtree.data.batching import collate_graphs
+from graphtree.datasets.circuits import circuit_data, generate_circuits
+from graphtree.datasets.listops import LISTOPS_VOCAB, generate_listops, listops_tree
+
+
+def assert_same_batch(ours: Batch, theirs: Batch) -> None:
+    assert type(ours) is type(theirs)
+    assert list(ours.stores[0].keys()) == list(theirs.stores[0].keys())  # same attributes, same order
+    for key in theirs.stores[0].keys():
+        a, b = ours[key], theirs[key]
+        if isinstance(b, torch.Tensor):
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), key
+        else:
+            assert a == b, key
+    assert ours.num_graphs == theirs.num_graphs and ours.num_nodes == theirs.num_nodes
+    assert ours.stores[0]._num_nodes == theirs.stores[0]._num_nodes
+    assert ours._slice_dict.keys() == theirs._slice_dict.keys()
+    for key, slices in theirs._slice_dict.items():
+        assert torch.equal(ours._slice_dict[key], slices), key
+        inc = theirs._inc_dict[key]
+        assert (ours._inc_dict[key] is None) == (inc is None), key
+        if inc is not None:
+            assert torch.equal(ours._inc_dict[key], inc), key
+    for mine, reference in zip(ours.to_data_list(), theirs.to_data_list()):  # get_example works the same
+        for key in reference.keys():
+            value = reference[key]
+            assert torch.equal(mine[key], value) if isinstance(value, torch.Tensor) else mine[key] == value
+
+
+def random_trees(count: int, seed: int) -> list[Data]:
+    rng = random.Random(seed)
+    vocab: dict[str, int] = {}
+    return [from_ptb(random_ptb(rng.randint(1, 12), 3, rng), lambda w: vocab.setdefault(w, len(vocab)))
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("size", [1, 2, 25])
+def test_trees(size):
+    trees = random_trees(size, seed=size)
+    assert_same_batch(collate_graphs(trees), Batch.from_data_list(trees))
+
+
+def test_listops_with_a_followed_sequence_and_circuits():
+    paper = [listops_tree(t, LISTOPS_VOCAB) for t in generate_listops(9, seed=4)]
+    assert_same_batch(collate_graphs(paper, follow_batch=["word_flat"]),
+                      Batch.from_data_list(paper, follow_batch=["word_flat"]))
+    circuits = [circuit_data(*c) for c in generate_circuits(7, seed=1, num_inputs=3, num_gates=6)]
+    assert_same_batch(collate_graphs(circuits), Batch.from_data_list(circuits))
+
+
+def test_odd_attributes_follow_pygs_rules():
+    def graph(k: int) -> Data:
+        data = from_ptb(f"(1 (2 a{k}) (3 (4 b) (0 c)))")
+        data.pair_index = torch.tensor([[0, k % 3], [1, 2]], dtype=torch.int32)  # 'index': shifted, dtype kept
+        data.node_batch = torch.tensor([0, 0, 1, 1, 1])  # 'batch': shifted by max + 1
+        data.face = torch.tensor([[0], [1], [2]])  # 'face': shifted like an index
+        data.scalar = torch.tensor(float(k))  # 0-dim: stacked
+        data.count = k  # a Python int: a tensor
+        data.root_index = 2  # an int index: shifted by the node count
+        data.flag = k % 2 == 0  # a bool
+        data.weight = 0.5 * k
+        data.name = f"g{k}"
+        data.mask = torch.tensor([True, False, True, True, False])
+        return data
+
+    graphs = [graph(k) for k in range(5)]
+    ours = collate_graphs(graphs, follow_batch=["mask", "name"], exclude_keys=["weight"])
+    assert_same_batch(ours, Batch.from_data_list(graphs, follow_batch=["mask", "name"], exclude_keys=["weight"]))
+    assert ours.pair_index.dtype == torch.int32 and "weight" not in ours
+
+
+def test_other_graphs_go_to_pyg():
+    class Pair(Data):
+        def __inc__(self, key, value, *args, **kwargs):
+            return 7 if key == "left" else super().__inc__(key, value, *args, **kwargs)
+
+    pairs = [Pair(left=torch.tensor([1, 2]), num_nodes=2) for _ in range(3)]
+    assert_same_batch(collate_graphs(pairs), Batch.from_data_list(pairs))
+    assert collate_graphs(pairs).left.tolist() == [1, 2, 8, 9, 15, 16]
+    ragged = random_trees(2, seed=0)
+    ragged[1].extra = torch.zeros(1)  # PyG reads the first graph's attributes: the extra one is dropped
+    assert_same_batch(collate_graphs(ragged), Batch.from_data_list(ragged))
+    ragged.reverse()  # now the first graph has one the second lacks: PyG's error, unchanged
+    with pytest.raises(KeyError):
+        Batch.from_data_list(ragged)
+    with pytest.raises(KeyError):
+        collate_graphs(ragged)
+    dag = from_networkx(__import__("networkx").DiGraph([(0, 2), (1, 2), (0, 1)]))
+    assert_same_batch(collate_graphs([dag, dag]), Batch.from_data_list([dag, dag]))
+    with pytest.raises(ValueError, match="empty"):
+        collate_graphs([])
+
+
+def test_plain_trees_take_the_fast_path(monkeypatch):
+    trees = random_trees(5, seed=1)
+    expected = Batch.from_data_list(trees)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("fell back to Batch.from_data_list")
+
+    monkeypatch.setattr(Batch, "from_data_list", refuse)
+    assert_same_batch(collate_graphs(trees), expected)

@@ -1,0 +1,61 @@
+"""The speed benchmark's baselines compute the model they stand for: the plain level loop and the recursive
+reference against graphtree's N-ary Tree-LSTM with the same weights, logits and gradients, in float64."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from pathlib import Path
+
+import torch
+from torch_geometric.data import Batch
+from trees import random_ptb
+
+from graphtree.data import from_ptb
+from graphtree.models import NodeEmbedding, TreeClassifier, node_loss
+from graphtree.nn import NaryTreeLSTM
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def module(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = loaded  # dataclasses look their module up there
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def test_plain_level_loop_and_recursive_reference_match_the_nary_cell():
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    vocab: dict[str, int] = {}
+    trees = [from_ptb(random_ptb(rng.randint(1, 14), 2, rng, num_labels=3), lambda w: vocab.setdefault(w, len(vocab)))
+             for _ in range(12)]
+    batch = Batch.from_data_list(trees)
+    model = TreeClassifier(NodeEmbedding(len(vocab), 6, freeze=True), NaryTreeLSTM(6, 5), 3, dropout=0.0).double()
+
+    plain = module("plain_level_loop").PlainLevelTreeLSTM(len(vocab), 6, 5, 3).double()
+    plain.load_from(model.embedding.embedding, model.cell, model.classifier)
+    expected = model(batch)
+    torch.testing.assert_close(plain(batch), expected, rtol=0, atol=1e-12)
+    node_loss(expected, batch.y).backward()
+    plain.loss(batch).backward()
+    torch.testing.assert_close(plain.U.weight.grad, model.cell.U.grad, rtol=0, atol=1e-12)
+    torch.testing.assert_close(plain.W_leaf.weight.grad, model.cell.W_leaf.weight.grad, rtol=0, atol=1e-12)
+    torch.testing.assert_close(plain.output.weight.grad, model.classifier.weight.grad, rtol=0, atol=1e-12)
+
+    recursive = module("recursive_reference")
+    reference = recursive.RecursiveTreeLSTM(len(vocab), 6, 5, 3).double()
+    reference.load_from(model.embedding.embedding, model.cell, model.classifier)
+    with torch.no_grad():
+        for tree in trees:
+            root, words = recursive.tree_from_data(tree)
+            outputs: list[torch.Tensor] = []
+            reference(root, words, outputs)
+            logits = model(Batch.from_data_list([tree]))
+            # The recursion emits its logits in post-order, children left to right: match them by value.
+            assert len(outputs) == tree.num_nodes
+            for row in torch.cat(outputs):
+                assert torch.isclose(logits, row, rtol=0, atol=1e-12).all(dim=1).any()
