@@ -39,7 +39,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .backend import native
 from .backend.compiled import LevelKernel, level_kernel
 from .errors import ScheduleError
-from .schedule import LevelPlan, Schedule
+from .schedule import LevelPlan, Schedule, block
 
 __all__ = ["Children", "propagate", "schedule_of"]
 
@@ -304,30 +304,56 @@ def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, dev
     """Per level: slot indices, mask and positions, widened to ``cell.max_children`` for fixed-arity cells.
 
     Built once per plan, arity and device from the host copy of the plan (so
-    checks and counts cost no device synchronization), then moved to
-    ``device``; the level loop does nothing but gather.
+    checks and counts cost no device synchronization), for all levels at once
+    on the plan's whole slot matrix, then moved to ``device``; each level is a
+    block of it, and the level loop does nothing but gather.
     """
     arity = getattr(cell, "max_children", None) if plan.direction == "bottom_up" else None
     key = ("slots", arity, torch.device(device))
     if key in plan._by_device:
         return plan._by_device[key]
+    if arity is not None and any(width > arity for width in plan.widths):
+        level = next(k for k, width in enumerate(plan.widths) if width > arity)
+        index = plan.slots[level]
+        row = int((index[:, arity:] != plan.num_nodes).any(dim=1).nonzero()[0])
+        node = int(plan.order[plan.ptr[level] + row])
+        count = int((index[row] != plan.num_nodes).sum())
+        raise ScheduleError(f"{schedule.describe_node(node)} has {count} children (or a child at position "
+                            f"{index.size(1) - 1}), but {type(cell).__name__} takes at most {arity}")
+    # A fixed-arity cell sees every level with children at its full arity, the missing slots padded.
+    widths = [max(width, arity) if arity is not None and width > 0 else width for width in plan.widths]
+    index, position = plan.slot_matrix, plan.slot_pos_matrix
+    extra = max(widths, default=0) - index.size(1)
+    if extra > 0:
+        index = torch.nn.functional.pad(index, (0, extra), value=plan.num_nodes)
+        position = torch.nn.functional.pad(position, (0, extra), value=-1)
+    counts = _position_counts(plan, widths)
+    index, position = index.to(device), position.to(device)
+    mask = index != plan.num_nodes
     levels = []
-    for level, (index, position) in enumerate(zip(plan.slots, plan.slot_pos)):
-        width = index.size(1)
-        if arity is not None and width > arity:
-            row = int((index[:, arity:] != plan.num_nodes).any(dim=1).nonzero()[0])
-            node = int(plan.order[plan.ptr[level] + row])
-            count = int((index[row] != plan.num_nodes).sum())
-            raise ScheduleError(f"{schedule.describe_node(node)} has {count} children (or a child at position "
-                                f"{width - 1}), but {type(cell).__name__} takes at most {arity}")
-        if arity is not None and 0 < width < arity:
-            index = torch.nn.functional.pad(index, (0, arity - width), value=plan.num_nodes)
-            position = torch.nn.functional.pad(position, (0, arity - width), value=-1)
-        counts = tuple(torch.bincount(position.reshape(-1).clamp(min=0)).tolist()) if position.numel() else ()
-        index, position = index.to(device), position.to(device)
-        levels.append(_Slots(index, index != plan.num_nodes, position, counts, index.reshape(-1)))
+    for level, width in enumerate(widths):
+        a, b = plan.ptr[level], plan.ptr[level + 1]
+        level_index = block(index, a, b, width)
+        levels.append(_Slots(level_index, block(mask, a, b, width), block(position, a, b, width), counts[level],
+                             level_index.view(-1)))
     plan._by_device[key] = levels
     return levels
+
+
+def _position_counts(plan: LevelPlan, widths: list[int]) -> list[tuple[int, ...]]:
+    """Per level, how many of its ``n * width`` slots hold each position, empty slots counted as position 0
+    (a ``bincount`` of the level's slot positions), from the plan's count of filled slots by position."""
+    counts = []
+    for filled, size, width in zip(plan.position_table, plan.level_sizes(), widths):
+        if not size * width:
+            counts.append(())
+            continue
+        row = list(filled)
+        row[0] += size * width - sum(filled)
+        while row[-1] == 0:
+            row.pop()
+        counts.append(tuple(row))
+    return counts
 
 
 def _gather(buffers: list[Tensor], slots: _Slots) -> Children:

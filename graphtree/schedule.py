@@ -25,8 +25,9 @@ Bottom-up, a child sits in the slot equal to its ``edge_pos`` (its position amon
 the parent's children), which is what ordered N-ary cells need. Top-down, a
 node's parents fill slots ``0..P-1`` in edge order.
 
-Building it is vectorized over nodes and edges; the only Python loop runs once
-per level to cut the edge list into per-level matrices.
+Building it is vectorized over nodes and edges: every level's slot matrix is a
+block of one matrix filled in one indexed write, so the only Python loop takes
+a view per level.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from torch import Tensor
 from .data.levels import topological_levels
 from .errors import ScheduleError
 
-__all__ = ["DIRECTIONS", "LevelPlan", "Schedule"]
+__all__ = ["DIRECTIONS", "LevelPlan", "Schedule", "block"]
 
 DIRECTIONS = ("bottom_up", "top_down")
 
@@ -56,6 +57,12 @@ class LevelPlan:
     slots: list[Tensor]
     slot_pos: list[Tensor]
     position_groups: list[list[int]] = field(default_factory=list)
+    # Every level's slots as row blocks of one matrix each (``slots[l]`` is the first ``widths[l]`` columns of
+    # rows ``ptr[l]:ptr[l + 1]``), for work done on all levels at once.
+    slot_matrix: Tensor | None = field(default=None, repr=False)
+    slot_pos_matrix: Tensor | None = field(default=None, repr=False)
+    widths: list[int] = field(default_factory=list, repr=False)
+    position_table: list[list[int]] = field(default_factory=list, repr=False)  # [level][p]: filled slots at p
     _by_device: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -77,7 +84,9 @@ class LevelPlan:
         if device not in self._by_device:
             self._by_device[device] = LevelPlan(
                 self.direction, self.order.to(device), self.rank.to(device), self.ptr,
-                [s.to(device) for s in self.slots], [s.to(device) for s in self.slot_pos], self.position_groups)
+                [s.to(device) for s in self.slots], [s.to(device) for s in self.slot_pos], self.position_groups,
+                *(m.to(device) if m is not None else None for m in (self.slot_matrix, self.slot_pos_matrix)),
+                self.widths, self.position_table)
         return self._by_device[device]
 
 
@@ -262,6 +271,12 @@ def _check_levels(name: str, level: Tensor, receiver: Tensor, sender: Tensor,
                         "height and depth so that the schedule computes them")
 
 
+def block(matrix: Tensor, start: int, stop: int, width: int) -> Tensor:
+    """Rows ``start:stop`` and the first ``width`` columns of ``matrix``: a view where that is contiguous."""
+    block = matrix[start:stop, :width]
+    return block if block.is_contiguous() else block.contiguous()
+
+
 def _rank_within_groups(group: Tensor) -> Tensor:
     """For each entry, how many earlier entries share its group id (stable, vectorized)."""
     if group.numel() == 0:
@@ -328,20 +343,22 @@ def _build_plan(direction: str, level: Tensor, receiver: Tensor, sender: Tensor,
     col = slot[edge_order]
     source = rank[sender][edge_order]
     pos = edge_pos[edge_order]
-    per_level = torch.bincount(level[receiver], minlength=num_levels).tolist() if receiver.numel() else [0] * num_levels
 
-    slots, slot_pos = [], []
-    start = 0
-    for lvl in range(num_levels):
-        stop = start + per_level[lvl]
-        n_level = ptr[lvl + 1] - ptr[lvl]
-        r, c = row[start:stop] - ptr[lvl], col[start:stop]
-        width = int(c.max()) + 1 if stop > start else 0
-        index = torch.full((n_level, width), num_nodes, dtype=torch.long)
-        position = torch.full((n_level, width), -1, dtype=torch.long)
-        index[r, c] = source[start:stop]
-        position[r, c] = pos[start:stop]
-        slots.append(index)
-        slot_pos.append(position)
-        start = stop
-    return LevelPlan(direction, order, rank, ptr, slots, slot_pos, position_groups)
+    # All levels' slot matrices at once, as row blocks of one [num_nodes, widest] matrix: level l's nodes are
+    # rows ptr[l]:ptr[l + 1] (level-sorted), and its matrix is the first `widths[l]` columns of its block.
+    widest = int(col.max()) + 1 if col.numel() else 0
+    index = torch.full((num_nodes, widest), num_nodes, dtype=torch.long)
+    position = torch.full((num_nodes, widest), -1, dtype=torch.long)
+    index[row, col] = source
+    position[row, col] = pos
+    widths = torch.zeros(num_levels, dtype=torch.long)
+    if receiver.numel():
+        widths.scatter_reduce_(0, level[receiver], slot + 1, "amax")
+    widths = widths.tolist()
+    positions = int(pos.max()) + 1 if pos.numel() else 1
+    position_table = torch.bincount(level[receiver] * positions + edge_pos, minlength=num_levels * positions
+                                    ).view(num_levels, positions).tolist()
+    slots = [block(index, ptr[lvl], ptr[lvl + 1], widths[lvl]) for lvl in range(num_levels)]
+    slot_pos = [block(position, ptr[lvl], ptr[lvl + 1], widths[lvl]) for lvl in range(num_levels)]
+    return LevelPlan(direction, order, rank, ptr, slots, slot_pos, position_groups, index, position, widths,
+                     position_table)

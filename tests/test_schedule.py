@@ -1,5 +1,6 @@
 """The level schedule against a plain recursive reference, on trees, DAGs and batches."""
 
+import itertools
 import random
 import sys
 
@@ -155,3 +156,34 @@ def test_deep_chain_schedule_without_recursion():
     plan = Schedule(edge_index, n).bottom_up
     assert sys.getrecursionlimit() == limit
     assert plan.num_levels == n and plan.order.tolist() == list(range(n))
+
+
+@pytest.mark.parametrize("arity", [None, 1, 2, 3])
+def test_level_slots_against_each_levels_own_matrices(arity):
+    """The engine's per-level slots (built for all levels at once) against each level's own matrix, widened
+    and counted level by level, on trees, a unary chain and a DAG, both directions."""
+    from graphtree.engine import _level_slots
+
+    rng = random.Random(arity or 0)
+    graphs = [from_ptb(random_ptb(rng.randint(1, 9), 3, rng)) for _ in range(6)]
+    trees = Batch.from_data_list([*graphs, from_ptb("(1 (1 (1 (1 a))))")])
+    dag = from_networkx(nx.DiGraph([(0, 3), (1, 3), (2, 3), (0, 4), (3, 4), (1, 5), (4, 5)]))
+    cell = torch.nn.Module()
+    cell.max_children = arity
+    for schedule, direction in itertools.product(map(Schedule.from_data, (trees, dag)), ("bottom_up", "top_down")):
+        plan = schedule.plan(direction)
+        widest = max(s.size(1) for s in plan.slots)
+        if direction == "bottom_up" and arity is not None and widest > arity:
+            with pytest.raises(ScheduleError, match=f"takes at most {arity}"):
+                _level_slots(cell, plan, schedule, torch.device("cpu"))
+            continue
+        levels = _level_slots(cell, plan, schedule, torch.device("cpu"))
+        for index, position, got in zip(plan.slots, plan.slot_pos, levels):
+            width = index.size(1)
+            if direction == "bottom_up" and arity is not None and 0 < width < arity:
+                index = torch.nn.functional.pad(index, (0, arity - width), value=plan.num_nodes)
+                position = torch.nn.functional.pad(position, (0, arity - width), value=-1)
+            assert torch.equal(got.index, index) and torch.equal(got.position, position)
+            assert torch.equal(got.mask, index != plan.num_nodes) and torch.equal(got.flat_index, index.reshape(-1))
+            counts = tuple(torch.bincount(position.reshape(-1).clamp(min=0)).tolist()) if position.numel() else ()
+            assert got.position_counts == counts
