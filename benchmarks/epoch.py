@@ -13,9 +13,14 @@ setups so that drift of the machine hits all alike; tables give the median over 
         --out benchmarks/results/processes-cpu.json --readme processes
     python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --out benchmarks/results/epoch-cpu.json --readme epoch
     python benchmarks/epoch.py --table benchmarks/results/epoch-cpu.json --readme epoch   # tables only
+    python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --baseline ../graphtree-before   # an A/B
+
+``--baseline CHECKOUT`` alternates every run with the same run of another checkout (each imports its own
+graphtree) and adds a before/after table of epoch seconds.
 
 ``--readme processes`` writes the speed-up table into README's ``<!-- results:processes -->`` block,
-``--readme epoch`` the phase table into ``<!-- results:epoch -->``.
+``--readme epoch`` the phase table (and the before/after table) into ``<!-- results:epoch -->``. ``× step`` is
+the epoch's training pass over its training step (forward, backward, optimizer and embedding update).
 """
 
 from __future__ import annotations
@@ -46,10 +51,11 @@ NAMES = {"nary": "Constituency Tree-LSTM (Tai et al.)", "childsum": "Child-Sum T
          "bicontree": "BiConTree (Teng & Zhang)"}
 ALL_MODELS = list(NAMES)
 PHASE_COLUMNS = ("batches", "forward", "backward", "optimizer", "embeddings", "dev")
+STEP_PHASES = ("forward", "backward", "optimizer", "embeddings")  # the training step; "× step": epoch over these
 
 
-def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+def git(*args: str, repo: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True).stdout.strip()
 
 
 def setup_name(setup: str) -> str:
@@ -57,16 +63,17 @@ def setup_name(setup: str) -> str:
     return (f"{processes} process{'es' if processes > 1 else ''} × {threads} thread{'s' if threads > 1 else ''}")
 
 
-def train_once(model: str, processes: int, epochs: int, threads: int) -> dict:
-    """One run of the SST script; its per-epoch training seconds and training trees per second."""
+def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path = REPO) -> dict:
+    """One run of the SST script of the checkout ``repo``; its per-epoch training seconds and trees per second."""
     script = ["experiments/sst.py", "--model", model, "--embeddings", "glove50", "--fine-grained",
               "--epochs", str(epochs), "--threads", str(threads), "--no-progress"]
     launcher = [sys.executable] if processes == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = str(threads)
+    env["PYTHONPATH"] = str(repo)  # that checkout's graphtree, whatever is installed
     with tempfile.TemporaryDirectory() as out:
-        done = subprocess.run([*launcher, *script, "--out", out], cwd=REPO, env=env, capture_output=True,
+        done = subprocess.run([*launcher, *script, "--out", out], cwd=repo, env=env, capture_output=True,
                               text=True)
         if done.returncode != 0:
             raise SystemExit(f"{shlex.join(launcher + script)} failed:\n{done.stderr[-3000:]}")
@@ -88,8 +95,8 @@ def source(results: dict) -> str:
 def phase_table(results: dict) -> str:
     """Seconds of one training epoch and of its phases, by model and setup."""
     lines = [f"Seconds of one training epoch and its phases, {source(results)}:", "",
-             "| model | setup | trees/s | epoch (training) | " + " | ".join(PHASE_COLUMNS) + " |",
-             "|---|---|---|---|" + "---|" * len(PHASE_COLUMNS)]
+             "| model | setup | trees/s | epoch (training) | " + " | ".join(PHASE_COLUMNS) + " | × step |",
+             "|---|---|---|---|" + "---|" * len(PHASE_COLUMNS) + "---|"]
     for model, rows in results["models"].items():
         for setup in results["setups"]:
             runs = rows[setup]["runs"]
@@ -99,8 +106,10 @@ def phase_table(results: dict) -> str:
                 continue
             median = statistics.median(seconds for seconds, _ in epochs)
             cells = [f"{statistics.median(p[c] for _, p in epochs):.2f}" for c in PHASE_COLUMNS]
+            over_step = statistics.median(seconds / sum(p[c] for c in STEP_PHASES) for seconds, p in epochs)
             lines.append(f"| {NAMES.get(model, model)} | {setup_name(setup)} | "
-                         f"{rows[setup]['median_trees_per_s']:.0f} | {median:.2f} | " + " | ".join(cells) + " |")
+                         f"{rows[setup]['median_trees_per_s']:.0f} | {median:.2f} | " + " | ".join(cells)
+                         + f" | {over_step:.2f} |")
     return "\n".join(lines) + "\n" if len(lines) > 4 else ""  # runs from before the trainer timed phases: none
 
 
@@ -119,26 +128,66 @@ def table(results: dict) -> str:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    """Every run of every model and setup, interleaved; the results JSON."""
-    # The command without --out, which names a file of this machine, not a setting of the measurement.
-    argv = [a for k, a in enumerate(sys.argv[1:]) if a != "--out" and (k == 0 or sys.argv[k] != "--out")]
+    """Every run of every model and setup, interleaved (with ``--baseline``, with that checkout's runs); the
+    results JSON."""
+    # The command without --out, which names a file of this machine, not a setting of the measurement; a
+    # baseline checkout is named by its commit.
+    argv, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif arg in ("--out", "--baseline"):
+            skip = True
+        else:
+            argv.append(arg)
     results = {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
                "epochs": args.epochs, "rounds": args.rounds, "setups": args.setups,
                "command": shlex.join(["python", "benchmarks/epoch.py", *argv]),
                "models": {}}
+    checkouts = {"models": REPO}
+    if args.baseline:
+        baseline = Path(args.baseline).resolve()
+        results["baseline"] = {"commit": git("rev-parse", "HEAD", repo=baseline),
+                               "dirty": bool(git("status", "--porcelain", "--untracked-files=no", repo=baseline)),
+                               "models": {}}
+        results["command"] += f" --baseline <checkout of {results['baseline']['commit'][:7]}>"
+        checkouts["baseline"] = baseline
     for model in args.models:
-        runs: dict[str, list[dict]] = {s: [] for s in args.setups}
+        runs = {name: {s: [] for s in args.setups} for name in checkouts}
         for round_ in range(args.rounds):
-            for setup in args.setups if round_ % 2 == 0 else args.setups[::-1]:
+            for k, setup in enumerate(args.setups if round_ % 2 == 0 else args.setups[::-1]):
                 processes, threads = (int(v) for v in setup.split("x"))
-                run = train_once(model, processes, args.epochs, threads)
-                runs[setup].append(run)
-                print(f"{model}, {setup_name(setup)}, round {round_ + 1}: "
-                      f"{', '.join(f'{r:.0f}' for r in run['trees_per_s'])} trees/s", file=sys.stderr)
-        results["models"][model] = {s: {"runs": r, "median_trees_per_s": statistics.median(
-            x for run in r for x in run["trees_per_s"])} for s, r in runs.items()}
+                # Alternate which checkout goes first, so that drift of the machine hits both alike.
+                order = list(checkouts.items())
+                for name, repo in order if (round_ + k) % 2 == 0 else order[::-1]:
+                    run = train_once(model, processes, args.epochs, threads, repo)
+                    runs[name][setup].append(run)
+                    which = ", baseline" if name == "baseline" else ""
+                    print(f"{model}, {setup_name(setup)}, round {round_ + 1}{which}: "
+                          f"{', '.join(f'{r:.0f}' for r in run['trees_per_s'])} trees/s", file=sys.stderr)
+        for name in checkouts:
+            target = results["models"] if name == "models" else results["baseline"]["models"]
+            target[model] = {s: {"runs": r, "median_trees_per_s": statistics.median(
+                x for run in r for x in run["trees_per_s"])} for s, r in runs[name].items()}
     return results
+
+
+def comparison(results: dict) -> str:
+    """Epoch seconds against the baseline checkout's, run for run in the same measurement."""
+    if "baseline" not in results:
+        return ""
+    base = results["baseline"]
+    lines = [f"One training epoch against {base['commit'][:7]}{'+dirty' if base['dirty'] else ''}, "
+             f"{source(results)}:", "", "| model | setup | before (s) | after (s) | after / before |",
+             "|---|---|---|---|---|"]
+    for model, rows in results["models"].items():
+        for setup in results["setups"]:
+            after = statistics.median(s for run in rows[setup]["runs"] for s in run["train_seconds"])
+            before = statistics.median(s for run in base["models"][model][setup]["runs"] for s in run["train_seconds"])
+            lines.append(f"| {NAMES.get(model, model)} | {setup_name(setup)} | {before:.2f} | {after:.2f} | "
+                         f"{after / before:.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -149,6 +198,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--out", default=None, help="JSON of every run (default: print only)")
+    parser.add_argument("--baseline", default=None, metavar="CHECKOUT",
+                        help="another checkout of graphtree whose runs alternate with this one's (an A/B)")
     parser.add_argument("--table", default=None, help="only write the table of this JSON (no runs)")
     parser.add_argument("--readme", choices=("processes", "epoch"), default=None,
                         help="write the speed-up table (processes) or the phase table (epoch) into README.md")
@@ -159,11 +210,13 @@ def main() -> None:
         if any(not re.fullmatch(r"[1-9]\d*x[1-9]\d*", s) for s in args.setups):
             parser.error("--setups: each one PxT, e.g. 2x1")
         results = measure(args)
-    tables = {"processes": table(results), "epoch": phase_table(results)}
+    tables = {"processes": table(results), "epoch": phase_table(results), "comparison": comparison(results)}
     print(*(t for t in tables.values() if t), sep="\n")
     if args.out:
         atomic_write_text(json.dumps(results, indent=1) + "\n", Path(args.out))
-    if args.readme and not write_readme_section(REPO / "README.md", args.readme, tables[args.readme]):
+    readme = tables[args.readme] + ("\n" + tables["comparison"] if args.readme == "epoch" and tables["comparison"]
+                                    else "") if args.readme else ""
+    if args.readme and not write_readme_section(REPO / "README.md", args.readme, readme):
         raise SystemExit(f"README.md has no <!-- results:{args.readme} --> block")
 
 
