@@ -1,0 +1,38 @@
+"""benchmarks/epoch.py's tables from a results file made here by hand: the phase table's `× step` and the
+before/after table of a --baseline run, against figures worked out by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def epoch_module():
+    spec = importlib.util.spec_from_file_location("benchmark_epoch", BENCHMARKS / "epoch.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(seconds: float, forward: float) -> dict:
+    phases = dict(batches=0.5, forward=forward, backward=3.0, optimizer=0.5, embeddings=0.5, dev=0.2)
+    return {"train_seconds": [seconds], "trees_per_s": [1000 / seconds], "phases": [phases]}
+
+
+def test_step_ratio_and_before_after_table():
+    epoch = epoch_module()
+    results = {"commit": "a" * 40, "dirty": False, "machine": "test", "epochs": 1, "rounds": 2, "setups": ["1x1"],
+               "command": "python benchmarks/epoch.py", "models": {
+                   "nary": {"1x1": {"runs": [run(8.0, 4.0), run(10.0, 4.0)], "median_trees_per_s": 111.0}}},
+               "baseline": {"commit": "b" * 40, "dirty": False, "models": {
+                   "nary": {"1x1": {"runs": [run(12.0, 6.0), run(18.0, 6.0)], "median_trees_per_s": 70.0}}}}}
+    phases = epoch.phase_table(results)
+    # Step = forward + backward + optimizer + embeddings = 8: epochs of 8 and 10 s are 1.0 and 1.25 of it.
+    assert "| 9.00 | 0.50 | 4.00 | 3.00 | 0.50 | 0.50 | 0.20 | 1.12 |" in phases
+    comparison = epoch.comparison(results)
+    assert "against bbbbbbb" in comparison and "| 15.00 | 9.00 | 0.60 |" in comparison  # medians 15 and 9
+    assert epoch.comparison({k: v for k, v in results.items() if k != "baseline"}) == ""
