@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -48,22 +49,32 @@ DIRECTIONS = ("bottom_up", "top_down")
 
 @dataclass
 class LevelPlan:
-    """Execution plan for one pass direction (see module docstring)."""
+    """Execution plan for one pass direction (see module docstring).
+
+    Every level's slots are row blocks of one matrix: ``slots[l]`` is the first
+    ``widths[l]`` columns of rows ``ptr[l]:ptr[l + 1]`` of ``slot_matrix``
+    (``slot_pos`` likewise of ``slot_pos_matrix``), so work on all levels at
+    once reads the matrices and the per-level lists are views made on first use.
+    """
 
     direction: str
     order: Tensor
     rank: Tensor
     ptr: list[int]
-    slots: list[Tensor]
-    slot_pos: list[Tensor]
-    position_groups: list[list[int]] = field(default_factory=list)
-    # Every level's slots as row blocks of one matrix each (``slots[l]`` is the first ``widths[l]`` columns of
-    # rows ``ptr[l]:ptr[l + 1]``), for work done on all levels at once.
-    slot_matrix: Tensor | None = field(default=None, repr=False)
-    slot_pos_matrix: Tensor | None = field(default=None, repr=False)
-    widths: list[int] = field(default_factory=list, repr=False)
+    slot_matrix: Tensor
+    slot_pos_matrix: Tensor
+    widths: list[int]
     position_table: list[list[int]] = field(default_factory=list, repr=False)  # [level][p]: filled slots at p
+    position_groups: list[list[int]] = field(default_factory=list)
     _by_device: dict = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def slots(self) -> list[Tensor]:
+        return [block(self.slot_matrix, a, b, w) for a, b, w in zip(self.ptr, self.ptr[1:], self.widths)]
+
+    @cached_property
+    def slot_pos(self) -> list[Tensor]:
+        return [block(self.slot_pos_matrix, a, b, w) for a, b, w in zip(self.ptr, self.ptr[1:], self.widths)]
 
     @property
     def num_nodes(self) -> int:
@@ -83,10 +94,8 @@ class LevelPlan:
             return self
         if device not in self._by_device:
             self._by_device[device] = LevelPlan(
-                self.direction, self.order.to(device), self.rank.to(device), self.ptr,
-                [s.to(device) for s in self.slots], [s.to(device) for s in self.slot_pos], self.position_groups,
-                *(m.to(device) if m is not None else None for m in (self.slot_matrix, self.slot_pos_matrix)),
-                self.widths, self.position_table)
+                self.direction, self.order.to(device), self.rank.to(device), self.ptr, self.slot_matrix.to(device),
+                self.slot_pos_matrix.to(device), self.widths, self.position_table, self.position_groups)
         return self._by_device[device]
 
 
@@ -358,7 +367,4 @@ def _build_plan(direction: str, level: Tensor, receiver: Tensor, sender: Tensor,
     positions = int(pos.max()) + 1 if pos.numel() else 1
     position_table = torch.bincount(level[receiver] * positions + edge_pos, minlength=num_levels * positions
                                     ).view(num_levels, positions).tolist()
-    slots = [block(index, ptr[lvl], ptr[lvl + 1], widths[lvl]) for lvl in range(num_levels)]
-    slot_pos = [block(position, ptr[lvl], ptr[lvl + 1], widths[lvl]) for lvl in range(num_levels)]
-    return LevelPlan(direction, order, rank, ptr, slots, slot_pos, position_groups, index, position, widths,
-                     position_table)
+    return LevelPlan(direction, order, rank, ptr, index, position, widths, position_table, position_groups)

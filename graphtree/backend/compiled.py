@@ -127,7 +127,7 @@ def lexicalized(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, t
 def top_down(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]] | None:
     """:class:`~graphtree.nn.TopDownTreeLSTM` where no node has several parents (trees, forests):
     ``TopDownLevels`` (``csrc/peephole_level.cpp``)."""
-    if any(slots.size(1) > 1 for slots in plan.slots):
+    if any(width > 1 for width in plan.widths):
         return None
     weights = (cell.W_x, cell.b, cell.W_h, cell.W_c, cell.W_co)
     return kernels.TopDownLevels(*_detached(*weights)), weights

@@ -86,9 +86,6 @@ def _columns(data_list: Sequence[Data], exclude_keys: list[str]) -> dict[str, li
     collate must run."""
     if get_worker_info() is not None:  # PyG's collate writes straight into shared memory there
         return None
-    first = data_list[0]
-    if type(first) is not Data or isinstance(first, Batch):
-        return None
     stores = []
     for data in data_list:
         if type(data) is not Data:
@@ -149,13 +146,12 @@ def _increments(key: str, values: list[Any], counts: list[int]) -> list[int]:
 
 def _cumsum(sizes: list[int], made: dict[tuple[int, ...], Tensor] | None = None) -> Tensor:
     """``[0, s0, s0 + s1, ...]`` as a ``long`` tensor, as PyG's ``cumsum``; a copy of one in ``made`` if there."""
+    if made is None:
+        return torch.tensor(list(accumulate(sizes, initial=0)), dtype=torch.long)
     key = tuple(sizes)
-    if made is not None and key in made:
-        return made[key].clone()
-    out = torch.tensor(list(accumulate(sizes, initial=0)), dtype=torch.long)
-    if made is not None:
-        made[key] = out
-    return out
+    if key not in made:
+        made[key] = _cumsum(sizes)
+    return made[key].clone()  # every attribute its own tensor, as from PyG
 
 
 def _repeat_interleave(repeats: list[int]) -> Tensor:
