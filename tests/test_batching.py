@@ -1,20 +1,27 @@
 """collate_graphs builds exactly PyG's Batch.from_data_list: every attribute, dtype, key order, batch vectors,
 slice and increment dictionaries, on trees, DAGs, generated datasets and odd attributes; and falls back to PyG
-where its own rules are not PyG's defaults."""
+where its own rules are not PyG's defaults. separate_graphs, the other way, cuts a dataset's storage into
+exactly the graphs PyG's per-graph separate gives."""
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
-from torch_geometric.data import Batch, Data
+from torch_geometric.data import Batch, Data, InMemoryDataset
+from torch_geometric.data.separate import separate
 from trees import random_ptb
 
 from graphtree.data import from_networkx, from_ptb
-from graphtree.data.batching import collate_graphs
+from graphtree.data.batching import collate_graphs, separate_graphs
+from graphtree.datasets import BooleanCircuits, GraphFiles, ListOps
 from graphtree.datasets.circuits import circuit_data, generate_circuits
 from graphtree.datasets.listops import LISTOPS_VOCAB, generate_listops, listops_tree
+from graphtree.datasets.sick import PairData
+
+DATA = Path(__file__).parent / "data"
 
 
 def assert_same_batch(ours: Batch, theirs: Batch) -> None:
@@ -114,3 +121,63 @@ def test_plain_trees_take_the_fast_path(monkeypatch):
 
     monkeypatch.setattr(Batch, "from_data_list", refuse)
     assert_same_batch(collate_graphs(trees), expected)
+
+
+def assert_same_graphs(ours: list[Data], reference: list[Data]) -> None:
+    assert len(ours) == len(reference)
+    for mine, theirs in zip(ours, reference):
+        assert type(mine) is type(theirs)
+        assert list(mine.to_dict()) == list(theirs.to_dict())  # same attributes, same order, num_nodes included
+        for key, value in theirs.to_dict().items():
+            got = mine[key]
+            if isinstance(value, torch.Tensor):  # views of the storage, as PyG's narrow makes them
+                assert (got.dtype, got.shape, got.stride()) == (value.dtype, value.shape, value.stride()), key
+                assert torch.equal(got, value) and got.data_ptr() == value.data_ptr(), key
+            else:
+                assert type(got) is type(value) and got == value, key
+
+
+def pyg_graphs(dataset) -> list[Data]:
+    """Each graph of an InMemoryDataset cut on its own by PyG, as ``InMemoryDataset.get`` does."""
+    return [separate(cls=type(dataset._data), batch=dataset._data, idx=k, slice_dict=dataset.slices, decrement=False)
+            for k in range(dataset.len())]
+
+
+def test_separate_graphs_is_pygs_cut_on_every_generated_and_file_dataset(tmp_path):
+    datasets = [
+        ListOps(tmp_path, "test", train_size=20, dev_size=5, test_size=30, log=False),
+        ListOps(tmp_path, "dev", train_size=20, dev_size=5, test_size=30, tree="flat", log=False),
+        BooleanCircuits(tmp_path, "test", train_size=10, dev_size=5, test_size=12, num_inputs=3, num_gates=6,
+                        log=False),
+    ]
+    for example in ("example.ptb", "example.jsonl", "example.conllu", "features.jsonl"):
+        datasets.append(GraphFiles(tmp_path / "files", "all", files=DATA / example, log=False))
+    for dataset in datasets:
+        reference = pyg_graphs(dataset)
+        assert_same_graphs(separate_graphs(dataset._data, dataset.slices), reference)
+        assert_same_graphs(list(dataset), reference)  # the dataset takes the one-pass cut
+        assert dataset._data_list is not None and all(g is not None for g in dataset._data_list)
+        last = len(reference) - 1
+        picked = dataset[[last, 0]]  # index_select: the same graphs again, copies of the cut ones
+        assert_same_graphs([picked[0], picked[1]], [reference[last], reference[0]])
+
+
+def test_separate_graphs_with_odd_attributes_and_fallbacks():
+    def graph(k: int) -> Data:
+        data = from_ptb(f"(1 (2 a{k}) (3 (4 b) (0 c)))")
+        data.scalar = torch.tensor(float(k))  # 0-dim: one entry per graph
+        data.count = k
+        data.name = f"g{k}"
+        data.names = [f"n{k}", "m"]  # a list per graph
+        data.pair_index = torch.tensor([[0, k % 3], [1, 2]])
+        return data
+
+    graphs = [graph(k) for k in range(4)]
+    data, slices = InMemoryDataset.collate(graphs)
+    reference = [separate(cls=Data, batch=data, idx=k, slice_dict=slices, decrement=False) for k in range(4)]
+    assert_same_graphs(separate_graphs(data, slices), reference)
+    assert separate_graphs(data, {}) is None
+    pairs = [PairData(x=torch.zeros(2, 1)) for _ in range(3)]
+    assert separate_graphs(*InMemoryDataset.collate(pairs)) is None  # a Data subclass: PyG's own cut
+    nested = [Data(parts={"a": torch.zeros(2)}, num_nodes=2) for _ in range(3)]
+    assert separate_graphs(*InMemoryDataset.collate(nested)) is None  # a dict attribute: likewise

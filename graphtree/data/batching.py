@@ -1,4 +1,5 @@
-"""Minibatches of trees and DAGs: PyG's ``Batch``, built with a fraction of the Python work.
+"""Minibatches of trees and DAGs: PyG's ``Batch``, built with a fraction of the Python work; and the reverse, a
+dataset's graphs cut from its storage in one pass.
 
 ``Batch.from_data_list`` is general: for every attribute of every graph it
 asks the graph how to concatenate and how far to shift it, and shifts each
@@ -12,11 +13,17 @@ concatenation. Anything else (subclasses with their own rules, sparse or
 nested tensors, PyG's ``Index``/``EdgeIndex``, graphs with different
 attributes, loader worker processes, where PyG writes into shared memory) goes
 to ``Batch.from_data_list`` unchanged.
+
+:func:`separate_graphs` is the other direction for an ``InMemoryDataset``'s
+storage: PyG's ``InMemoryDataset.get`` cuts one graph at a time, asking for
+every attribute of every graph how to cut it (about 0.15 ms a graph, seconds
+for a corpus, before the first epoch); this cuts every attribute once for all
+graphs and gives the same graphs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -26,7 +33,7 @@ from torch.utils.data import get_worker_info
 from torch_geometric import EdgeIndex, Index
 from torch_geometric.data import Batch, Data
 
-__all__ = ["collate_graphs"]
+__all__ = ["collate_graphs", "separate_graphs"]
 
 # PyG's batch class for Data, looked up once: Batch(_base_cls=Data) resolves its metaclass and reads
 # Data.__init__'s signature on every call.
@@ -156,3 +163,45 @@ def _cumsum(sizes: list[int], made: dict[tuple[int, ...], Tensor] | None = None)
 
 def _repeat_interleave(repeats: list[int]) -> Tensor:
     return torch.repeat_interleave(torch.arange(len(repeats)), torch.tensor(repeats, dtype=torch.long))
+
+
+def separate_graphs(data: Data, slices: Mapping[str, Any]) -> list[Data] | None:
+    """Every graph of an ``InMemoryDataset``'s storage ``(data, slices)``, as PyG's ``InMemoryDataset.get`` gives
+    them one by one (``separate`` without decrement): the same attributes in the same order, tensors as views of
+    the storage with the same shapes and strides. ``None`` where PyG's own per-graph cut must run (anything but
+    plain ``Data`` with strided tensors and lists)."""
+    if type(data) is not Data or not slices:
+        return None
+    store = data.stores[0]
+    keys = [key for key in slices if key in store]  # PyG's order: the slices', for the attributes stored
+    columns: list[Sequence[Any]] = []
+    count = len(slices[keys[0]]) - 1 if keys else 0
+    for key in keys:
+        values, bounds = store[key], slices[key]
+        if not isinstance(bounds, Tensor) or bounds.dim() != 1 or len(bounds) != count + 1:
+            return None
+        if isinstance(values, Tensor):
+            if values.layout != torch.strided or values.is_nested or isinstance(values, (Index, EdgeIndex)):
+                return None
+            cat_dim = data.__cat_dim__(key, values, store)  # Data's rule: None only for sparse attributes
+            if cat_dim is None or int(bounds[0]) != 0 or int(bounds[-1]) != values.size(cat_dim):
+                return None
+            columns.append(values.split((bounds[1:] - bounds[:-1]).tolist(), dim=cat_dim))
+        elif isinstance(values, list) and len(values) == count and not any(
+                isinstance(v, (Tensor, Mapping)) or (isinstance(v, list) and v and isinstance(v[0], Tensor))
+                for v in values[:1]):
+            columns.append(values)  # a list attribute (e.g. tokens): one entry per graph
+        else:
+            return None
+    num_nodes = getattr(store, "_num_nodes", None)
+    if num_nodes is not None and len(num_nodes) != count:
+        return None
+    graphs = []
+    for index in range(count):
+        graph = Data()
+        for key, column in zip(keys, columns):
+            graph[key] = column[index]
+        if num_nodes is not None:
+            graph.num_nodes = num_nodes[index]
+        graphs.append(graph)
+    return graphs

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from torch_geometric.data import Data, InMemoryDataset
+from torch_geometric.data.data import BaseData
 
+from ..data.batching import separate_graphs
 from ..vocab import Vocab
 from .download import DatasetError, RemoteFile, atomic_torch_save, resolve_mirror
 
@@ -114,6 +116,13 @@ class CorpusDataset(InMemoryDataset):
             raise DatasetError(f"{type(self).__name__} {self.split}: no examples left after pre_filter")
         data, slices = self.collate(data_list)
         atomic_torch_save((data.to_dict(), slices, data.__class__), self.processed_paths[0])
+
+    def get(self, idx: int) -> BaseData:
+        """Graph ``idx``, as ``InMemoryDataset.get`` gives it; the first call cuts every graph from the storage
+        in one pass (:func:`~graphtree.data.batching.separate_graphs`) instead of one graph per call."""
+        if getattr(self, "_data_list", None) is None and self.len() > 1:
+            self._data_list = separate_graphs(self._data, self.slices)  # None: PyG cuts them one by one
+        return super().get(idx)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.split!r}, {len(self)} examples, {self.options_tag()})"
