@@ -351,8 +351,8 @@ def test_each_epoch_splits_its_time_into_the_trainers_phases() -> None:
     phases = epoch["phases"]
     assert list(phases) == [*PHASES, "dev"]
     assert phases["embeddings"] >= 4 * 0.05  # 4 minibatches
-    assert all(0 <= phases[p] < phases["embeddings"] / 2 for p in PHASES if p != "embeddings")
-    assert sum(phases[p] for p in PHASES) <= epoch["train_seconds"]
+    assert all(0 <= phases[p] < phases["embeddings"] / 2 for p in PHASES if p != "embeddings"), phases
+    assert sum(phases[p] for p in PHASES) <= epoch["train_seconds"], (phases, epoch)
     assert phases["dev"] == pytest.approx(epoch["seconds"] - epoch["train_seconds"])
 
 
@@ -392,3 +392,4 @@ def test_kill_9_mid_training_then_resume_matches_an_uninterrupted_run(tmp_path: 
     assert resumed == reference  # exact floats, same best epoch, identical parameter bytes
     rows = (run_dir / "run.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5"]
+
