@@ -14,6 +14,7 @@ setups so that drift of the machine hits all alike; tables give the median over 
     python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --out benchmarks/results/epoch-cpu.json --readme epoch
     python benchmarks/epoch.py --table benchmarks/results/epoch-cpu.json --readme epoch   # tables only
     python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --baseline ../graphtree-before   # an A/B
+    python benchmarks/epoch.py --models nary --setups 1x1 1x2 --rounds 3 --embeddings random --readme epoch-random
 
 ``--baseline CHECKOUT`` alternates every run with the same run of another checkout (each imports its own
 graphtree) and adds a before/after table of epoch seconds.
@@ -63,9 +64,13 @@ def setup_name(setup: str) -> str:
     return (f"{processes} process{'es' if processes > 1 else ''} × {threads} thread{'s' if threads > 1 else ''}")
 
 
-def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path = REPO) -> dict:
+EMBEDDINGS = {"glove50": "GloVe 50d", "random": "random vectors of the paper's size"}
+
+
+def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path = REPO,
+               embeddings: str = "glove50") -> dict:
     """One run of the SST script of the checkout ``repo``; its per-epoch training seconds and trees per second."""
-    script = ["experiments/sst.py", "--model", model, "--embeddings", "glove50", "--fine-grained",
+    script = ["experiments/sst.py", "--model", model, "--embeddings", embeddings, "--fine-grained",
               "--epochs", str(epochs), "--threads", str(threads), "--no-progress"]
     launcher = [sys.executable] if processes == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
@@ -87,7 +92,8 @@ def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path
 
 
 def source(results: dict) -> str:
-    return (f"SST (fine-grained, GloVe 50d, the paper's minibatch), {results['machine']}, median of "
+    vectors = EMBEDDINGS[results.get("embeddings", "glove50")]
+    return (f"SST (fine-grained, {vectors}, the paper's minibatch), {results['machine']}, median of "
             f"{results['rounds']} round(s) of {results['epochs']} epoch(s) (`{results['command']}`, at "
             f"{results['commit'][:7]}{'+dirty' if results['dirty'] else ''})")
 
@@ -142,7 +148,7 @@ def measure(args: argparse.Namespace) -> dict:
             argv.append(arg)
     results = {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
-               "epochs": args.epochs, "rounds": args.rounds, "setups": args.setups,
+               "epochs": args.epochs, "rounds": args.rounds, "setups": args.setups, "embeddings": args.embeddings,
                "command": shlex.join(["python", "benchmarks/epoch.py", *argv]),
                "models": {}}
     checkouts = {"models": REPO}
@@ -161,7 +167,7 @@ def measure(args: argparse.Namespace) -> dict:
                 # Alternate which checkout goes first, so that drift of the machine hits both alike.
                 order = list(checkouts.items())
                 for name, repo in order if (round_ + k) % 2 == 0 else order[::-1]:
-                    run = train_once(model, processes, args.epochs, threads, repo)
+                    run = train_once(model, processes, args.epochs, threads, repo, args.embeddings)
                     runs[name][setup].append(run)
                     which = ", baseline" if name == "baseline" else ""
                     print(f"{model}, {setup_name(setup)}, round {round_ + 1}{which}: "
@@ -197,12 +203,15 @@ def main() -> None:
                         help="PxT: P processes of T threads each (default: 1x1 2x1 1x2)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--embeddings", choices=tuple(EMBEDDINGS), default="glove50",
+                        help="the SST script's word vectors: glove50 (default) or random (300d for most models)")
     parser.add_argument("--out", default=None, help="JSON of every run (default: print only)")
     parser.add_argument("--baseline", default=None, metavar="CHECKOUT",
                         help="another checkout of graphtree whose runs alternate with this one's (an A/B)")
     parser.add_argument("--table", default=None, help="only write the table of this JSON (no runs)")
-    parser.add_argument("--readme", choices=("processes", "epoch"), default=None,
-                        help="write the speed-up table (processes) or the phase table (epoch) into README.md")
+    parser.add_argument("--readme", choices=("processes", "epoch", "epoch-random"), default=None,
+                        help="write the speed-up table (processes) or the phase table (epoch; epoch-random for a "
+                             "run with --embeddings random) into README.md")
     args = parser.parse_args()
     if args.table:
         results = json.loads(Path(args.table).read_text())
@@ -211,10 +220,12 @@ def main() -> None:
             parser.error("--setups: each one PxT, e.g. 2x1")
         results = measure(args)
     tables = {"processes": table(results), "epoch": phase_table(results), "comparison": comparison(results)}
+    tables["epoch-random"] = tables["epoch"]
     print(*(t for t in tables.values() if t), sep="\n")
     if args.out:
         atomic_write_text(json.dumps(results, indent=1) + "\n", Path(args.out))
-    readme = tables[args.readme] + ("\n" + tables["comparison"] if args.readme == "epoch" and tables["comparison"]
+    readme = tables[args.readme] + ("\n" + tables["comparison"] if args.readme.startswith("epoch")
+                                    and tables["comparison"]
                                     else "") if args.readme else ""
     if args.readme and not write_readme_section(REPO / "README.md", args.readme, readme):
         raise SystemExit(f"README.md has no <!-- results:{args.readme} --> block")
