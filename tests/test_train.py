@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import Tensor
 from torch_geometric.data import Batch
 
 from graphtree.data import NO_LABEL, from_ptb
@@ -393,3 +395,48 @@ def test_kill_9_mid_training_then_resume_matches_an_uninterrupted_run(tmp_path: 
     rows = (run_dir / "run.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5"]
 
+
+
+def test_fit_flushes_subnormals_and_reports_the_same_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A weight block that gets no gradient (Child-Sum's forget-gate input weights when words sit at leaves
+    only) decays under L2 into the subnormal range; fit reads such values as zero and reports the same losses, bit for
+    bit, as a run that keeps them; afterwards the thread is as before."""
+    from graphtree.models import NodeEmbedding, TreeClassifier
+    from graphtree.nn import ChildSumTreeLSTM
+    from graphtree.train import trainer as trainer_module
+    from graphtree.train.trainer import _flushing_denormals, denormals_flushed
+
+    assert not _flushing_denormals()
+    with denormals_flushed():
+        assert _flushing_denormals()  # (x86: FTZ/DAZ)
+        with denormals_flushed():
+            assert _flushing_denormals()
+        assert _flushing_denormals()  # an inner use leaves an outer one's setting
+    assert not _flushing_denormals()
+
+    data = [from_ptb(line, VOCAB) for line in ("(1 (0 a) (1 b))", "(0 (0 c) (1 (1 d) (0 e)))")] * 3
+
+    def fit(flush: bool) -> tuple[list[float], Tensor]:  # the losses and the input weights after fit
+        torch.manual_seed(0)
+        emb = NodeEmbedding(6, 4)
+        cell = ChildSumTreeLSTM(4, 3)
+        with torch.no_grad():  # the forget gates' input block: start it a few halvings above the subnormal range
+            cell.W.weight[9:12].fill_(4e-38)
+        model = TreeClassifier(emb, cell, 2)
+        # Plain SGD with L2 shrinks a weight that gets no gradient at every step.
+        optimizer = PaperOptimizer.for_model(model, emb, OptimizerSpec("sgd", 0.1, "sgd", 0.1, 5.0, 2))
+        if not flush:
+            monkeypatch.setattr(trainer_module, "denormals_flushed", contextlib.nullcontext)
+        history = Trainer(model, optimizer, epochs=3, batch_size=2, seed=0, progress=False,
+                          verbose=False).fit(data, data).history
+        monkeypatch.undo()
+        return [e["train_loss"] for e in history], cell.W.weight.detach().clone()
+
+    kept_losses, kept = fit(flush=False)
+    flushed_losses, _ = fit(flush=True)
+    tiny = torch.finfo(torch.float32).tiny
+    assert ((kept[9:12] != 0) & (kept[9:12].abs() < tiny)).all()  # decayed into the subnormal range
+    assert flushed_losses == kept_losses
+    with denormals_flushed():  # products read the decayed block as zero: no slow path
+        assert torch.equal(kept[9:12] * 1.0, torch.zeros(3, 4))
+    assert not _flushing_denormals()
