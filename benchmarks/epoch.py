@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -44,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from graphtree.train import atomic_write_text  # noqa: E402
+from graphtree.train.provenance import processor  # noqa: E402
 from graphtree.train.report import write_readme_section  # noqa: E402
 
 NAMES = {"nary": "Constituency Tree-LSTM (Tai et al.)", "childsum": "Child-Sum Tree-LSTM (Tai et al.)",
@@ -147,7 +147,7 @@ def measure(args: argparse.Namespace) -> dict:
         else:
             argv.append(arg)
     results = {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
+               "machine": f"{processor()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
                "epochs": args.epochs, "rounds": args.rounds, "setups": args.setups, "embeddings": args.embeddings,
                "command": shlex.join(["python", "benchmarks/epoch.py", *argv]),
                "models": {}}

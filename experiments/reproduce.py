@@ -8,7 +8,10 @@ The run's recorded command is run again for its seed (with ``--out`` a
 temporary folder, so nothing committed is touched), for all its epochs or the
 first ``--epochs N``; then every epoch's metrics (loss and dev metrics; not the
 times) are compared with the committed ones for equality, to the last bit. It
-prints the epochs that differ and exits 1 if any does, 0 if all agree.
+prints the epochs that differ and exits 1 if any does, 0 if all agree. Bits
+agree only on the kind of processor the run was made on (its JSON records it
+since results files name the processor): where the processor differs, or the
+run does not name one, a difference is reported as such and not recorded.
 
 ``--record`` adds the verdict to ``experiments/results/reproduced.json``, which
 the reports read: a row whose runs predate the current numerics version (see
@@ -27,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from graphtree.train import atomic_write_text
-from graphtree.train.provenance import NUMERICS_VERSION, git_state
+from graphtree.train.provenance import NUMERICS_VERSION, git_state, processor
 from graphtree.train.report import Provenance
 from graphtree.train.runs import fail, main_guard
 
@@ -113,7 +116,15 @@ def main(argv: list[str]) -> int:
     print(f"{record['run']}: {len(rerun)} epoch(s) compared, {verdict}")
     for line in lines:
         print(f"  {line}")
-    if args.record:
+    recorded = (record.get("provenance") or {}).get("processor")
+    elsewhere = recorded != processor()
+    if lines and elsewhere:  # across processors a difference says nothing about the code
+        print(f"  the run was made on {recorded or 'a processor it does not record'}; this machine is "
+              f"{processor()}: vector code rounds differently from one kind of processor to another, so this "
+              f"difference does not show a change of the code. Compare on the run's kind of processor.")
+    if args.record and lines and elsewhere:
+        print("not recorded: a difference across processors is no verdict on the code", file=sys.stderr)
+    elif args.record:
         commit, dirty = git_state()
         record_check({"task": record["experiment"], "run": record["run"], "numerics": NUMERICS_VERSION,
                       "run_commit": Provenance.run_commit(record),

@@ -2,9 +2,11 @@
 
 A run's numbers are reproducible only together with the code that made them:
 the graphtree commit (and whether the work tree had uncommitted changes), the
-PyTorch version, the thread count and the path the cells' level math took
-(compiled kernels or PyTorch operators round differently). :func:`provenance`
-collects these for a results file.
+PyTorch version, the thread count, the path the cells' level math took
+(compiled kernels or PyTorch operators round differently) and the processor
+(:func:`processor`: PyTorch's kernels, MKL and oneDNN pick their vector code by
+what the processor offers, so an AVX-512 machine and an AVX2 one round
+differently). :func:`provenance` collects these for a results file.
 
 :data:`NUMERICS_VERSION` counts the changes to graphtree that alter the
 numbers a run produces (rounding included). Every results file records the
@@ -18,12 +20,14 @@ that reruns one committed run per task catches a change that forgets to.
 
 from __future__ import annotations
 
+import platform
 import subprocess
+from functools import cache
 from pathlib import Path
 
 import torch
 
-__all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "git_state", "provenance"]
+__all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "git_state", "processor", "provenance"]
 
 NUMERICS_VERSION = 1
 NUMERICS_HISTORY = {
@@ -47,6 +51,22 @@ def git_state(root: Path = PACKAGE_ROOT) -> tuple[str | None, bool | None]:
     return commit or None, bool(status.strip())
 
 
+@cache
+def processor() -> str:
+    """The processor's model name and the vector instructions PyTorch's CPU kernels use on it, e.g.
+    ``"Intel(R) Xeon(R) Processor (AVX512)"``: two runs round alike only on the same kind."""
+    name = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine() or "unknown processor"
+    return f"{name} ({torch.backends.cpu.get_cpu_capability()})"
+
+
 def provenance(threads: int, kernels: str) -> dict:
     """The provenance block of a results file.
 
@@ -57,4 +77,4 @@ def provenance(threads: int, kernels: str) -> dict:
     """
     commit, dirty = git_state()
     return {"commit": commit, "dirty": dirty, "torch": torch.__version__, "threads": threads,
-            "kernels": kernels, "numerics": NUMERICS_VERSION}
+            "kernels": kernels, "numerics": NUMERICS_VERSION, "processor": processor()}
