@@ -116,12 +116,16 @@ def report(runs: dict[tuple[str, str], list[dict]]) -> str:
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
         if task == "listops":
-            trees = {m: rs for (t, m), rs in runs.items() if t == task and m != "lstm"}
-            if trees:
-                best = max((statistics.mean(r["test"]["accuracy"] for r in rs), m) for m, rs in trees.items())
-                lines += [f"Target: a tree model at {LISTOPS_TARGET:.0f}% test accuracy or more: best "
-                          f"{display(best[1])}, {best[0]:.1f}, "
-                          f"{'met' if best[0] >= LISTOPS_TARGET else 'missed'}.", ""]
+            # The target is for the tree models on the gold parse: not the sequence model, not the flat tree.
+            gold = {m: rs for (t, m), rs in runs.items() if t == task and m != "lstm" and "/" not in m}
+            if gold:
+                verdicts = []
+                for m, rs in gold.items():
+                    accuracy = statistics.mean(r["test"]["accuracy"] for r in rs)
+                    verdict = "met" if accuracy >= LISTOPS_TARGET else "missed"
+                    verdicts.append(f"{display(m)} {accuracy:.1f} ({verdict})")
+                lines += [f"Target: each tree model on the gold parse at {LISTOPS_TARGET:.0f}% test accuracy or more: "
+                          + ", ".join(verdicts) + ".", ""]
         if deeper:
             r = task_runs[0]
             lines += [f"Training depths {r['train_depths'][0]}-{r['train_depths'][-1]}; depths "
