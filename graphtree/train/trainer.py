@@ -56,11 +56,13 @@ def denormals_flushed() -> Iterator[None]:
     (below 1.2e-38) within an epoch, and every product with it then takes the processor's slow path. On SST,
     Child-Sum's input weights of its forget gates are such (the words sit at leaves, which have no children to
     forget; inner nodes have no input), and so is a block of LSTM-RNN's leaf maps: Child-Sum's epoch ran 2.3
-    times as long as with them flushed. The flushed weights never reach a loss, so a run's numbers stay the
-    same (checked bit for bit on the committed runs of every task; see ``experiments/results/reproduced.json``).
-    Only the calling thread is switched: PyTorch's intra-op worker threads keep their own setting.
+    times as long as with them flushed (Intel Xeon, AVX-512). Such weights never reach a loss, so a run's
+    numbers stay the same: bit for bit in every epoch of the runs compared with and without flushing (Child-Sum,
+    N-ary and LSTM-RNN on SST, Child-Sum on SICK; ``tests/test_train.py`` checks a small case). Only the calling
+    thread is switched: PyTorch's intra-op worker threads keep their own setting. ``GRAPHTREE_FLUSH_DENORMALS=0``
+    leaves the processor's setting alone.
     """
-    if _flushing_denormals():
+    if _flushing_denormals() or os.environ.get("GRAPHTREE_FLUSH_DENORMALS", "1") == "0":
         yield
         return
     switched = torch.set_flush_denormal(True)
