@@ -37,8 +37,8 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-__all__ = ["build_directory", "build_seconds", "cache_root", "ensure_built", "kernels_loaded", "native_kernels",
-           "native_kernels_if_loaded", "native_mode", "use_native"]
+__all__ = ["build_directory", "build_seconds", "cache_root", "cpu_description", "ensure_built", "kernels_loaded",
+           "native_kernels", "native_kernels_if_loaded", "native_mode", "use_native"]
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "csrc"
 SOURCES = ("bindings.cpp", "child_sum_level.cpp", "engine_ops.cpp", "head_level.cpp", "lstm_rnn_level.cpp",
@@ -140,7 +140,7 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphtree"
 
 
-def _cpu_description() -> list[str]:
+def cpu_description() -> list[str]:
     """The first processor's identifying lines in ``/proc/cpuinfo`` (its kind and flags: -march=native code runs
     only there); ``platform.processor()`` where there is no such file."""
     try:
@@ -172,7 +172,7 @@ def _build_name() -> str:
     sources["compiled"] = "\n".join(SOURCES)
     digest = _build_hash(executable=str(Path(sys.executable).resolve()), prefix=sys.prefix,
                          torch_version=torch.__version__, torch_path=str(Path(torch.__file__).resolve().parent),
-                         cpu=_cpu_description(), flags=CFLAGS, sources=sources)
+                         cpu=cpu_description(), flags=CFLAGS, sources=sources)
     return f"graphtree_native_{digest}"
 
 

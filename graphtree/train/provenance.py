@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from ..backend.native import cpu_description
+
 __all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "git_state", "processor", "provenance"]
 
 NUMERICS_VERSION = 1
@@ -55,14 +57,8 @@ def git_state(root: Path = PACKAGE_ROOT) -> tuple[str | None, bool | None]:
 def processor() -> str:
     """The processor's model name and the vector instructions PyTorch's CPU kernels use on it, e.g.
     ``"Intel(R) Xeon(R) Processor (AVX512)"``: two runs round alike only on the same kind."""
-    name = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    described = dict(line.split(":", 1) for line in cpu_description() if ":" in line)
+    name = {k.strip(): v.strip() for k, v in described.items()}.get("model name", "")
     name = name or platform.processor() or platform.machine() or "unknown processor"
     return f"{name} ({torch.backends.cpu.get_cpu_capability()})"
 
