@@ -126,6 +126,15 @@ def recorded_in(path: str) -> str:
     return done.stdout.strip() or "an uncommitted file"
 
 
+def origin(results: dict, path: str) -> str:
+    """``ran at 1a2b3c4`` where the run recorded its commit (``+dirty`` for uncommitted changes), else the commit
+    that added its file: ``recorded in 1a2b3c4``."""
+    commit = results["machine"].get("commit")
+    if commit:
+        return f"ran at {commit[:7]}{'+dirty' if results['machine'].get('dirty') else ''}"
+    return f"recorded in {recorded_in(path)}"
+
+
 def command(results: dict) -> str:
     environment = "".join(f"{name}={value} " for name, value in results.get("environment", {}).items())
     return f"{environment}python {results['command'].replace('tree_lstm.py', 'benchmarks/tree_lstm.py')}"
@@ -136,7 +145,7 @@ def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = (),
     lines = ["## Speed", "",
              f"Training (forward, backward, Adagrad step) and inference throughput on SST training trees, hidden "
              f"150, embeddings 300, on {where(results)}, every ratio measured pair by pair in the same run "
-             f"(`{command(results)}`, results in `{path}`, recorded in {recorded_in(path)}; method and all settings "
+             f"(`{command(results)}`, results in `{path}`, {origin(results, path)}; method and all settings "
              "in `benchmarks/README.md`). "
              "`× N-ary` is training time over the N-ary cell's, `FLOPs × N-ary` the same ratio for the essential "
              "matmul FLOPs (the part of `× N-ary` that no engineering removes: the cells do different amounts of "
@@ -151,7 +160,8 @@ def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = (),
         lines += operator_calls(results, *calls)
     for gpu, gpu_path in gpu_runs:
         lines += [f"### On {where(gpu)}", "",
-                  f"The same benchmark with `--device cuda` (`{command(gpu)}`, results in `{gpu_path}`). The "
+                  f"The same benchmark with `--device cuda` (`{command(gpu)}`, results in `{gpu_path}`, "
+                  f"{origin(gpu, gpu_path)}). The "
                   "level loop launches a few small kernels per level, so at these sizes the GPU waits on the "
                   "host; `nn.LSTM` runs as one cuDNN kernel per layer.", ""]
         lines += tables(gpu)

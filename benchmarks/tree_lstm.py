@@ -64,6 +64,7 @@ from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_los
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.schedule import Schedule
 from graphtree.train import make_optimizer
+from graphtree.train.provenance import git_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plain_level_loop import PlainLevelTreeLSTM
@@ -1043,17 +1044,14 @@ def machine(device: torch.device, threads: int) -> dict:
                 device=str(device), cpu_capability=torch.backends.cpu.get_cpu_capability())
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
+    info["commit"], info["dirty"] = git_state()  # the code the figures come from
     return info
 
 
 def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    for line in native.cpu_description():  # the reading the kernel build hash uses
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return platform.processor()
 
 
