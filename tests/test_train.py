@@ -397,6 +397,33 @@ def test_kill_9_mid_training_then_resume_matches_an_uninterrupted_run(tmp_path: 
 
 
 
+def test_flushing_reaches_the_intra_op_worker_threads() -> None:
+    """With two threads, an elementwise product over a large tensor is split across PyTorch's pool: inside
+    ``denormals_flushed`` every part of it reads subnormals as zero (the calling thread and the worker), and
+    afterwards every part as before (where PyTorch's pool is GNU OpenMP, as in its Linux builds)."""
+    from graphtree.backend import threads as pool
+    from graphtree.train.trainer import denormals_flushed
+
+    if pool._gomp_parallel() is None:
+        pytest.skip("PyTorch's intra-op pool is not GNU OpenMP here")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        if torch.get_num_threads() < 2:
+            pytest.skip("one intra-op thread only")
+        tiny = torch.full((1 << 20,), 1e-39)  # 32 times ATen's grain: split across both threads
+
+        def surviving() -> int:  # subnormals that come out of a product unflushed
+            return int((tiny * 1.0).count_nonzero())
+
+        assert surviving() == tiny.numel()
+        with denormals_flushed():
+            assert surviving() == 0
+        assert surviving() == tiny.numel()
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_fit_flushes_subnormals_and_reports_the_same_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
     """A weight block that gets no gradient (Child-Sum's forget-gate input weights when words sit at leaves
     only) decays under L2 into the subnormal range; fit reads such values as zero and reports the same losses, bit for

@@ -4,9 +4,11 @@
   kernel per cell, in ``graphtree/csrc``), the one fast path beside each cell's
   readable ``update``, and the one place that decides when it runs;
 * :mod:`graphtree.backend.native`: building and loading those kernels
-  (``GRAPHTREE_NATIVE``, :func:`~graphtree.backend.native.ensure_built`).
+  (``GRAPHTREE_NATIVE``, :func:`~graphtree.backend.native.ensure_built`);
+* :mod:`graphtree.backend.threads`: a floating-point setting on every thread of
+  PyTorch's intra-op pool (subnormals flushed during training).
 """
 
-from . import compiled, native
+from . import compiled, native, threads
 
-__all__ = ["compiled", "native"]
+__all__ = ["compiled", "native", "threads"]

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 from tqdm.auto import tqdm
 
-from ..backend import native
+from ..backend import native, threads
 from ..data.batching import collate_graphs
 from ..engine import schedule_of
 from ..models.classifier import node_loss
@@ -49,27 +49,33 @@ def _flushing_denormals() -> bool:
 
 @contextmanager
 def denormals_flushed() -> Iterator[None]:
-    """Subnormal floats read and written as zero on this thread's CPU arithmetic (x86 FTZ/DAZ, through
-    ``torch.set_flush_denormal``) for the duration, then as before; nothing where the processor cannot.
+    """Subnormal floats read and written as zero in CPU arithmetic (x86 FTZ/DAZ) for the duration, on this
+    thread (``torch.set_flush_denormal``) and on PyTorch's intra-op worker threads
+    (:func:`graphtree.backend.threads.flush_denormal_on_pool`), then as before; nothing where the processor
+    cannot.
 
     Why: a weight that never receives a gradient but is decayed by L2 shrinks into the subnormal range
     (below 1.2e-38) within an epoch, and every product with it then takes the processor's slow path. On SST,
     Child-Sum's input weights of its forget gates are such (the words sit at leaves, which have no children to
     forget; inner nodes have no input), and so is a block of LSTM-RNN's leaf maps: Child-Sum's epoch ran 2.3
-    times as long as with them flushed (Intel Xeon, AVX-512). Such weights never reach a loss, so a run's
-    numbers stay the same: bit for bit in every epoch of the runs compared with and without flushing (Child-Sum,
-    N-ary and LSTM-RNN on SST, Child-Sum on SICK; ``tests/test_train.py`` checks a small case). Only the calling
-    thread is switched: PyTorch's intra-op worker threads keep their own setting. ``GRAPHTREE_FLUSH_DENORMALS=0``
-    leaves the processor's setting alone.
+    times as long as with them flushed (Intel Xeon, AVX-512). The worker threads matter as much: with two
+    threads and only the calling one flushed, the same epoch took 10.3-11.8 s against 5.8-6.3 s with both.
+    Such weights never reach a loss, so a run's numbers stay the same: bit for bit in every epoch of the runs
+    compared with and without flushing (Child-Sum, N-ary and LSTM-RNN on SST, Child-Sum on SICK;
+    ``tests/test_train.py`` checks a small case). Where PyTorch's pool is not GNU OpenMP (its Linux builds'), only
+    the calling thread is switched. ``GRAPHTREE_FLUSH_DENORMALS=0`` leaves the processor's setting alone.
     """
     if _flushing_denormals() or os.environ.get("GRAPHTREE_FLUSH_DENORMALS", "1") == "0":
         yield
         return
     switched = torch.set_flush_denormal(True)
+    if switched:
+        threads.flush_denormal_on_pool(True)
     try:
         yield
     finally:
         if switched:
+            threads.flush_denormal_on_pool(False)
             torch.set_flush_denormal(False)
 
 
