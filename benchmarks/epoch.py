@@ -13,6 +13,8 @@ setups so that drift of the machine hits all alike; tables give the median over 
         --out benchmarks/results/processes-cpu.json --readme processes
     python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --out benchmarks/results/epoch-cpu.json --readme epoch
     python benchmarks/epoch.py --table benchmarks/results/epoch-cpu.json --readme epoch   # tables only
+    python benchmarks/epoch.py --models childsum --setups 1x1 1x2 --rounds 1 --baseline ../graphtree-before \
+        --update benchmarks/results/epoch-cpu.json --readme epoch   # a few models again, the rest kept
     python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --baseline ../graphtree-before   # an A/B
     python benchmarks/epoch.py --models nary --setups 1x1 1x2 --rounds 3 --embeddings random --readme epoch-random
 
@@ -93,9 +95,34 @@ def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path
 
 def source(results: dict) -> str:
     vectors = EMBEDDINGS[results.get("embeddings", "glove50")]
+    reruns = "".join(f"; the rows of {', '.join(NAMES.get(m, m) for m in rerun['models'])} rerun at "
+                     f"{rerun['commit'][:7]}{'+dirty' if rerun['dirty'] else ''} (`{rerun['command']}`)"
+                     for rerun in results.get("reruns", []))
     return (f"SST (fine-grained, {vectors}, the paper's minibatch), {results['machine']}, median of "
             f"{results['rounds']} round(s) of {results['epochs']} epoch(s) (`{results['command']}`, at "
-            f"{results['commit'][:7]}{'+dirty' if results['dirty'] else ''})")
+            f"{results['commit'][:7]}{'+dirty' if results['dirty'] else ''}{reruns})")
+
+
+def merge_rerun(results: dict, rerun: dict) -> dict:
+    """``results`` with the models of ``rerun`` (a measurement of a few models with the same settings, against
+    the same baseline commit) replaced by its runs; the rerun's commit and command are kept beside them."""
+    for key in ("machine", "epochs", "rounds", "setups", "embeddings"):
+        if results.get(key) != rerun.get(key):
+            raise SystemExit(f"--update: the file was measured with {key} {results.get(key)!r}, this run with "
+                             f"{rerun.get(key)!r}: rerun them alike or measure every model anew")
+    if ("baseline" in results) != ("baseline" in rerun) or (
+            "baseline" in results and results["baseline"]["commit"] != rerun["baseline"]["commit"]):
+        raise SystemExit("--update: give --baseline the checkout the file was compared against "
+                         f"({results.get('baseline', {}).get('commit', 'none')[:7]})")
+    merged = json.loads(json.dumps(results))
+    for model, rows in rerun["models"].items():
+        merged["models"][model] = rows
+        if "baseline" in rerun:
+            merged["baseline"]["models"][model] = rerun["baseline"]["models"][model]
+    earlier = [r for r in merged.get("reruns", []) if not set(r["models"]) <= set(rerun["models"])]
+    merged["reruns"] = earlier + [{"models": list(rerun["models"]), "commit": rerun["commit"],
+                                   "dirty": rerun["dirty"], "command": rerun["command"]}]
+    return merged
 
 
 def phase_table(results: dict) -> str:
@@ -209,6 +236,9 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, metavar="CHECKOUT",
                         help="another checkout of graphtree whose runs alternate with this one's (an A/B)")
     parser.add_argument("--table", default=None, help="only write the table of this JSON (no runs)")
+    parser.add_argument("--update", default=None, metavar="JSON",
+                        help="measure --models again and replace their rows in this results JSON (same settings "
+                             "and baseline; the file names the commit of each rerun); written back in place")
     parser.add_argument("--readme", choices=("processes", "epoch", "epoch-random"), default=None,
                         help="write the speed-up table (processes) or the phase table (epoch; epoch-random for a "
                              "run with --embeddings random) into README.md")
@@ -219,6 +249,9 @@ def main() -> None:
         if any(not re.fullmatch(r"[1-9]\d*x[1-9]\d*", s) for s in args.setups):
             parser.error("--setups: each one PxT, e.g. 2x1")
         results = measure(args)
+        if args.update:
+            results = merge_rerun(json.loads(Path(args.update).read_text()), results)
+            args.out = args.out or args.update
     tables = {"processes": table(results), "epoch": phase_table(results), "comparison": comparison(results)}
     tables["epoch-random"] = tables["epoch"]
     print(*(t for t in tables.values() if t), sep="\n")

@@ -3,9 +3,12 @@ before/after table of a --baseline run, against figures worked out by hand."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -36,3 +39,27 @@ def test_step_ratio_and_before_after_table():
     comparison = epoch.comparison(results)
     assert "against bbbbbbb" in comparison and "| 15.00 | 9.00 | 0.60 |" in comparison  # medians 15 and 9
     assert epoch.comparison({k: v for k, v in results.items() if k != "baseline"}) == ""
+
+
+def test_a_rerun_of_some_models_replaces_their_rows_and_names_its_commit():
+    epoch = epoch_module()
+
+    def measured(commit: str, seconds: dict[str, float], baseline: str = "b" * 40, rounds: int = 1) -> dict:
+        rows = {m: {"1x1": {"runs": [run(s, 4.0)], "median_trees_per_s": 1000 / s}} for m, s in seconds.items()}
+        return {"commit": commit, "dirty": False, "machine": "test", "epochs": 1, "rounds": rounds,
+                "setups": ["1x1"], "embeddings": "glove50", "command": f"python benchmarks/epoch.py ({commit[0]})",
+                "models": rows, "baseline": {"commit": baseline, "dirty": False, "models": copy.deepcopy(rows)}}
+
+    whole = measured("a" * 40, {"nary": 8.0, "childsum": 20.0})
+    merged = epoch.merge_rerun(whole, measured("c" * 40, {"childsum": 10.0}))
+    assert merged["models"]["nary"] == whole["models"]["nary"]  # kept
+    assert merged["models"]["childsum"]["1x1"]["runs"][0]["train_seconds"] == [10.0]  # replaced
+    assert whole["models"]["childsum"]["1x1"]["runs"][0]["train_seconds"] == [20.0]  # the input is left alone
+    assert "Child-Sum Tree-LSTM (Tai et al.) rerun at ccccccc" in epoch.phase_table(merged)
+    # A second rerun of the same model supersedes the first in the file's account.
+    again = epoch.merge_rerun(merged, measured("d" * 40, {"childsum": 9.0}))
+    assert [r["commit"][0] for r in again["reruns"]] == ["d"]
+    with pytest.raises(SystemExit, match="rounds"):
+        epoch.merge_rerun(whole, measured("c" * 40, {"childsum": 10.0}, rounds=2))
+    with pytest.raises(SystemExit, match="baseline"):
+        epoch.merge_rerun(whole, measured("c" * 40, {"childsum": 10.0}, baseline="e" * 40))
