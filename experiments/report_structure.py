@@ -31,15 +31,29 @@ TREE_NAMES = {"flat": " (flat tree)"}  # ListOps: the paper's parse is the defau
 TASK_NAMES = {"listops": "ListOps", "circuits": "Boolean circuits"}
 
 
+DEFAULT_EPOCHS = 20  # experiments/structure.py's EPOCHS: runs of another length are rows of their own
+
+
 def variant(record: dict) -> str:
-    """A run's model, and its ListOps tree unless the default: ``childsum``, ``childsum/flat``."""
-    tree = record["config"].get("tree", "paper")
-    return record["config"]["model"] + ("" if tree == "paper" else f"/{tree}")
+    """A run's model, its ListOps tree unless the default, and its epochs unless the default:
+    ``childsum``, ``childsum/flat``, ``childsum@30``."""
+    config = record["config"]
+    tree = config.get("tree", "paper")
+    epochs = config.get("epochs", DEFAULT_EPOCHS)
+    length = "" if config.get("quick") or epochs == DEFAULT_EPOCHS else f"@{epochs}"
+    return config["model"] + ("" if tree == "paper" else f"/{tree}") + length
+
+
+def parts(variant: str) -> tuple[str, str, str]:
+    """``(model, tree, epochs)`` of a variant, the last two empty where default."""
+    rest, _, epochs = variant.partition("@")
+    model, _, tree = rest.partition("/")
+    return model, tree, epochs
 
 
 def display(variant: str) -> str:
-    model, _, tree = variant.partition("/")
-    return MODEL_NAMES.get(model, model) + TREE_NAMES.get(tree, "")
+    model, tree, epochs = parts(variant)
+    return MODEL_NAMES.get(model, model) + TREE_NAMES.get(tree, "") + (f", {epochs} epochs" if epochs else "")
 
 
 def load(results: Path, quick: bool) -> dict[tuple[str, str], list[dict]]:
@@ -106,9 +120,9 @@ def report(runs: dict[tuple[str, str], list[dict]]) -> str:
             if deeper:
                 row.append(mean_std(r["test"]["deeper_than_training"]["accuracy"] for r in rs
                                     if r["test"].get("deeper_than_training")))
-            name, _, tree = model.partition("/")
+            name, tree, epochs = parts(model)
             seeds = " ".join(str(r["seed"]) for r in rs)
-            tree_flag = f" --listops-tree {tree}" if tree else ""
+            tree_flag = (f" --listops-tree {tree}" if tree else "") + (f" --epochs {epochs}" if epochs else "")
             quick = " --quick" if rs[0]["config"]["quick"] else ""
             row += [seeds, f"{statistics.mean(r['wall_time_s'] for r in rs) / 60:.1f}",
                     f"`python experiments/structure.py --task {task} --model {name}{tree_flag} --seeds {seeds}{quick}`",
@@ -120,7 +134,7 @@ def report(runs: dict[tuple[str, str], list[dict]]) -> str:
             gold = {m: rs for (t, m), rs in runs.items() if t == task and m != "lstm" and "/" not in m}
             if gold:
                 verdicts = []
-                for m, rs in gold.items():
+                for m, rs in sorted(gold.items()):
                     accuracy = statistics.mean(r["test"]["accuracy"] for r in rs)
                     verdict = "met" if accuracy >= LISTOPS_TARGET else "missed"
                     verdicts.append(f"{display(m)} {accuracy:.1f} ({verdict})")

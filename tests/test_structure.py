@@ -132,3 +132,23 @@ def test_sequences_and_sequence_lstm(tmp_path):
     batch = Batch.from_data_list([circuit, circuit])
     out = SequenceLSTM(7 + 96, 8, 2)(batch)
     assert out.shape == (2, 2) and torch.allclose(out[0], out[1])
+
+
+def test_report_keeps_runs_of_another_length_apart(tmp_path):
+    """A run trained longer than the default is a row of its own, with its own command and target verdict."""
+    report = script_module(REPO / "experiments" / "report_structure.py")
+    assert report.DEFAULT_EPOCHS == script_module().EPOCHS
+
+    def record(seed: int, epochs: int, accuracy: float) -> dict:
+        return {"experiment": "structure", "seed": seed, "wall_time_s": 60.0,
+                "config": {"task": "listops", "model": "childsum", "tree": "paper", "epochs": epochs, "quick": False},
+                "test": {"accuracy": accuracy, "by_depth": {"1": {"accuracy": accuracy, "total": 10}}},
+                "provenance": {"commit": "a" * 40, "dirty": False}}
+
+    for name, (seed, epochs, accuracy) in {"listops_childsum_s1": (1, 20, 97.5),
+                                           "listops_childsum_ep30_s1": (1, 30, 98.25)}.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(record(seed, epochs, accuracy)))
+    table = report.main(["--results", str(tmp_path)]).read_text()
+    assert "| Child-Sum Tree-LSTM | 97.5 |" in table and "| Child-Sum Tree-LSTM, 30 epochs | 98.2 |" in table
+    assert "`python experiments/structure.py --task listops --model childsum --epochs 30 --seeds 1`" in table
+    assert "Child-Sum Tree-LSTM 97.5 (missed), Child-Sum Tree-LSTM, 30 epochs 98.2 (met)" in table
