@@ -59,7 +59,7 @@ def denormals_flushed() -> Iterator[None]:
     Child-Sum's input weights of its forget gates are such (the words sit at leaves, which have no children to
     forget; inner nodes have no input), and so is a block of LSTM-RNN's leaf maps: Child-Sum's epoch ran 2.3
     times as long as with them flushed (Intel Xeon, AVX-512). The worker threads matter as much: with two
-    threads and only the calling one flushed, the same epoch took 10.3-11.8 s against 5.8-6.3 s with both.
+    threads and only the calling one flushed, the same epoch took 9.9-10.7 s against 5.5-5.7 s with both.
     Such weights never reach a loss, so a run's numbers stay the same: bit for bit in every epoch of the runs
     compared with and without flushing (Child-Sum, N-ary and LSTM-RNN on SST, Child-Sum on SICK;
     ``tests/test_train.py`` checks a small case). Where PyTorch's pool is not GNU OpenMP (its Linux builds'), only
