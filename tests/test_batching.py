@@ -15,7 +15,7 @@ from torch_geometric.data.separate import separate
 from trees import random_ptb
 
 from graphtree.data import from_networkx, from_ptb
-from graphtree.data.batching import collate_graphs, separate_graphs
+from graphtree.data.batching import BatchCutter, collate_graphs, separate_graphs
 from graphtree.datasets import BooleanCircuits, GraphFiles, ListOps
 from graphtree.datasets.circuits import circuit_data, generate_circuits
 from graphtree.datasets.listops import LISTOPS_VOCAB, generate_listops, listops_tree
@@ -121,6 +121,53 @@ def test_plain_trees_take_the_fast_path(monkeypatch):
 
     monkeypatch.setattr(Batch, "from_data_list", refuse)
     assert_same_batch(collate_graphs(trees), expected)
+
+
+def odd_graph(k: int) -> Data:
+    """A tree with attributes of every kind PyG's default rules treat apart (no ``batch``-named one)."""
+    data = from_ptb(f"(1 (2 a{k}) (3 (4 b) (0 c)))" if k % 2 else f"(1 (2 a{k}) (3 b))")
+    data.pair_index = torch.tensor([[0, k % 3], [1, 2]], dtype=torch.int32)
+    data.face = torch.tensor([[0], [1], [2]])
+    data.scalar = torch.tensor(float(k))
+    data.count = k
+    data.root_index = 2
+    data.flag = k % 2 == 0
+    data.name = f"g{k}"
+    return data
+
+
+@pytest.mark.parametrize("batch_size", [1, 4, 25, 100])
+def test_cut_minibatches_are_pygs_batches_of_the_same_graphs(batch_size):
+    rng = random.Random(batch_size)
+    listops = [listops_tree(t, LISTOPS_VOCAB) for t in generate_listops(9, seed=4)]
+    circuits = [circuit_data(*c) for c in generate_circuits(7, seed=1, num_inputs=3, num_gates=6)]
+    dag = from_networkx(__import__("networkx").DiGraph([(0, 2), (1, 2), (0, 1), (3, 1)]))
+    for graphs in (random_trees(37, seed=batch_size), [odd_graph(k) for k in range(11)], listops, circuits,
+                   [dag, dag, dag]):
+        cutter = BatchCutter.of(graphs)
+        assert cutter is not None
+        for _ in range(2):  # two epochs: the cutter keeps no state between them
+            order = list(range(len(graphs)))
+            rng.shuffle(order)
+            batches = list(cutter.batches(order, batch_size))
+            assert len(batches) == -(-len(graphs) // batch_size)
+            for k, batch in enumerate(batches):
+                picked = [graphs[i] for i in order[k * batch_size:(k + 1) * batch_size]]
+                assert_same_batch(batch, Batch.from_data_list(picked))
+
+
+def test_a_cutter_is_refused_where_pygs_rules_are_not_the_defaults():
+    class Pair(Data):
+        pass
+
+    assert BatchCutter.of([Pair(left=torch.tensor([1]), num_nodes=1)]) is None
+    shifted_by_value = random_trees(3, seed=0)
+    for tree in shifted_by_value:
+        tree.node_batch = torch.zeros(tree.num_nodes, dtype=torch.long)  # shifted by its max + 1
+    assert BatchCutter.of(shifted_by_value) is None
+    assert BatchCutter.of([]) is None
+    with pytest.raises(ValueError, match="batch_size"):
+        next(BatchCutter.of(random_trees(2, seed=0)).batches([0, 1], 0))
 
 
 def assert_same_graphs(ours: list[Data], reference: list[Data]) -> None:

@@ -14,6 +14,11 @@ nested tensors, PyG's ``Index``/``EdgeIndex``, graphs with different
 attributes, loader worker processes, where PyG writes into shared memory) goes
 to ``Batch.from_data_list`` unchanged.
 
+:class:`BatchCutter` goes further for training, where every epoch batches the same graphs in a new order: it
+concatenates them once, and per epoch reorders each attribute in one operation, so that each minibatch is cut
+out of the reordered attributes (a view, an offset subtracted) instead of concatenated anew. The minibatches
+are again exactly PyG's.
+
 :func:`separate_graphs` is the other direction for an ``InMemoryDataset``'s
 storage: PyG's ``InMemoryDataset.get`` cuts one graph at a time, asking for
 every attribute of every graph how to cut it (about 0.15 ms a graph, seconds
@@ -23,7 +28,7 @@ graphs and gives the same graphs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -33,7 +38,7 @@ from torch.utils.data import get_worker_info
 from torch_geometric import EdgeIndex, Index
 from torch_geometric.data import Batch, Data
 
-__all__ = ["collate_graphs", "separate_graphs"]
+__all__ = ["BatchCutter", "collate_graphs", "separate_graphs"]
 
 # PyG's batch class for Data, looked up once: Batch(_base_cls=Data) resolves its metaclass and reads
 # Data.__init__'s signature on every call.
@@ -163,6 +168,128 @@ def _cumsum(sizes: list[int], made: dict[tuple[int, ...], Tensor] | None = None)
 
 def _repeat_interleave(repeats: list[int]) -> Tensor:
     return torch.repeat_interleave(torch.arange(len(repeats)), torch.tensor(repeats, dtype=torch.long))
+
+
+class BatchCutter:
+    """Minibatches of a fixed list of plain ``Data`` graphs in any order, each exactly
+    ``Batch.from_data_list`` of its graphs, cut from the graphs concatenated once.
+
+    Building a minibatch graph by graph costs the same Python work for five graphs as for fifty (a
+    concatenation, offsets and bookkeeping per attribute): about 0.4 ms for SST's minibatches of 5 trees, a
+    sixth of LSTM-RNN's epoch. Here the graphs are concatenated once (:func:`collate_graphs`); each
+    :meth:`batches` call reorders every attribute for its order with one ``index_select`` and moves its index
+    attributes' shifts with one addition, and each minibatch is then a slice of those.
+
+    Use :meth:`of`, which returns ``None`` for graphs that :func:`collate_graphs` would hand to PyG, and for
+    ``batch``-named tensors, whose shift depends on their values.
+    """
+
+    def __init__(self, whole: Batch, keys: list[str]) -> None:
+        self._whole, self._keys = whole, keys
+        self._counts = torch.tensor(whole.stores[0]._num_nodes, dtype=torch.long)
+        # PyG's rules (Data.__cat_dim__, Data.__inc__): index tensors join along the last dimension and are
+        # shifted by the node count, as are index numbers; nothing else is shifted
+        self._dims = {key: -1 if _is_index(key) and isinstance(whole[key], Tensor) else 0 for key in keys}
+        self._shifted = {key: _is_index(key) and whole._inc_dict.get(key) is not None for key in keys}
+        # attributes with the same extent in every graph (a node's, an edge's) share their slices
+        self._extent_of: dict[str, str] = {}
+        for key in keys:
+            if key != "num_nodes":
+                stored = whole._slice_dict[key]
+                self._extent_of[key] = next((other for other in self._extent_of.values()
+                                             if torch.equal(whole._slice_dict[other], stored)), key)
+
+    @classmethod
+    def of(cls, graphs: Sequence[Data]) -> BatchCutter | None:
+        """A cutter for ``graphs``, or ``None`` where minibatches must be built graph by graph."""
+        columns = _columns(graphs, []) if graphs else None
+        if columns is None or any("batch" in key and isinstance(values[0], Tensor) for key, values in
+                                  columns.items()):
+            return None
+        return cls(collate_graphs(graphs), list(columns))
+
+    def batches(self, order: Sequence[int], batch_size: int) -> Iterator[Batch]:
+        """The minibatches of ``order`` (graph indices), ``batch_size`` graphs each, the last one shorter.
+
+        Attributes of the same minibatch may share their ``_slice_dict`` and ``_inc_dict`` tensors, and its
+        attributes are views of tensors made for the whole order; the values are PyG's.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        whole, count = self._whole, len(order)
+        picked = torch.as_tensor(order, dtype=torch.long)
+        counts = self._counts[picked]
+        node_bounds = _exclusive_cumsum(counts)
+        first = torch.arange(count) - torch.arange(count) % batch_size  # where each graph's minibatch begins
+        shifts = node_bounds[:-1] - node_bounds[first]  # each graph's shift within its minibatch
+        extents: dict[str, tuple[Tensor, list[int]]] = {}  # per extent, its cumsum over the graphs in order
+        for key in set(self._extent_of.values()):
+            stored = whole._slice_dict[key]
+            bounds = _exclusive_cumsum((stored[1:] - stored[:-1])[picked])
+            extents[key] = bounds, bounds.tolist()
+        columns: dict[str, Any] = {}
+        for key, extent in self._extent_of.items():
+            value, stored = whole[key], whole._slice_dict[key]
+            if not isinstance(value, Tensor):  # a list attribute: one entry per graph
+                columns[key] = [value[g] for g in order]
+                continue
+            bounds = extents[extent][0]
+            value = value.index_select(self._dims[key], _ranges(stored[:-1][picked], bounds))
+            if self._shifted[key]:
+                shift = torch.repeat_interleave(shifts - whole._inc_dict[key][picked], bounds[1:] - bounds[:-1])
+                shift = shift.to(value.dtype)
+                value = value + (shift if self._dims[key] == 0 else shift.view(*([1] * (value.dim() - 1)), -1))
+            columns[key] = value
+        node_list = node_bounds.tolist()
+        batch_vector = torch.repeat_interleave(torch.arange(count) - first, counts)
+        count_list = counts.tolist()
+        zeros = torch.zeros(batch_size, dtype=torch.long)
+        for begin in range(0, count, batch_size):
+            end = min(begin + batch_size, count)
+            out = _new_batch()
+            # straight into the store: Data's item assignment would also clear caches that a new batch lacks
+            mapping = out.stores[0]._mapping
+            slices = {extent: bounds[begin:end + 1] - listed[begin] for extent, (bounds, listed) in extents.items()}
+            slice_dict: dict[str, Tensor] = {}
+            inc_dict: dict[str, Tensor | None] = {}
+            for key in self._keys:
+                if key == "num_nodes":
+                    store = out.stores[0]
+                    store._num_nodes = count_list[begin:end]
+                    store.num_nodes = node_list[end] - node_list[begin]
+                    continue
+                value = columns[key]
+                if not isinstance(value, Tensor):
+                    mapping[key] = value[begin:end]
+                    slice_dict[key], inc_dict[key] = torch.arange(end - begin + 1), None
+                    continue
+                extent = self._extent_of[key]
+                listed = extents[extent][1]
+                lo, hi = listed[begin], listed[end]
+                mapping[key] = value[lo:hi] if self._dims[key] == 0 else value[..., lo:hi].contiguous()
+                slice_dict[key] = slices[extent]
+                inc_dict[key] = shifts[begin:end] if self._shifted[key] else zeros[:end - begin]
+            mapping["batch"] = batch_vector[node_list[begin]:node_list[end]]
+            mapping["ptr"] = node_bounds[begin:end + 1] - node_list[begin]
+            out._num_graphs = end - begin
+            out._slice_dict = slice_dict
+            out._inc_dict = inc_dict
+            yield out
+
+
+def _is_index(key: str) -> bool:
+    return "index" in key or key == "face"
+
+
+def _exclusive_cumsum(sizes: Tensor) -> Tensor:
+    """``[0, s0, s0 + s1, ...]``, one longer than ``sizes``."""
+    return torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])
+
+
+def _ranges(starts: Tensor, bounds: Tensor) -> Tensor:
+    """``cat(arange(starts[i], starts[i] + size_i))`` for sizes ``bounds.diff()``, without a loop."""
+    sizes = bounds[1:] - bounds[:-1]
+    return torch.arange(int(bounds[-1])) + torch.repeat_interleave(starts - bounds[:-1], sizes)
 
 
 def separate_graphs(data: Data, slices: Mapping[str, Any]) -> list[Data] | None:

@@ -20,7 +20,7 @@ from torch_geometric.data import Batch, Data
 from tqdm.auto import tqdm
 
 from ..backend import native, threads
-from ..data.batching import collate_graphs
+from ..data.batching import BatchCutter, collate_graphs
 from ..engine import schedule_of
 from ..models.classifier import node_loss
 from . import distributed
@@ -198,6 +198,7 @@ class Trainer:
         self.verbose = verbose
         self._sparse_params: list[torch.nn.Parameter] = []  # synchronized outside DDP (see _data_parallel)
         self._ddp_params: list[torch.nn.Parameter] = []  # synchronized by DDP
+        self._cut_from: tuple[Sequence[Data], BatchCutter | None] | None = None  # see _minibatches
         if device is None:
             device = next((p.device for p in model.parameters()), torch.device("cpu"))
         self.device = torch.device(device)
@@ -389,10 +390,30 @@ class Trainer:
         zero."""
         minibatch = order[start:start + self.batch_size]
         mine = distributed.shard(minibatch)
-        batch = collate_graphs([train[i] for i in mine or minibatch[:1]])
+        return minibatch, mine, self._scheduled(collate_graphs([train[i] for i in mine or minibatch[:1]]))
+
+    def _scheduled(self, batch: Batch) -> Batch:
         if getattr(batch, "edge_index", None) is not None:  # pairs build their sides' schedules in the model
             schedule_of(batch)
-        return minibatch, mine, self.to_device(batch)
+        return self.to_device(batch)
+
+    def _minibatches(self, train: Sequence[Data], order: list[int]) -> Iterator[tuple[list[int], list[int], Batch]]:
+        """The epoch's minibatches, as :meth:`_minibatch` gives them. In one process, from plain ``Data``
+        graphs, they are cut from the training graphs concatenated once per run (:class:`BatchCutter`, built
+        here, in the first epoch's time): the same batches for a fraction of the work. Not for a dataset with a
+        ``transform``, which may give other graphs at every access."""
+        if self._cut_from is None or self._cut_from[0] is not train:
+            cuttable = distributed.world_size() == 1 and getattr(train, "transform", None) is None
+            self._cut_from = train, BatchCutter.of(train) if cuttable else None
+        starts = range(0, len(order), self.batch_size)
+        cutter = self._cut_from[1]
+        if cutter is None:
+            for start in starts:
+                yield self._minibatch(train, order, start)
+            return
+        for start, batch in zip(starts, cutter.batches(order, self.batch_size)):
+            minibatch = order[start:start + self.batch_size]
+            yield minibatch, minibatch, self._scheduled(batch)
 
     def _train_epoch(self, model: torch.nn.Module, train: Sequence[Data], epoch: int, step: int,
                      history: list[dict]) -> tuple[float, dict[str, float]]:
@@ -410,9 +431,10 @@ class Trainer:
         def clock() -> float:  # a first use of the kernels (build or load) is left out, as from train_seconds
             return time.perf_counter() - native.build_seconds()
 
-        for n in bar:
+        minibatches = self._minibatches(train, order)
+        for _ in bar:
             began = clock()
-            minibatch, mine, batch = self._minibatch(train, order, n * self.batch_size)
+            minibatch, mine, batch = next(minibatches)
             built = clock()
             loss = self._every_parameter(self._batch_loss(model, batch))
             forward = clock()
