@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Linear
-from torch.nn.utils.rnn import pack_padded_sequence
 
 from ..data import NO_WORD
 from .classifier import NodeEmbedding
@@ -63,8 +62,9 @@ class SpanLSTMClassifier(torch.nn.Module):
     ``bidirectional=False``). With ``tied=True`` both directions share their
     weights, as in Tai et al.'s footnote 2, so the BiLSTM has the LSTM's
     parameter count: ``hidden_channels=168`` on 300d vectors gives the 315,840
-    of their Table 1. Every node of every tree is encoded as its own
-    sequence, all in one packed ``torch.nn.LSTM`` call.
+    of their Table 1. Each node's state is the LSTM's over its own span
+    alone; spans that begin at the same word share one run of the LSTM
+    (:func:`_span_states`).
 
     Args:
         embedding (NodeEmbedding): Word vectors.
@@ -93,25 +93,47 @@ class SpanLSTMClassifier(torch.nn.Module):
         sentences, _ = padded_words(x, batch)  # [B, T, D]
         start, end = word_spans(batch)
         graph = _graph_of_nodes(batch, x.size(0), x.device)
-        lengths = end - start
-        steps = torch.arange(int(lengths.max()), device=x.device)
-        within = (steps < lengths.unsqueeze(1)).unsqueeze(-1)
-        last = sentences.size(1) - 1
-        forward_words = (start.unsqueeze(1) + steps).clamp(max=last)
-        h = self._last_state(self.lstm, sentences[graph.unsqueeze(1), forward_words] * within, lengths)
+        h = _span_states(self.lstm, sentences, graph, start, end, reverse=False)
         if self.bidirectional:
-            backward_words = ((end - 1).unsqueeze(1) - steps).clamp(min=0)
             lstm = self.lstm_reverse if self.lstm_reverse is not None else self.lstm
-            h = torch.cat([h, self._last_state(lstm, sentences[graph.unsqueeze(1), backward_words] * within,
-                                               lengths)], dim=-1)
+            h = torch.cat([h, _span_states(lstm, sentences, graph, start, end, reverse=True)], dim=-1)
         return self.classifier(F.dropout(h, self.dropout, self.training))
-
-    @staticmethod
-    def _last_state(lstm: torch.nn.LSTM, spans: Tensor, lengths: Tensor) -> Tensor:
-        packed = pack_padded_sequence(spans, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        return lstm(packed)[1][0][-1]
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(embedding={self.embedding.embedding_dim}, "
                 f"hidden={self.lstm.hidden_size}, bidirectional={self.bidirectional}, "
                 f"tied={self.lstm_reverse is None}, num_classes={self.classifier.out_features})")
+
+
+def _span_states(lstm: torch.nn.LSTM, sentences: Tensor, graph: Tensor, start: Tensor, end: Tensor,
+                 reverse: bool) -> Tensor:
+    """Each node's last state of ``lstm`` run over the words of its span, first to last (last to first with
+    ``reverse``): ``[num_nodes, hidden]``.
+
+    Spans that begin at the same word (end there, reversed) share every state up to the shorter one's length,
+    so one sequence per sentence and first word, as long as the longest span read from it, gives each span's
+    state at its own length: a sentence of n words needs n sequences, not one per node. The sequences run in
+    groups of similar length (up to 1, 2, 4, 8... words), padded to the longest of their group; a state depends
+    only on the steps before it, so the padding after a span never reaches the span's state.
+    """
+    positions = sentences.size(1)
+    first = end - 1 if reverse else start
+    lengths = end - start
+    keys, sequence_of = torch.unique(graph * positions + first, return_inverse=True)
+    sequence_length = torch.zeros_like(keys).scatter_reduce_(0, sequence_of, lengths, "amax", include_self=False)
+    sequence_graph, sequence_first = keys // positions, keys % positions
+    group = torch.ceil(torch.log2(sequence_length.double())).long()  # 1 -> 0, 2 -> 1, 3-4 -> 2, 5-8 -> 3...
+    node_group = group[sequence_of]
+    nodes, states = [], []
+    for g in torch.unique(group).tolist():
+        members = (group == g).nonzero().view(-1)
+        steps = torch.arange(int(sequence_length[members].max()), device=sentences.device)
+        words = sequence_first[members].unsqueeze(1) + (-steps if reverse else steps)
+        out = lstm(sentences[sequence_graph[members].unsqueeze(1), words.clamp(0, positions - 1)])[0]
+        local = torch.empty_like(sequence_of)
+        local[members] = torch.arange(members.numel(), device=sentences.device)
+        read = (node_group == g).nonzero().view(-1)
+        nodes.append(read)
+        states.append(out[local[sequence_of[read]], lengths[read] - 1])
+    order = torch.cat(nodes)
+    return torch.cat(states).index_select(0, torch.argsort(order))

@@ -36,6 +36,11 @@ NUMERICS_HISTORY = {
     1: "first recorded version: compiled level kernels and level loop for every cell (graphtree/csrc), "
        "torch.addmm products, fused optimizer steps with weight copies remade every training pass",
 }
+# Changes at a version that alter only models without a committed run at that version, so that no committed
+# number goes stale (the version stays):
+# - version 1: the SST span BiLSTM (graphtree.models.spans) reads each span's state from one run per first
+#   word, padded in groups of similar length (oneDNN's LSTM), instead of one packed sequence per node; its
+#   committed runs then all predated provenance.
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
