@@ -119,7 +119,9 @@ def merge_rerun(results: dict, rerun: dict) -> dict:
         merged["models"][model] = rows
         if "baseline" in rerun:
             merged["baseline"]["models"][model] = rerun["baseline"]["models"][model]
-    earlier = [r for r in merged.get("reruns", []) if not set(r["models"]) <= set(rerun["models"])]
+    # an earlier rerun keeps only the models this one did not measure again
+    earlier = [{**r, "models": [m for m in r["models"] if m not in rerun["models"]]} for r in merged.get("reruns", [])]
+    earlier = [r for r in earlier if r["models"]]
     merged["reruns"] = earlier + [{"models": list(rerun["models"]), "commit": rerun["commit"],
                                    "dirty": rerun["dirty"], "command": rerun["command"]}]
     return merged

@@ -59,6 +59,10 @@ def test_a_rerun_of_some_models_replaces_their_rows_and_names_its_commit():
     # A second rerun of the same model supersedes the first in the file's account.
     again = epoch.merge_rerun(merged, measured("d" * 40, {"childsum": 9.0}))
     assert [r["commit"][0] for r in again["reruns"]] == ["d"]
+    # A rerun of one of two models an earlier rerun measured: the earlier one keeps naming only the other.
+    both = epoch.merge_rerun(whole, measured("c" * 40, {"nary": 7.0, "childsum": 10.0}))
+    one = epoch.merge_rerun(both, measured("d" * 40, {"childsum": 9.0}))
+    assert [(r["commit"][0], r["models"]) for r in one["reruns"]] == [("c", ["nary"]), ("d", ["childsum"])]
     with pytest.raises(SystemExit, match="rounds"):
         epoch.merge_rerun(whole, measured("c" * 40, {"childsum": 10.0}, rounds=2))
     with pytest.raises(SystemExit, match="baseline"):
