@@ -358,6 +358,44 @@ def test_each_epoch_splits_its_time_into_the_trainers_phases() -> None:
     assert phases["dev"] == pytest.approx(epoch["seconds"] - epoch["train_seconds"])
 
 
+def test_minibatches_cut_from_the_concatenated_graphs_train_exactly_as_ones_built_graph_by_graph(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    from trees import random_ptb
+
+    from graphtree.data import batching
+    from graphtree.models import NodeEmbedding, TreeClassifier
+    from graphtree.nn import ChildSumTreeLSTM
+
+    rng = random.Random(5)
+    data = [from_ptb(random_ptb(rng.randint(1, 7), 3, rng), lambda w: 1 + hash(w) % 5) for _ in range(23)]
+
+    def train() -> tuple[list[dict], dict[str, Tensor]]:
+        torch.manual_seed(0)
+        emb = NodeEmbedding(6, 4)
+        model = TreeClassifier(emb, ChildSumTreeLSTM(4, 3), 5, dropout=0.5)
+        fit = Trainer(model, PaperOptimizer.for_model(model, emb, PRESETS["tai"]), epochs=3, batch_size=5, seed=1,
+                      progress=False, verbose=False).fit(data, data[:6])
+        return [{k: h[k] for k in ("train_loss", "dev_root", "dev_phrase")} for h in fit.history], model.state_dict()
+
+    cuts = []
+    real_batches = batching.BatchCutter.batches
+
+    def counted(self, order, batch_size):  # the trainer must take the cutter's path in the first run
+        cuts.append(len(order))
+        return real_batches(self, order, batch_size)
+
+    monkeypatch.setattr(batching.BatchCutter, "batches", counted)
+    history, weights = train()
+    assert cuts == [23, 23, 23]
+    monkeypatch.setattr(batching.BatchCutter, "of", classmethod(lambda cls, graphs: None))  # graph by graph
+    reference_history, reference_weights = train()
+    assert history == reference_history
+    for name, value in reference_weights.items():
+        assert torch.equal(weights[name], value), name
+
+
 def test_kill_9_mid_training_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     sys.path.insert(0, str(HERE))
     import train_resume_helper as helper
