@@ -64,7 +64,7 @@ from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_los
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.schedule import Schedule
 from graphtree.train import make_optimizer
-from graphtree.train.provenance import git_state
+from graphtree.train.provenance import code_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plain_level_loop import PlainLevelTreeLSTM
@@ -1044,7 +1044,7 @@ def machine(device: torch.device, threads: int) -> dict:
                 device=str(device), cpu_capability=torch.backends.cpu.get_cpu_capability())
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
-    info["commit"], info["dirty"] = git_state()  # the code the figures come from
+    info["commit"], info["dirty"] = code_state()  # the code the figures come from, as it was at the start
     return info
 
 
@@ -1081,6 +1081,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
+    code_state()  # the commit measured: the work tree's when the benchmark starts
     args = parse_args(argv)
     if args.memory_probe is not None:
         memory_probe(args)

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from graphtree.train import atomic_write_text
-from graphtree.train.provenance import NUMERICS_VERSION, git_state, processor
+from graphtree.train.provenance import NUMERICS_VERSION, code_state, processor
 from graphtree.train.report import Provenance
 from graphtree.train.runs import fail, main_guard
 
@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
     if args.record and lines and elsewhere:
         print("not recorded: a difference across processors is no verdict on the code", file=sys.stderr)
     elif args.record:
-        commit, dirty = git_state()
+        commit, dirty = code_state()
         record_check({"task": record["experiment"], "run": record["run"], "numerics": NUMERICS_VERSION,
                       "run_commit": Provenance.run_commit(record),
                       "commit": commit if not dirty else f"{commit}+dirty", "epochs_compared": len(rerun),

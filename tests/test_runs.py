@@ -49,3 +49,17 @@ def test_the_recorded_command_leaves_out_where_the_files_went():
 
     argv = ["--model", "nary", "--out", "/some/machine/folder", "--seeds", "1", "--out=elsewhere", "--quick"]
     assert recorded_command("sst.py", argv) == "python experiments/sst.py --model nary --seeds 1 --quick"
+
+
+def test_a_run_records_the_commit_it_started_at_not_the_one_it_ended_at(monkeypatch):
+    from graphtree.train import provenance as prov
+    from graphtree.train.runs import main_guard
+
+    heads = iter([("a" * 40, False), ("b" * 40, True)])  # the work tree moves on (a pull) during the run
+    monkeypatch.setattr(prov, "git_state", lambda root=prov.PACKAGE_ROOT: next(heads))
+    prov.code_state.cache_clear()
+    try:
+        record = main_guard(lambda: prov.provenance(threads=1, kernels="compiled"), "test")
+        assert (record["commit"], record["dirty"]) == ("a" * 40, False)
+    finally:
+        prov.code_state.cache_clear()

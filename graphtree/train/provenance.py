@@ -29,7 +29,7 @@ import torch
 
 from ..backend.native import cpu_description
 
-__all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "git_state", "processor", "provenance"]
+__all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "code_state", "git_state", "processor", "provenance"]
 
 NUMERICS_VERSION = 1
 NUMERICS_HISTORY = {
@@ -59,6 +59,14 @@ def git_state(root: Path = PACKAGE_ROOT) -> tuple[str | None, bool | None]:
 
 
 @cache
+def code_state() -> tuple[str | None, bool | None]:
+    """:func:`git_state` of graphtree as this process first asked for it. The experiment scripts ask when they
+    start (:func:`graphtree.train.runs.main_guard`), so a run records the code it imported, not the commit the
+    work tree has moved to (a ``git pull``) by the time the run ends."""
+    return git_state()
+
+
+@cache
 def processor() -> str:
     """The processor's model name and the vector instructions PyTorch's CPU kernels use on it, e.g.
     ``"Intel(R) Xeon(R) Processor (AVX512)"``: two runs round alike only on the same kind."""
@@ -76,6 +84,6 @@ def provenance(threads: int, kernels: str) -> dict:
         kernels: ``"compiled"`` where the cells ran on graphtree's compiled
             kernels, ``"pytorch"`` where on PyTorch operators only.
     """
-    commit, dirty = git_state()
+    commit, dirty = code_state()
     return {"commit": commit, "dirty": dirty, "torch": torch.__version__, "threads": threads,
             "kernels": kernels, "numerics": NUMERICS_VERSION, "processor": processor()}

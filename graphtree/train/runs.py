@@ -33,7 +33,7 @@ import torch
 from ..datasets import MIRROR_ENV
 from ..errors import GraphtreeError
 from . import distributed
-from .provenance import provenance
+from .provenance import code_state, provenance
 
 __all__ = ["RunError", "RunPaths", "add_run_arguments", "check_embeddings", "default_mirror", "fail",
            "finished_run", "machine_description", "main_guard", "note", "quick_sample", "recorded_command",
@@ -59,7 +59,9 @@ def note(message: str) -> None:
 
 def main_guard(main: Callable[[], T], prog: str) -> T:
     """Run ``main`` and return what it returns; a user error ends it with one line ``prog: error: ...`` and exit
-    status 2, no traceback."""
+    status 2, no traceback. The code's commit is read first, before the run (see
+    :func:`~graphtree.train.provenance.code_state`)."""
+    code_state()
     try:
         return main()
     except (GraphtreeError, FileNotFoundError) as error:
