@@ -168,6 +168,8 @@ def test_a_cutter_is_refused_where_pygs_rules_are_not_the_defaults():
     assert BatchCutter.of([]) is None
     with pytest.raises(ValueError, match="batch_size"):
         next(BatchCutter.of(random_trees(2, seed=0)).batches([0, 1], 0))
+    with pytest.raises(IndexError, match=r"outside 0\.\.1"):
+        next(BatchCutter.of(random_trees(2, seed=0)).batches([0, 2], 1))
 
 
 def assert_same_graphs(ours: list[Data], reference: list[Data]) -> None:

@@ -122,7 +122,7 @@ def _collate(key: str, values: list[Any], counts: list[int],
     """One attribute, by PyG's rules for ``Data``: ``(value, slices, incs)`` as ``Batch.from_data_list``."""
     elem = values[0]
     if isinstance(elem, Tensor):
-        cat_dim = -1 if ("index" in key or key == "face") else 0  # Data.__cat_dim__ for dense tensors
+        cat_dim = -1 if _is_index(key) else 0  # Data.__cat_dim__ for dense tensors
         if elem.dim() == 0:
             value = torch.stack(values)
             sizes = [1] * len(values)
@@ -151,7 +151,7 @@ def _increments(key: str, values: list[Any], counts: list[int]) -> list[int]:
     """Data.__inc__ of each graph: ``max + 1`` for a ``batch`` tensor, the node count for an index, else 0."""
     if "batch" in key and isinstance(values[0], Tensor):
         return [int(v.max()) + 1 for v in values]
-    if "index" in key or key == "face":
+    if _is_index(key):
         return counts
     return [0] * len(values)
 
@@ -218,6 +218,8 @@ class BatchCutter:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         whole, count = self._whole, len(order)
         picked = torch.as_tensor(order, dtype=torch.long)
+        if count and not 0 <= int(picked.min()) <= int(picked.max()) < len(self._counts):
+            raise IndexError(f"order holds graph indices outside 0..{len(self._counts) - 1}")
         counts = self._counts[picked]
         node_bounds = _exclusive_cumsum(counts)
         first = torch.arange(count) - torch.arange(count) % batch_size  # where each graph's minibatch begins

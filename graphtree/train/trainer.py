@@ -342,6 +342,7 @@ class Trainer:
             return self._fit(train, dev)
 
     def _fit(self, train: Sequence[Data], dev: Sequence[Data]) -> FitResult:
+        self._cut_from = None  # the training graphs are concatenated anew for each fit (see _minibatches)
         history: list[dict[str, Any]] = []
         best: dict[str, Any] = {"epoch": 0, "dev": None, "model": None}
         seconds, start = 0.0, 0
@@ -399,8 +400,8 @@ class Trainer:
 
     def _minibatches(self, train: Sequence[Data], order: list[int]) -> Iterator[tuple[list[int], list[int], Batch]]:
         """The epoch's minibatches, as :meth:`_minibatch` gives them. In one process, from plain ``Data``
-        graphs, they are cut from the training graphs concatenated once per run (:class:`BatchCutter`, built
-        here, in the first epoch's time): the same batches for a fraction of the work. Not for a dataset with a
+        graphs, they are cut from the training graphs concatenated once per :meth:`fit` (:class:`BatchCutter`,
+        built here, in the first epoch's time): the same batches for a fraction of the work. Not for a dataset with a
         ``transform``, which may give other graphs at every access."""
         if self._cut_from is None or self._cut_from[0] is not train:
             cuttable = distributed.world_size() == 1 and getattr(train, "transform", None) is None
