@@ -512,3 +512,23 @@ def test_real_full_counts(tmp_path):
     sizes = {split: len(TREC(tmp_path, split, tree="binary", mirror=CORPORA, log=False))
              for split in ("train", "dev", "test")}
     assert sizes == {"train": 4952, "dev": 500, "test": 500}
+
+
+def test_cutting_a_corpus_pauses_the_garbage_collector_and_restores_it():
+    import gc
+
+    from graphtree.datasets.base import _collection_paused
+
+    was = gc.isenabled()
+    try:
+        for before in (True, False):
+            (gc.enable if before else gc.disable)()
+            with _collection_paused():
+                assert not gc.isenabled()
+            assert gc.isenabled() == before
+        gc.enable()
+        with pytest.raises(KeyError), _collection_paused():
+            raise KeyError
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
