@@ -64,7 +64,7 @@ from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_los
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.schedule import Schedule
 from graphtree.train import make_optimizer
-from graphtree.train.provenance import code_state
+from graphtree.train.provenance import code_state, processor_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plain_level_loop import PlainLevelTreeLSTM
@@ -1039,20 +1039,13 @@ def count_operator_calls(trees: list[Data], vocab_size: int, device: torch.devic
 
 def machine(device: torch.device, threads: int) -> dict:
     info = dict(torch=torch.__version__, python=platform.python_version(), platform=platform.platform(),
-                processor=_cpu_name(), cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
+                processor=processor_name(), cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(),
                 torch_interop_threads=torch.get_num_interop_threads(), requested_threads=threads,
                 device=str(device), cpu_capability=torch.backends.cpu.get_cpu_capability())
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     info["commit"], info["dirty"] = code_state()  # the code the figures come from, as it was at the start
     return info
-
-
-def _cpu_name() -> str:
-    for line in native.cpu_description():  # the reading the kernel build hash uses
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

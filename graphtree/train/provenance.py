@@ -29,7 +29,8 @@ import torch
 
 from ..backend.native import cpu_description
 
-__all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "code_state", "git_state", "processor", "provenance"]
+__all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "code_state", "git_state", "processor", "processor_name",
+           "provenance"]
 
 NUMERICS_VERSION = 1
 NUMERICS_HISTORY = {
@@ -67,13 +68,18 @@ def code_state() -> tuple[str | None, bool | None]:
 
 
 @cache
+def processor_name() -> str:
+    """The processor's model name as the kernel build reads it (``/proc/cpuinfo``), else the platform's."""
+    described = dict(line.split(":", 1) for line in cpu_description() if ":" in line)
+    name = {k.strip(): v.strip() for k, v in described.items()}.get("model name", "")
+    return name or platform.processor() or platform.machine() or "unknown processor"
+
+
+@cache
 def processor() -> str:
     """The processor's model name and the vector instructions PyTorch's CPU kernels use on it, e.g.
     ``"Intel(R) Xeon(R) Processor (AVX512)"``: two runs round alike only on the same kind."""
-    described = dict(line.split(":", 1) for line in cpu_description() if ":" in line)
-    name = {k.strip(): v.strip() for k, v in described.items()}.get("model name", "")
-    name = name or platform.processor() or platform.machine() or "unknown processor"
-    return f"{name} ({torch.backends.cpu.get_cpu_capability()})"
+    return f"{processor_name()} ({torch.backends.cpu.get_cpu_capability()})"
 
 
 def provenance(threads: int, kernels: str) -> dict:
