@@ -175,10 +175,11 @@ class BatchCutter:
     ``Batch.from_data_list`` of its graphs, cut from the graphs concatenated once.
 
     Building a minibatch graph by graph costs the same Python work for five graphs as for fifty (a
-    concatenation, offsets and bookkeeping per attribute): about 0.4 ms for SST's minibatches of 5 trees, a
-    sixth of LSTM-RNN's epoch. Here the graphs are concatenated once (:func:`collate_graphs`); each
-    :meth:`batches` call reorders every attribute for its order with one ``index_select`` and moves its index
-    attributes' shifts with one addition, and each minibatch is then a slice of those.
+    concatenation, offsets and bookkeeping per attribute), so small minibatches (LSTM-RNN's 5 trees) spend much
+    of their epoch on it (the ``batches`` phase of ``benchmarks/epoch.py``). Here the graphs are concatenated
+    once (:func:`collate_graphs`); each :meth:`batches` call reorders every attribute for its order with one
+    ``index_select`` and moves its index attributes' shifts with one addition, and each minibatch is then a
+    slice of those.
 
     Use :meth:`of`, which returns ``None`` for graphs that :func:`collate_graphs` would hand to PyG, and for
     ``batch``-named tensors, whose shift depends on their values.

@@ -135,7 +135,7 @@ class CorpusDataset(InMemoryDataset):
 def _collection_paused() -> Iterator[None]:
     """Python's cyclic garbage collector paused for the duration (as it was, after). Cutting a corpus into graphs
     makes tens of thousands of objects that all stay alive, and each full collection that their number sets off
-    walks the whole heap, torch's included, to free nothing: about 0.2 s each, 0.5 s for SST's three splits."""
+    walks the whole heap, torch's included, to free nothing."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -42,6 +42,9 @@ under ``torchrun``, the gradient all-reduce), the update of the model's paramete
 embeddings. On a GPU, which runs asynchronously, a phase may be charged to a later one."""
 
 
+_NOT_YET = object()  # Trainer._cutter before the first epoch of a fit has made it
+
+
 def _flushing_denormals() -> bool:
     """Whether this thread reads and writes subnormal floats as zero: a subnormal times one comes out zero."""
     return torch.tensor([1e-39]).mul(1.0).item() == 0.0
@@ -198,7 +201,7 @@ class Trainer:
         self.verbose = verbose
         self._sparse_params: list[torch.nn.Parameter] = []  # synchronized outside DDP (see _data_parallel)
         self._ddp_params: list[torch.nn.Parameter] = []  # synchronized by DDP
-        self._cut_from: tuple[Sequence[Data], BatchCutter | None] | None = None  # see _minibatches
+        self._cutter: BatchCutter | object | None = _NOT_YET  # see _minibatches
         if device is None:
             device = next((p.device for p in model.parameters()), torch.device("cpu"))
         self.device = torch.device(device)
@@ -342,7 +345,7 @@ class Trainer:
             return self._fit(train, dev)
 
     def _fit(self, train: Sequence[Data], dev: Sequence[Data]) -> FitResult:
-        self._cut_from = None  # the training graphs are concatenated anew for each fit (see _minibatches)
+        self._cutter = _NOT_YET  # the training graphs are concatenated anew for each fit (see _minibatches)
         history: list[dict[str, Any]] = []
         best: dict[str, Any] = {"epoch": 0, "dev": None, "model": None}
         seconds, start = 0.0, 0
@@ -401,14 +404,14 @@ class Trainer:
     def _minibatches(self, train: Sequence[Data], order: list[int]) -> Iterator[tuple[list[int], list[int], Batch]]:
         """The epoch's minibatches, as :meth:`_minibatch` gives them. In one process, from plain ``Data``
         graphs, they are cut from the training graphs concatenated once per :meth:`fit` (:class:`BatchCutter`,
-        built here, in the first epoch's time): the same batches for a fraction of the work. Not for a dataset with a
-        ``transform``, which may give other graphs at every access."""
-        if self._cut_from is None or self._cut_from[0] is not train:
+        built here, in the first epoch's time): the same batches for a fraction of the work. Not for a dataset
+        with a ``transform``, which may give other graphs at every access."""
+        if self._cutter is _NOT_YET:
             cuttable = distributed.world_size() == 1 and getattr(train, "transform", None) is None
-            self._cut_from = train, BatchCutter.of(train) if cuttable else None
+            self._cutter = BatchCutter.of(train) if cuttable else None
         starts = range(0, len(order), self.batch_size)
-        cutter = self._cut_from[1]
-        if cutter is None:
+        cutter = self._cutter
+        if not isinstance(cutter, BatchCutter):
             for start in starts:
                 yield self._minibatch(train, order, start)
             return
