@@ -41,7 +41,7 @@ from .backend.compiled import LevelKernel, level_kernel
 from .errors import ScheduleError
 from .schedule import LevelPlan, Schedule, block
 
-__all__ = ["Children", "propagate", "schedule_of"]
+__all__ = ["Children", "Pass", "propagate", "propagate_side_by_side", "schedule_of"]
 
 
 class Children(NamedTuple):
@@ -233,6 +233,67 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Ten
     Returns:
         One ``[num_nodes, d]`` tensor per returned state component, in the batch's node order.
     """
+    prepared = _prepare(cell, inputs, schedule, direction)
+    return _in_node_order(prepared, _propagated(prepared))
+
+
+class Pass(NamedTuple):
+    """One cell's pass over a graph: :func:`propagate`'s arguments, for :func:`propagate_side_by_side`."""
+
+    cell: torch.nn.Module
+    inputs: Sequence[Tensor] | Mapping[str, Tensor]
+    schedule: Schedule | Any
+    direction: str = "bottom_up"
+
+
+def propagate_side_by_side(passes: Sequence[Pass]) -> list[tuple[Tensor, ...]]:
+    """:func:`propagate` of each of several passes that do not read one another's states, side by side.
+
+    Where every pass runs compiled (:mod:`graphtree.backend.compiled`) and PyTorch has more than one thread,
+    the passes run at the same time, each on one thread of PyTorch's pool, forward and backward (e.g.
+    BiConTree's bottom-up and top-down passes, which both read only the head vectors). A level's products are
+    too small for two threads to share well, so two chains of levels at once finish sooner than one after
+    the other with both threads on each product. Each pass computes what :func:`propagate` computes, with the
+    same operations in the same order: the results are the same bit for bit. Otherwise the passes run one
+    after the other through :func:`propagate`.
+
+    Returns:
+        Each pass's states, as :func:`propagate` returns them.
+    """
+    prepared = [_prepare(*p) for p in passes]
+    compiled: list[LevelKernel | None] = []
+    if len(prepared) > 1 and torch.get_num_threads() > 1 and len({p.needs_grad for p in prepared}) == 1:
+        with torch.no_grad():  # as inside an autograd Function's forward, where the kernels run
+            compiled = [level_kernel(p.call.cell, p.inputs, p.plan) for p in prepared]
+    if not compiled or any(c is None for c in compiled):
+        return [_in_node_order(p, _propagated(p)) for p in prepared]
+    if prepared[0].needs_grad:
+        tensors = [t for p in prepared for t in (*p.inputs, *p.params)]
+        flat = _SideBySidePasses.apply(prepared, compiled, *tensors)
+    else:
+        flat = [b for p, buffers in zip(prepared, _run_side_by_side(prepared, compiled, save=False))
+                for b in buffers[:_num_outputs(p.call.cell)]]
+    states, start = [], 0
+    for p in prepared:
+        count = _num_outputs(p.call.cell)
+        states.append(_in_node_order(p, flat[start:start + count]))
+        start += count
+    return states
+
+
+class _Prepared(NamedTuple):
+    """A pass made ready to run: the cell's update, the plan and slots, the level-sorted inputs."""
+
+    call: _Update
+    plan: LevelPlan
+    levels: list[_Slots]
+    inputs: list[Tensor]
+    params: list[Tensor]
+    needs_grad: bool
+
+
+def _prepare(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tensor], schedule: Schedule | Any,
+             direction: str) -> _Prepared:
     schedule = schedule_of(schedule)
     names = tuple(inputs) if isinstance(inputs, Mapping) else None
     inputs = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs)
@@ -254,13 +315,20 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Ten
     sorted_inputs = [x.index_select(0, plan.order) for x in inputs]
     params = [p for p in cell.parameters() if p.requires_grad]
     needs_grad = torch.is_grad_enabled() and (bool(params) or any(x.requires_grad for x in sorted_inputs))
-    call = _Update(cell, names)
-    if needs_grad:
-        buffers = _LevelPass.apply(call, plan, levels, len(sorted_inputs), *sorted_inputs, *params)
-    else:
-        buffers, _ = _run_levels(call, plan, levels, sorted_inputs, save=False)
-        buffers = buffers[:_num_outputs(cell)]
-    return tuple(buf.index_select(0, plan.rank) for buf in buffers)  # rank < num_nodes: the padding row stays out
+    return _Prepared(_Update(cell, names), plan, levels, sorted_inputs, params, needs_grad)
+
+
+def _propagated(prepared: _Prepared) -> list[Tensor]:
+    """The returned states of one prepared pass, in level order."""
+    if prepared.needs_grad:
+        return list(_LevelPass.apply(prepared.call, prepared.plan, prepared.levels, len(prepared.inputs),
+                                     *prepared.inputs, *prepared.params))
+    buffers, _ = _run_levels(prepared.call, prepared.plan, prepared.levels, prepared.inputs, save=False)
+    return buffers[:_num_outputs(prepared.call.cell)]
+
+
+def _in_node_order(prepared: _Prepared, buffers: Sequence[Tensor]) -> tuple[Tensor, ...]:
+    return tuple(buf.index_select(0, prepared.plan.rank) for buf in buffers)  # the padding row stays out
 
 
 class _Update(NamedTuple):
@@ -371,10 +439,7 @@ def _run_levels(call: _Update, plan: LevelPlan, levels: list[_Slots], inputs: li
     (which holds every level's context), or each level's autograd graph of ``update``.
     """
     cell = call.cell
-    reference = next((x for x in inputs if x.is_floating_point()), None)
-    dtype = reference.dtype if reference is not None else next(cell.parameters()).dtype
-    buffers = [torch.zeros(plan.num_nodes + 1, d, dtype=dtype, device=inputs[0].device)
-               for d in cell.state_channels]
+    buffers = _state_buffers(cell, plan, inputs)
     compiled = level_kernel(cell, inputs, plan)
     if compiled is not None:
         compiled.kernels.run_levels_forward(compiled.kernel, buffers, inputs, plan.ptr,
@@ -398,6 +463,23 @@ def _run_levels(call: _Update, plan: LevelPlan, levels: list[_Slots], inputs: li
         for buf, value in zip(buffers, states):
             buf[a:b] = value.detach()
     return buffers, graphs if save else None
+
+
+def _state_buffers(cell: torch.nn.Module, plan: LevelPlan, inputs: list[Tensor]) -> list[Tensor]:
+    """The pass's level-sorted state buffers, zero, with one row more for the empty slots to point at."""
+    reference = next((x for x in inputs if x.is_floating_point()), None)
+    dtype = reference.dtype if reference is not None else next(cell.parameters()).dtype
+    return [torch.zeros(plan.num_nodes + 1, d, dtype=dtype, device=inputs[0].device) for d in cell.state_channels]
+
+
+def _run_side_by_side(passes: list[_Prepared], compiled: list[LevelKernel], save: bool) -> list[list[Tensor]]:
+    """Forward through every pass at once (``run_passes_forward``); each pass's buffers."""
+    buffers = [_state_buffers(p.call.cell, p.plan, p.inputs) for p in passes]
+    compiled[0].kernels.run_passes_forward([c.kernel for c in compiled], buffers, [p.inputs for p in passes],
+                                           [p.plan.ptr for p in passes],
+                                           [[s.flat_index for s in p.levels] for p in passes],
+                                           [p.plan.position_groups for p in passes], save)
+    return buffers
 
 
 class _LevelGraph(NamedTuple):
@@ -436,11 +518,7 @@ class _LevelPass(torch.autograd.Function):
                 "a second backward through the same graphtree pass (retain_graph=True): its compiled level loop "
                 "freed what its backward needs after the first one. Run the forward again, or set "
                 "GRAPHTREE_NATIVE=0 for the Python level loop, which keeps it.")
-        # Cloned: the levels add their children's gradients into these in place.
-        grad_states = [g.clone() if g is not None else torch.zeros_like(buf) for g, buf in zip(grad_buffers, buffers)]
-        reference = buffers[0]
-        grad_states += [reference.new_zeros(reference.size(0), d) for d in ctx.call.cell.state_channels[len(buffers):]]
-        grad_inputs = [torch.zeros_like(x) if x.requires_grad else None for x in inputs]
+        grad_states, grad_inputs = _backward_buffers(ctx.call.cell, grad_buffers, buffers, inputs)
         if isinstance(ctx.saved, LevelKernel):
             grad_params = _compiled_backward(ctx, grad_states, grad_inputs)
             # The kernel's contexts live as long as the autograd graph, which outlives the backward pass until
@@ -452,6 +530,61 @@ class _LevelPass(torch.autograd.Function):
             # differentiates them again.
             grad_params = _graph_backward(ctx, grad_states, grad_inputs)
         return (None, None, None, None, *grad_inputs, *grad_params)
+
+
+class _SideBySidePasses(torch.autograd.Function):
+    """Several compiled passes as one autograd node, so that their backward loops too run side by side."""
+
+    @staticmethod
+    def forward(ctx, passes, compiled, *tensors):
+        buffers = _run_side_by_side(passes, compiled, save=True)
+        ctx.passes, ctx.compiled = passes, compiled
+        ctx.set_materialize_grads(False)
+        outputs = [b for p, pass_buffers in zip(passes, buffers) for b in pass_buffers[:_num_outputs(p.call.cell)]]
+        ctx.save_for_backward(*outputs)
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        if ctx.compiled is _RELEASED:
+            raise RuntimeError("a second backward through the same graphtree passes (retain_graph=True): their "
+                               "compiled level loops freed what the backward needs after the first one")
+        outputs, start = ctx.saved_tensors, 0
+        grad_states, grad_inputs = [], []
+        for p in ctx.passes:
+            count = _num_outputs(p.call.cell)
+            states, inputs = _backward_buffers(p.call.cell, grad_outputs[start:start + count],
+                                               outputs[start:start + count], p.inputs)
+            grad_states.append(states)
+            grad_inputs.append(inputs)
+            start += count
+        compiled = ctx.compiled
+        grads = compiled[0].kernels.run_passes_backward(
+            [c.kernel for c in compiled], grad_states, grad_inputs, [p.plan.ptr for p in ctx.passes],
+            [[s.flat_index for s in p.levels] for p in ctx.passes], [p.plan.position_groups for p in ctx.passes])
+        ctx.compiled = _RELEASED  # the kernels' contexts go now, as in _LevelPass.backward
+        result: list[Tensor | None] = [None, None]
+        for p, c, inputs, pass_grads in zip(ctx.passes, compiled, grad_inputs, grads):
+            result += [*inputs, *_parameter_grads(c, pass_grads, p.params)]
+        return tuple(result)
+
+
+def _backward_buffers(cell: torch.nn.Module, grad_buffers: Sequence[Tensor | None], buffers: Sequence[Tensor],
+                      inputs: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor | None]]:
+    """The gradients a backward loop adds into: of every state buffer (the internal ones too), of the inputs."""
+    # Cloned: the levels add their children's gradients into these in place.
+    grad_states = [g.clone() if g is not None else torch.zeros_like(buf) for g, buf in zip(grad_buffers, buffers)]
+    reference = buffers[0]
+    grad_states += [reference.new_zeros(reference.size(0), d) for d in cell.state_channels[len(buffers):]]
+    grad_inputs = [torch.zeros_like(x) if x.requires_grad else None for x in inputs]
+    return grad_states, grad_inputs
+
+
+def _parameter_grads(compiled: LevelKernel, grads: Sequence[Tensor], params: Sequence[Tensor]) -> list[Tensor]:
+    """The gradients of ``params`` from those a kernel returns, in the order of its maker's parameters."""
+    by_parameter = {id(p): grad for p, grad in zip(compiled.parameters, grads, strict=True)}
+    # A parameter used outside the pass (an input projection hoisted before it) gets no gradient here.
+    return [by_parameter[id(p)] if id(p) in by_parameter else torch.zeros_like(p) for p in params]
 
 
 def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequence[Tensor | None],
@@ -476,9 +609,7 @@ def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
     compiled = ctx.saved  # the module the forward loop ran on, whatever the settings are by now
     grads = compiled.kernels.run_levels_backward(compiled.kernel, grad_states, grad_inputs, ctx.plan.ptr,
                                                  [s.flat_index for s in ctx.levels], ctx.plan.position_groups)
-    by_parameter = {id(p): grad for p, grad in zip(compiled.parameters, grads, strict=True)}
-    # A parameter used outside the pass (an input projection hoisted before it) gets no gradient here.
-    return [by_parameter[id(p)] if id(p) in by_parameter else torch.zeros_like(p) for p in ctx.params]
+    return _parameter_grads(compiled, grads, ctx.params)
 
 
 def _graph_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:

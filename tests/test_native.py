@@ -337,11 +337,90 @@ def test_bicontree_runs_every_pass_in_the_compiled_loop(kernels, monkeypatch):
                                                "LeafSumLevels"], run, monkeypatch)
 
 
+def test_side_by_side_passes_give_what_they_give_on_one_thread(kernels, monkeypatch):
+    # BiConTree's two directions on two threads at once, forward and backward: each pass on one thread, so its
+    # states and every gradient are those of the two passes run one after the other on one thread, bit for
+    # bit (on two threads, a product split over both may round otherwise).
+    import graphtree.engine as engine
+
+    torch.manual_seed(11)
+    rng = random.Random(5)
+    # Large levels too (a few hundred rows), where a product on two threads is split over both.
+    batch = Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 40), 2, rng)) for _ in range(60)])
+    up, down = LexicalizedTreeLSTM(12, 10), TopDownTreeLSTM(12, 10)
+    x = torch.randn(batch.num_nodes, 12, requires_grad=True)
+    weights = [torch.randn(batch.num_nodes, 10) for _ in range(2)]
+    params = [x, *up.parameters(), *down.parameters()]
+    passes = [up.pass_of(batch, x=x), down.pass_of(batch, x=x)]
+
+    def gradients(states):
+        loss = sum((h * w).sum() for (h, _), w in zip(states, weights))
+        return [*(h for h, _ in states), *torch.autograd.grad(loss, params)]
+
+    calls = _count_calls(kernels, ["run_passes_forward", "run_passes_backward"], monkeypatch)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one_thread = gradients([engine.propagate(*p) for p in passes])
+        with torch.no_grad():
+            one_thread_unsaved = [engine.propagate(*p) for p in passes]
+        torch.set_num_threads(2)
+        if torch.get_num_threads() < 2:
+            pytest.skip("one intra-op thread only")
+        side_by_side = gradients(engine.propagate_side_by_side(passes))
+        assert calls == {"run_passes_forward": 1, "run_passes_backward": 1}
+        with torch.no_grad():
+            unsaved = engine.propagate_side_by_side(passes)
+        assert calls["run_passes_forward"] == 2
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(side_by_side, one_thread, strict=True):
+        assert torch.equal(a, b)
+    for states, expected in zip(unsaved, one_thread_unsaved, strict=True):
+        for a, b in zip(states, expected, strict=True):
+            assert torch.equal(a, b)
+
+
+def test_side_by_side_passes_run_one_after_the_other_on_one_thread(kernels, monkeypatch):
+    # One thread, or a pass without a kernel: nothing to gain, so propagate, pass by pass.
+    import graphtree.engine as engine
+
+    torch.manual_seed(12)
+    batch = Batch.from_data_list(teng.binary_trees(5))
+    up, down = LexicalizedTreeLSTM(6, 4), TopDownTreeLSTM(6, 4)
+    x = torch.randn(batch.num_nodes, 6)
+    calls = _count_calls(kernels, ["run_passes_forward"], monkeypatch)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        states = engine.propagate_side_by_side([up.pass_of(batch, x=x), down.pass_of(batch, x=x)])
+    finally:
+        torch.set_num_threads(threads)
+    with native.use_native(False):
+        states_plain = engine.propagate_side_by_side([up.pass_of(batch, x=x), down.pass_of(batch, x=x)])
+    assert calls["run_passes_forward"] == 0
+    for got, plain in zip(states, states_plain, strict=True):
+        for a, b in zip(got, plain, strict=True):
+            torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+def test_a_bad_position_is_named_before_any_pass_runs():
+    # The top-down cell's check of its children's positions holds for a pass made for side-by-side runs too.
+    import graphtree.engine as engine
+    from graphtree.errors import ScheduleError
+
+    cell = TopDownTreeLSTM(3, 2, n_ary=2)
+    x = torch.randn(4, 3)
+    edge_index = torch.tensor([[0, 1, 2], [3, 3, 3]])
+    with pytest.raises(ScheduleError, match="child 2 of"):
+        engine.propagate_side_by_side([cell.pass_of(edge_index, x=x, edge_pos=torch.tensor([0, 1, 2]))])
+
+
 @pytest.mark.parametrize("make", [lambda: NaryTreeLSTM(30, 24), lambda: SLSTM(30, 24, leaf="lstm"),
                                   lambda: ChildSumTreeLSTM(30, 24), lambda: LexicalizedTreeLSTM(30, 24),
                                   lambda: TopDownTreeLSTM(30, 24), lambda: LSTMRNN(24, 24, "softsign")])
 def test_kernels_and_pytorch_path_agree_on_a_large_batch(kernels, make):
-    # Levels of a few hundred rows: the kernels split them over threads (at::parallel_for).
+    # Levels of a few hundred rows, whose products two threads split.
     torch.manual_seed(0)
     cell = make()
     rng = random.Random(3)

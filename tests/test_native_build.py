@@ -151,7 +151,7 @@ def stub_build(tmp_path, monkeypatch):
         monkeypatch.setattr(native, name, value)
     folders: list[Path] = []
 
-    def load(name: str, sources: list[str], extra_cflags: list[str], build_directory: str,
+    def load(name: str, sources: list[str], extra_cflags: list[str], extra_ldflags: list[str], build_directory: str,
              verbose: bool) -> ModuleType:
         folder = Path(build_directory)
         assert all(Path(source).parent == folder / "src" for source in sources)

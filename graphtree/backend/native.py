@@ -44,7 +44,13 @@ SOURCE_DIR = Path(__file__).resolve().parent.parent / "csrc"
 SOURCES = ("bindings.cpp", "child_sum_level.cpp", "engine_ops.cpp", "head_level.cpp", "lstm_rnn_level.cpp",
            "nary_level.cpp", "peephole_level.cpp")
 STALE_LOCK_SECONDS = 600
-CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd"]
+# -fopenmp (Linux, whose PyTorch runs its pool on the GNU OpenMP it ships): the engine's side-by-side passes run
+# on that pool, a pass a thread (at::parallel_for compiles to a serial loop without it), the products inside a
+# pass on that one thread. The library is PyTorch's: the loader finds libgomp.so.1 loaded already. Elsewhere
+# the passes run one after the other.
+_OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else ["-fopenmp-simd"]
+CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", *_OPENMP]
+LDFLAGS = _OPENMP if sys.platform.startswith("linux") else []
 BUILD_MINUTES = 6  # the first build, measured on a 2-core machine busy with two training runs (said when it starts)
 _LIBRARY_SUFFIX = ".pyd" if sys.platform == "win32" else ".so"  # what cpp_extension.load leaves in the folder
 
@@ -172,7 +178,7 @@ def _build_name() -> str:
     sources["compiled"] = "\n".join(SOURCES)
     digest = _build_hash(executable=str(Path(sys.executable).resolve()), prefix=sys.prefix,
                          torch_version=torch.__version__, torch_path=str(Path(torch.__file__).resolve().parent),
-                         cpu=cpu_description(), flags=CFLAGS, sources=sources)
+                         cpu=cpu_description(), flags=CFLAGS + LDFLAGS, sources=sources)
     return f"graphtree_native_{digest}"
 
 
@@ -262,7 +268,8 @@ def _load(strict: bool) -> ModuleType | None:
             # The sources are compiled from copies inside the folder: build.ninja names the files it compiles,
             # so two checkouts with the same sources would otherwise rebuild each other's kernels in turn.
             _kernels = cpp_extension.load(name=name, sources=[str(path) for path in _source_copies(folder)],
-                                          extra_cflags=CFLAGS, build_directory=str(folder), verbose=False)
+                                          extra_cflags=CFLAGS, extra_ldflags=LDFLAGS, build_directory=str(folder),
+                                          verbose=False)
         if compiling:
             _say(f"graphtree: compiled the C++ kernels in {_duration(time.perf_counter() - start)}")
         return _kernels

@@ -14,6 +14,14 @@ std::vector<torch::Tensor> run_levels_backward(
     graphtree::LevelKernel& kernel, std::vector<torch::Tensor> grad_states,
     std::vector<std::optional<torch::Tensor>> grad_inputs, std::vector<int64_t> ptr,
     std::vector<torch::Tensor> slots, std::vector<std::vector<int64_t>> position_groups);
+void run_passes_forward(std::vector<std::shared_ptr<graphtree::LevelKernel>> kernels,
+                        std::vector<std::vector<torch::Tensor>> buffers, std::vector<std::vector<torch::Tensor>> inputs,
+                        std::vector<std::vector<int64_t>> ptrs, std::vector<std::vector<torch::Tensor>> slots,
+                        std::vector<std::vector<std::vector<int64_t>>> position_groups, bool save);
+std::vector<std::vector<torch::Tensor>> run_passes_backward(
+    std::vector<std::shared_ptr<graphtree::LevelKernel>> kernels, std::vector<std::vector<torch::Tensor>> grad_states,
+    std::vector<std::vector<std::optional<torch::Tensor>>> grad_inputs, std::vector<std::vector<int64_t>> ptrs,
+    std::vector<std::vector<torch::Tensor>> slots, std::vector<std::vector<std::vector<int64_t>>> position_groups);
 void bind_nary_levels(pybind11::module& m);
 void bind_child_sum_levels(pybind11::module& m);
 void bind_slstm_levels(pybind11::module& m);
@@ -42,6 +50,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("run_levels_backward", &run_levels_backward,
         "the engine's backward level loop over a LevelKernel; returns its parameter gradients",
         py::arg("kernel"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptr"), py::arg("slots"),
+        py::arg("position_groups"));
+  m.def("run_passes_forward", &run_passes_forward,
+        "run_levels_forward of several independent passes, side by side on PyTorch's threads (one pass a thread)",
+        py::arg("kernels"), py::arg("buffers"), py::arg("inputs"), py::arg("ptrs"), py::arg("slots"),
+        py::arg("position_groups"), py::arg("save"));
+  m.def("run_passes_backward", &run_passes_backward,
+        "run_levels_backward of the passes of a saving run_passes_forward, side by side; each pass's parameter "
+        "gradients",
+        py::arg("kernels"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptrs"), py::arg("slots"),
         py::arg("position_groups"));
   m.def("scatter_add_rows_", &scatter_add_rows_, "dst[index[r]] += src[r], in place (the engine's child gradients)");
 }

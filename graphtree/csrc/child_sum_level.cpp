@@ -11,7 +11,7 @@
 #include "level_loop.h"
 
 using graphtree::check_all;
-using graphtree::grain_rows;
+using graphtree::for_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
 
@@ -20,7 +20,7 @@ namespace {
 // Eqs 3-8 on n rows with K child slots each (pointers to contiguous rows; see the file comment).
 void forward_rows(const float* X, const float* Tiou, const float* Uf, const float* Cj, float* H, float* C, float* T,
                   float* A, float* F, int64_t n, int64_t K, int64_t d) {
-  at::parallel_for(0, n, grain_rows((4 + 2 * K) * d), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float *x = X + r * 4 * d, *t = Tiou + r * 3 * d;
       float *a = A + r * 3 * d, *cr = C + r * d, *hr = H + r * d, *tr = T + r * d;
@@ -53,7 +53,7 @@ void forward_rows(const float* X, const float* Tiou, const float* Uf, const floa
 // gradients summed over the children), gF [n, K, d] (of uf_terms) and gCj [n, K, d].
 void backward_rows(const float* gH, const float* gC, const float* A, const float* F, const float* Cj, const float* T,
                    float* gX, float* gF, float* gCj, int64_t n, int64_t K, int64_t d) {
-  at::parallel_for(0, n, grain_rows((4 + 3 * K) * d), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     std::vector<float> total(d);  // dL/dc of the row
     float* gc = total.data();
     for (int64_t r = begin; r < end; ++r) {

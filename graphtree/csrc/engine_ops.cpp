@@ -7,6 +7,7 @@
 #include "level_loop.h"
 
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -49,7 +50,7 @@ void gather_rows_into(torch::Tensor& dst, const torch::Tensor& src, const torch:
   const float* S = src.data_ptr<float>();
   float* D = dst.data_ptr<float>();
   for (int64_t r = 0; r < n; ++r) TORCH_CHECK(I[r] >= 0 && I[r] < m, "index ", I[r], " out of range for ", m, " rows");
-  at::parallel_for(0, n, graphtree::grain_rows(w), [&](int64_t begin, int64_t end) {
+  graphtree::for_rows(n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) std::memcpy(D + r * w, S + I[r] * w, sizeof(float) * w);
   });
 }
@@ -141,4 +142,48 @@ std::vector<torch::Tensor> run_levels_backward(
   }
   kernel.finish_backward(whole_grad_inputs);
   return kernel.param_grads();
+}
+
+// Several independent passes (no pass reads another's states) side by side: run_levels_forward of each, the
+// passes spread over the threads of PyTorch's pool, each pass on one thread. A pass's level products are
+// too small for two threads to share well, so two chains of levels at once finish sooner than one after the
+// other with both threads on every product; within a pass the operations and their order are those of
+// run_levels_forward, so the results are the same bit for bit. The arguments are run_levels_forward's, one
+// entry per pass.
+void run_passes_forward(std::vector<std::shared_ptr<graphtree::LevelKernel>> kernels,
+                        std::vector<std::vector<torch::Tensor>> buffers, std::vector<std::vector<torch::Tensor>> inputs,
+                        std::vector<std::vector<int64_t>> ptrs, std::vector<std::vector<torch::Tensor>> slots,
+                        std::vector<std::vector<std::vector<int64_t>>> position_groups, bool save) {
+  const auto passes = static_cast<int64_t>(kernels.size());
+  TORCH_CHECK(buffers.size() == kernels.size() && inputs.size() == kernels.size() && ptrs.size() == kernels.size() &&
+                  slots.size() == kernels.size() && position_groups.size() == kernels.size(),
+              "run_passes_forward: one entry per pass in every argument");
+  at::parallel_for(0, passes, 1, [&](int64_t begin, int64_t end) {
+    at::NoGradGuard no_grad;  // a pool thread's own grad mode is on; the caller's (a Function's forward) is off
+    for (int64_t p = begin; p < end; ++p) {
+      run_levels_forward(*kernels[p], buffers[p], inputs[p], ptrs[p], slots[p], position_groups[p], save);
+    }
+  });
+}
+
+// run_levels_backward of each pass of a saving run_passes_forward, side by side likewise; each pass's parameter
+// gradients.
+std::vector<std::vector<torch::Tensor>> run_passes_backward(
+    std::vector<std::shared_ptr<graphtree::LevelKernel>> kernels, std::vector<std::vector<torch::Tensor>> grad_states,
+    std::vector<std::vector<std::optional<torch::Tensor>>> grad_inputs, std::vector<std::vector<int64_t>> ptrs,
+    std::vector<std::vector<torch::Tensor>> slots, std::vector<std::vector<std::vector<int64_t>>> position_groups) {
+  const auto passes = static_cast<int64_t>(kernels.size());
+  TORCH_CHECK(grad_states.size() == kernels.size() && grad_inputs.size() == kernels.size() &&
+                  ptrs.size() == kernels.size() && slots.size() == kernels.size() &&
+                  position_groups.size() == kernels.size(),
+              "run_passes_backward: one entry per pass in every argument");
+  std::vector<std::vector<torch::Tensor>> grads(kernels.size());
+  at::parallel_for(0, passes, 1, [&](int64_t begin, int64_t end) {
+    at::NoGradGuard no_grad;
+    for (int64_t p = begin; p < end; ++p) {
+      grads[p] = run_levels_backward(*kernels[p], grad_states[p], grad_inputs[p], ptrs[p], slots[p],
+                                     position_groups[p]);
+    }
+  });
+  return grads;
 }

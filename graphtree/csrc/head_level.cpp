@@ -14,7 +14,7 @@
 #include "common.h"
 #include "level_loop.h"
 
-using graphtree::grain_rows;
+using graphtree::for_rows;
 using graphtree::sigmoid;
 
 namespace {
@@ -67,7 +67,7 @@ class GatedHeadLevels : public graphtree::LevelKernel {
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* X = pair.data_ptr<float>();
     float *Z = z.data_ptr<float>(), *H = heads.data_ptr<float>();
-    at::parallel_for(0, n, grain_rows(3 * D), [&](int64_t begin, int64_t end) {
+    for_rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const bool left = S[2 * r] != pad, right = S[2 * r + 1] != pad;
         const float *xl = X + r * 2 * D, *xr = xl + D;
@@ -99,7 +99,7 @@ class GatedHeadLevels : public graphtree::LevelKernel {
     const float *G = grad_head.data_ptr<float>(), *Z = gates_[level.index].data_ptr<float>();
     const float* X = pair.data_ptr<float>();
     float *gA = grad_logits.data_ptr<float>(), *gP = grad_pair.data_ptr<float>();
-    at::parallel_for(0, n, grain_rows(4 * D), [&](int64_t begin, int64_t end) {
+    for_rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const float *g = G + r * D, *z = Z + r * D, *xl = X + r * 2 * D, *xr = xl + D;
         float *ga = gA + r * D, *gl = gP + r * 2 * D, *gr = gl + D;
@@ -172,7 +172,7 @@ class FixedHeadLevels : public graphtree::LevelKernel {
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* X = kids.data_ptr<float>();
     float* H = heads.data_ptr<float>();
-    at::parallel_for(0, n, grain_rows(K * D), [&](int64_t begin, int64_t end) {
+    for_rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         float* h = H + r * D;
         if (method < 2) {
@@ -212,7 +212,7 @@ class FixedHeadLevels : public graphtree::LevelKernel {
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* G = grad_head.data_ptr<float>();
     float* gX = grad_children.data_ptr<float>();
-    at::parallel_for(0, n, grain_rows(K * D), [&](int64_t begin, int64_t end) {
+    for_rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const float* g = G + r * D;
         if (method < 2) {

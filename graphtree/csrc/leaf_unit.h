@@ -49,7 +49,7 @@ class LeafUnit {
     auto tanh_c = torch::empty({n, d}, x.options());
     float *G = gates.data_ptr<float>(), *H = h.data_ptr<float>(), *C = c.data_ptr<float>();
     float* T = tanh_c.data_ptr<float>();
-    at::parallel_for(0, n, grain_rows(2 * d), [&](int64_t begin, int64_t end) {
+    for_rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         float *g = G + r * 2 * d, *hr = H + r * d, *cr = C + r * d, *tr = T + r * d;
 #pragma omp simd
@@ -75,7 +75,7 @@ class LeafUnit {
     const float *gH = grad_h.data_ptr<float>(), *gC = grad_c.data_ptr<float>();
     const float *A = saved.gates.data_ptr<float>(), *T = saved.tanh_c.data_ptr<float>();
     float* gG = grad_gates.data_ptr<float>();
-    at::parallel_for(0, n, grain_rows(2 * d), [&](int64_t begin, int64_t end) {
+    for_rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const float *gh = gH + r * d, *gc = gC + r * d, *o = A + r * 2 * d + d, *t = T + r * d;
         float* gg = gG + r * 2 * d;

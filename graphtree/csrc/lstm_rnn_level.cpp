@@ -13,7 +13,7 @@
 #include "level_loop.h"
 
 using graphtree::check_all;
-using graphtree::grain_rows;
+using graphtree::for_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
 
@@ -43,7 +43,7 @@ static void lstm_rnn_level_cell_into(const torch::Tensor& m_children, const torc
   const int64_t n = c_children.size(0), d = c_children.size(2);
   const float *M = m_children.data_ptr<float>(), *Cj = c_children.data_ptr<float>(), *B = b.data_ptr<float>();
   float *G = gates.data_ptr<float>(), *Ga = g_a.data_ptr<float>(), *C = c.data_ptr<float>();
-  at::parallel_for(0, n, grain_rows(16 * d), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float *mx = M + r * 16 * d, *my = mx + 8 * d, *cx = Cj + r * 2 * d, *cy = cx + d;
       float *gx = G + r * 4 * d, *gy = gx + 2 * d, *ga = Ga + r * d, *cr = C + r * d;
@@ -72,7 +72,7 @@ static void lstm_rnn_level_output_into(const torch::Tensor& m_children, const to
   const float *M = m_children.data_ptr<float>(), *Ct = cell_terms.data_ptr<float>(), *C = c.data_ptr<float>();
   const float* B = b.data_ptr<float>();
   float *O = o.data_ptr<float>(), *Gc = g_c.data_ptr<float>(), *P = p.data_ptr<float>();
-  at::parallel_for(0, n, grain_rows(4 * d), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float *Wo_x = M + r * 16 * d + 5 * d, *Wo_y = M + r * 16 * d + 15 * d;  // W_o1 x, W_o2 y
       const float *co = Ct + r * 5 * d + 4 * d, *cr = C + r * d;
@@ -96,7 +96,7 @@ static void lstm_rnn_level_output_backward_into(const torch::Tensor& grad_m, con
   const float *gM = grad_m.data_ptr<float>(), *gP = grad_p.data_ptr<float>(), *O = o.data_ptr<float>();
   const float* Gc = g_c.data_ptr<float>();
   float* gCell = grad_cell.data_ptr<float>();
-  at::parallel_for(0, n, grain_rows(5 * d), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float *gm = gM + r * 8 * d, *gp = gP + r * d, *orow = O + r * d, *gc = Gc + r * d;
       float* out = gCell + r * 5 * d;
@@ -123,7 +123,7 @@ static void lstm_rnn_level_cell_backward_into(const torch::Tensor& grad_c, const
   const float *Gc = g_c.data_ptr<float>(), *Ga = g_a.data_ptr<float>(), *G = gates.data_ptr<float>();
   const float *M = m_children.data_ptr<float>(), *Cj = c_children.data_ptr<float>();
   float *gB = grad_b.data_ptr<float>(), *gM = grad_m.data_ptr<float>(), *gCj = grad_cj.data_ptr<float>();
-  at::parallel_for(0, n, grain_rows(20 * d), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float *gc_in = gCin + r * d, *gcc = gCc + r * d, *gp = gP + r * d, *go = gCell + r * 5 * d + 4 * d;
       const float *orow = O + r * d, *gcr = Gc + r * d, *ga = Ga + r * d;

@@ -13,7 +13,7 @@
 
 using graphtree::check;
 using graphtree::check_all;
-using graphtree::grain_rows;
+using graphtree::for_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
 
@@ -23,7 +23,7 @@ namespace {
 // Cj: [n, N, d] the children's memories. Writes h, c and tanh(c), each [n, d].
 void forward_rows(float* G, const float* Cj, float* H, float* C, float* T, int64_t n, int64_t N, int64_t d) {
   const int64_t width = (3 + N) * d;
-  at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* g = G + r * width;
       const float* cj = Cj + r * N * d;
@@ -52,7 +52,7 @@ void forward_rows(float* G, const float* Cj, float* H, float* C, float* T, int64
 void backward_rows(const float* gH, const float* gC, const float* A, const float* Cj, const float* T, float* gG,
                    float* gCj, int64_t n, int64_t N, int64_t d) {
   const int64_t width = (3 + N) * d;
-  at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     std::vector<float> total(d);  // dL/dc of the row: from c itself and through h = o tanh(c)
     float* gc = total.data();
     for (int64_t r = begin; r < end; ++r) {
@@ -86,7 +86,7 @@ void backward_rows(const float* gH, const float* gC, const float* A, const float
 // pre-activations G ([n, (3 + N) d]), the u block doubled like its weights, the f block to every child's gate.
 void add_input_rows(float* G, const float* X, int64_t n, int64_t N, int64_t d) {
   const int64_t width = (3 + N) * d;
-  at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* g = G + r * width;
       const float* x = X + r * 4 * d;

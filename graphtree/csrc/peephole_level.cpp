@@ -16,7 +16,7 @@
 #include "level_loop.h"
 
 using graphtree::check_all;
-using graphtree::grain_rows;
+using graphtree::for_rows;
 using graphtree::sigmoid;
 using graphtree::tanh_of;
 
@@ -37,7 +37,7 @@ void peephole_level_cell_into(torch::Tensor pre, const std::optional<torch::Tens
   const float *P = pre.data_ptr<float>(), *Ct = peep ? c_terms.data_ptr<float>() : nullptr;
   const float* Cj = c_children.data_ptr<float>();
   float *A = activated.data_ptr<float>(), *C = c.data_ptr<float>();
-  at::parallel_for(0, n, grain_rows((N + 3) * d), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float *p = P + r * (N + 3) * d, *cj = Cj + r * N * d;
       float *a = A + r * (N + 2) * d, *cr = C + r * d;
@@ -76,7 +76,7 @@ void peephole_level_output_into(torch::Tensor pre, torch::Tensor co, torch::Tens
   for (const auto* t : {&o, &tanh_c, &h}) graphtree::check_destination(*t, n, d, "o, tanh_c and h");
   const float *P = pre.data_ptr<float>(), *Co = co.data_ptr<float>(), *C = c_t.data_ptr<float>();
   float *O = o.data_ptr<float>(), *T = tanh_c.data_ptr<float>(), *H = h.data_ptr<float>();
-  at::parallel_for(0, n, grain_rows(3 * d), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float *po = P + r * width + width - d, *co_r = Co + r * d, *cr = C + r * d;
       float *orow = O + r * d, *tr = T + r * d, *hr = H + r * d;
@@ -99,7 +99,7 @@ void peephole_level_output_backward_into(torch::Tensor grad_h, torch::Tensor o, 
   const int64_t total = o.numel();
   const float *gH = grad_h.data_ptr<float>(), *O = o.data_ptr<float>(), *T = tanh_c.data_ptr<float>();
   float* gO = grad_o.data_ptr<float>();
-  at::parallel_for(0, total, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+  for_rows(total, [&](int64_t begin, int64_t end) {
 #pragma omp simd
     for (int64_t k = begin; k < end; ++k) gO[k] = gH[k] * T[k] * O[k] * (1.f - O[k]);
   });
@@ -134,7 +134,7 @@ torch::Tensor peephole_level_cell_backward_into(torch::Tensor grad_c, torch::Ten
   const float *T = tanh_c.data_ptr<float>(), *gCo = grad_c_from_o.data_ptr<float>(), *gO = grad_o.data_ptr<float>();
   const float *A = activated.data_ptr<float>(), *Cj = c_children.data_ptr<float>();
   float *gP = grad_pre.data_ptr<float>(), *gCj = grad_cj.data_ptr<float>();
-  at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
+  for_rows(n, [&](int64_t begin, int64_t end) {
     std::vector<float> total(d);  // dL/dc_t of the row: from c_t itself, through h = o tanh(c_t), and through o
     float* gc = total.data();
     for (int64_t r = begin; r < end; ++r) {
@@ -509,7 +509,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     const int64_t n = gates.size(0), d = d_, N = N_, width = (N + 3) * d;
     float* G = gates.data_ptr<float>();
     const float* X = Wx.data_ptr<float>();
-    at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
+    for_rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         float* g = G + r * width;
         const float* x = X + r * 4 * d;
@@ -531,7 +531,7 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     const int64_t n = grad_gates.size(0), d = d_, N = N_, width = (N + 3) * d;
     const float* G = grad_gates.data_ptr<float>();
     float* F = folded.data_ptr<float>();
-    at::parallel_for(0, n, grain_rows(width), [&](int64_t begin, int64_t end) {
+    for_rows(n, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const float* g = G + r * width;
         float* f = F + r * 4 * d;

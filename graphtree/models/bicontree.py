@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.nn import Linear
 
 from ..backend import compiled
-from ..engine import Children, schedule_of
+from ..engine import Children, propagate_side_by_side, schedule_of
 from ..nn.cell import TreeCell
 from ..nn.head_lexicalization import HeadLexicalization
 from ..nn.lexicalized import LexicalizedTreeLSTM
@@ -147,11 +147,15 @@ class BiTreeLSTM(torch.nn.Module):
         x = F.dropout(x, self.dropout, self.training)
         x_head = self.head(x, batch) if self.head is not None else None
         lexical = x_head if x_head is not None else x
-        h_up = self.bottom_up(lexical, batch)[0] if self.bottom_up is not None else None
-        h_down = None
+        if self.bottom_up is not None and self.top_down is not None:
+            # Both directions read the head vectors only, not each other's states: their passes run side by side.
+            (h_up, _), (h_down, _) = propagate_side_by_side([self.bottom_up.pass_of(batch, x=lexical),
+                                                             self.top_down.pass_of(batch, x=lexical)])
+        else:
+            h_up = self.bottom_up(lexical, batch)[0] if self.bottom_up is not None else None
+            h_down = self.top_down(lexical, batch)[0] if self.top_down is not None else None
         parts = [h_up] if h_up is not None else []
         if self.top_down is not None:
-            h_down = self.top_down(lexical, batch)[0]
             parts.append(h_down)
             node = torch.cat(parts, dim=-1)
             leaf_sum, leaf_count = self.leaf_sum(h_down, batch)

@@ -10,7 +10,7 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..backend.compiled import Maker
-from ..engine import Children, propagate, schedule_of
+from ..engine import Children, Pass, propagate, schedule_of
 
 __all__ = ["TreeCell"]
 
@@ -114,11 +114,16 @@ class TreeCell(MessagePassing):
         """
         if size is not None:
             raise ValueError(f"{type(self).__name__} maps a graph's nodes onto themselves; size must be None")
+        return propagate(*self.pass_of(edge_index, edge_pos=edge_pos, **inputs))
+
+    def pass_of(self, edge_index: Any, *, edge_pos: Tensor | None = None, **inputs: Tensor) -> Pass:
+        """The pass :meth:`propagate` runs, not yet run: for
+        :func:`~graphtree.engine.propagate_side_by_side`, which runs independent passes at the same time."""
         if not inputs:
             raise ValueError(f"{type(self).__name__}.propagate needs the per-node inputs of update, by name")
         num_nodes = next(iter(inputs.values())).size(0)
         schedule = schedule_of(edge_index, num_nodes=num_nodes, edge_pos=edge_pos)
-        return propagate(self, inputs, schedule, self.direction)
+        return Pass(self, inputs, schedule, self.direction)
 
     def update(self, children: Children, **inputs: Tensor) -> tuple[Tensor, ...]:
         """The new states of one level's nodes from their children's (see the class docstring)."""

@@ -9,7 +9,7 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from ..backend import compiled
-from ..engine import Children, schedule_of
+from ..engine import Children, Pass
 from ..errors import ScheduleError
 from ..schedule import Schedule
 from .cell import TreeCell
@@ -114,9 +114,13 @@ class TopDownTreeLSTM(TreeCell):
         """Return ``(h, c)`` for every node; ``x``: the head vectors; ``edge_index``: child -> parent edges (with
         ``edge_pos``, each child's position, which picks its parameter set) or the ``Data``/``Batch``."""
         self._check_features(x, self.in_channels)
-        schedule = schedule_of(edge_index, num_nodes=x.size(0), edge_pos=edge_pos)
-        self._check_positions(schedule)
-        return self.propagate(schedule, x=x)
+        return self.propagate(edge_index, x=x, edge_pos=edge_pos)
+
+    def pass_of(self, edge_index: Any, *, edge_pos: Tensor | None = None, **inputs: Tensor) -> Pass:
+        """:meth:`TreeCell.pass_of`, once every child's position has a parameter set."""
+        made = super().pass_of(edge_index, edge_pos=edge_pos, **inputs)
+        self._check_positions(made.schedule)
+        return made
 
     def update(self, children: Children, x: Tensor) -> tuple[Tensor, Tensor]:
         """Eq 13 for one level's nodes, from each parent (the mean over several parents)."""
