@@ -253,9 +253,10 @@ def propagate_side_by_side(passes: Sequence[Pass]) -> list[tuple[Tensor, ...]]:
     the passes run at the same time, each on one thread of PyTorch's pool, forward and backward (e.g.
     BiConTree's bottom-up and top-down passes, which both read only the head vectors). A level's products are
     too small for two threads to share well, so two chains of levels at once finish sooner than one after
-    the other with both threads on each product. Each pass computes what :func:`propagate` computes, with the
-    same operations in the same order: the results are the same bit for bit. Otherwise the passes run one
-    after the other through :func:`propagate`.
+    the other with both threads on each product. Everything in a pass, its products too, runs on its one
+    thread: each pass computes exactly what :func:`propagate` computes in a one-thread process (with several
+    threads a product split over them may round otherwise). Where not every pass runs compiled, or PyTorch
+    has one thread, the passes run one after the other through :func:`propagate`.
 
     Returns:
         Each pass's states, as :func:`propagate` returns them.
