@@ -30,7 +30,8 @@ def where(results: dict) -> str:
     return f"{machine['torch_threads']} CPU thread(s) of an {processor} host{rate} (torch {machine['torch']})"
 
 
-def tables(results: dict) -> list[str]:
+def tables(results: dict, targets: bool = True) -> list[str]:
+    """The batch-25 and batch-256 tables, and (``targets``) the speed issues' targets, which are the CPU's."""
     lines = []
     for batch in sorted({r["batch"] for r in results["rows"]} & {25, 256}):
         lines += [f"Batch {batch}:", "",
@@ -47,6 +48,8 @@ def tables(results: dict) -> list[str]:
                          f"{r['train_vs_recursive']:.1f} | {'—' if vs_nary is None else f'{vs_nary:.2f}'} | "
                          f"{flop_ratio} | {r['train_vs_bound']:.2f} | {r['infer_vs_lstm']:.2f} |")
         lines.append("")
+    if not targets:
+        return lines
     lines += ["Targets of the speed issues, as measured in that run (each cell's step within 2.5× of its FLOP "
               "bound at batch 25 replaces the earlier ratios to the N-ary cell, which ignored that the cells do "
               "different amounts of arithmetic):", "", "| target | goal | measured | met |", "|---|---|---|---|"]
@@ -176,7 +179,7 @@ def section(results: dict, path: str, gpu_runs: list[tuple[dict, str]] = (),
                   f"{origin(gpu, gpu_path)}). The "
                   "level loop launches a few small kernels per level, so at these sizes the GPU waits on the "
                   "host; `nn.LSTM` runs as one cuDNN kernel per layer.", ""]
-        lines += plain_versus_engine(gpu) + tables(gpu)
+        lines += plain_versus_engine(gpu) + tables(gpu, targets=False)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
