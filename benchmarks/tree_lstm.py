@@ -1002,8 +1002,15 @@ def count_operator_calls(trees: list[Data], vocab_size: int, device: torch.devic
     def calls_of(run: Callable[[], None]) -> int:
         run()  # warm-up: caches (schedules, slot indices, packed weights) are built outside the count
         counter = Counter()
-        with counter:
-            run()
+        # One thread: a dispatch mode sees only its own thread's calls, and with two threads BiConTree runs
+        # its top-down pass on a pool thread (graphtree.engine.propagate_side_by_side).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with counter:
+                run()
+        finally:
+            torch.set_num_threads(threads)
         return counter.calls
 
     torch.manual_seed(0)
