@@ -75,7 +75,7 @@ inline float tanh_of(float z) { return 1.f - 2.f / (vexp(2.f * z) + 1.f); }
 // A level's row loop f(0, n), on the calling thread. The kernels are built with OpenMP for the engine's
 // side-by-side passes (engine_ops.cpp), each on one thread of PyTorch's pool; until then at::parallel_for was
 // serial in them (its OpenMP loop compiles only where _OPENMP is defined), and splitting the row loops of tree
-// levels over two threads measured no faster. The (begin, end) form keeps them ready to be split.
+// levels over two threads showed no consistent gain. The (begin, end) form keeps them ready to be split.
 template <typename F>
 inline void for_rows(int64_t n, const F& f) {
   if (n > 0) f(0, n);

@@ -147,9 +147,9 @@ std::vector<torch::Tensor> run_levels_backward(
 // Several independent passes (no pass reads another's states) side by side: run_levels_forward of each, the
 // passes spread over the threads of PyTorch's pool, each pass on one thread. A pass's level products are
 // too small for two threads to share well, so two chains of levels at once finish sooner than one after the
-// other with both threads on every product; within a pass the operations and their order are those of
-// run_levels_forward, so the results are the same bit for bit. The arguments are run_levels_forward's, one
-// entry per pass.
+// other with both threads on every product. Inside the parallel region a pass's products run on its one thread
+// (nested regions run serially), so each pass gives exactly what run_levels_forward gives in a one-thread
+// process. The arguments are run_levels_forward's, one entry per pass.
 void run_passes_forward(std::vector<std::shared_ptr<graphtree::LevelKernel>> kernels,
                         std::vector<std::vector<torch::Tensor>> buffers, std::vector<std::vector<torch::Tensor>> inputs,
                         std::vector<std::vector<int64_t>> ptrs, std::vector<std::vector<torch::Tensor>> slots,
