@@ -270,16 +270,11 @@ def propagate_side_by_side(passes: Sequence[Pass]) -> list[tuple[Tensor, ...]]:
         return [_in_node_order(p, _propagated(p)) for p in prepared]
     if prepared[0].needs_grad:
         tensors = [t for p in prepared for t in (*p.inputs, *p.params)]
-        flat = _SideBySidePasses.apply(prepared, compiled, *tensors)
+        returned = _by_pass(_SideBySidePasses.apply(prepared, compiled, *tensors), prepared)
     else:
-        flat = [b for p, buffers in zip(prepared, _run_side_by_side(prepared, compiled, save=False))
-                for b in buffers[:_num_outputs(p.call.cell)]]
-    states, start = [], 0
-    for p in prepared:
-        count = _num_outputs(p.call.cell)
-        states.append(_in_node_order(p, flat[start:start + count]))
-        start += count
-    return states
+        returned = [buffers[:_num_outputs(p.call.cell)]
+                    for p, buffers in zip(prepared, _run_side_by_side(prepared, compiled, save=False))]
+    return [_in_node_order(p, states) for p, states in zip(prepared, returned)]
 
 
 class _Prepared(NamedTuple):
@@ -477,10 +472,24 @@ def _run_side_by_side(passes: list[_Prepared], compiled: list[LevelKernel], save
     """Forward through every pass at once (``run_passes_forward``); each pass's buffers."""
     buffers = [_state_buffers(p.call.cell, p.plan, p.inputs) for p in passes]
     compiled[0].kernels.run_passes_forward([c.kernel for c in compiled], buffers, [p.inputs for p in passes],
-                                           [p.plan.ptr for p in passes],
-                                           [[s.flat_index for s in p.levels] for p in passes],
-                                           [p.plan.position_groups for p in passes], save)
+                                           *_loop_arguments(passes), save)
     return buffers
+
+
+def _loop_arguments(passes: Sequence[_Prepared]) -> tuple[list, list, list]:
+    """Each pass's level boundaries, slot indices and position groups: the C++ level loops' arguments."""
+    return ([p.plan.ptr for p in passes], [[s.flat_index for s in p.levels] for p in passes],
+            [p.plan.position_groups for p in passes])
+
+
+def _by_pass(flat: Sequence, passes: Sequence[_Prepared]) -> list[Sequence]:
+    """``flat``, the passes' returned states (or their gradients) one pass after the other, cut by pass."""
+    parts, start = [], 0
+    for p in passes:
+        count = _num_outputs(p.call.cell)
+        parts.append(flat[start:start + count])
+        start += count
+    return parts
 
 
 class _LevelGraph(NamedTuple):
@@ -550,19 +559,15 @@ class _SideBySidePasses(torch.autograd.Function):
         if ctx.compiled is _RELEASED:
             raise RuntimeError("a second backward through the same graphtree passes (retain_graph=True): their "
                                "compiled level loops freed what the backward needs after the first one")
-        outputs, start = ctx.saved_tensors, 0
         grad_states, grad_inputs = [], []
-        for p in ctx.passes:
-            count = _num_outputs(p.call.cell)
-            states, inputs = _backward_buffers(p.call.cell, grad_outputs[start:start + count],
-                                               outputs[start:start + count], p.inputs)
+        for p, grads_out, outputs in zip(ctx.passes, _by_pass(grad_outputs, ctx.passes),
+                                         _by_pass(ctx.saved_tensors, ctx.passes)):
+            states, inputs = _backward_buffers(p.call.cell, grads_out, outputs, p.inputs)
             grad_states.append(states)
             grad_inputs.append(inputs)
-            start += count
         compiled = ctx.compiled
-        grads = compiled[0].kernels.run_passes_backward(
-            [c.kernel for c in compiled], grad_states, grad_inputs, [p.plan.ptr for p in ctx.passes],
-            [[s.flat_index for s in p.levels] for p in ctx.passes], [p.plan.position_groups for p in ctx.passes])
+        grads = compiled[0].kernels.run_passes_backward([c.kernel for c in compiled], grad_states, grad_inputs,
+                                                        *_loop_arguments(ctx.passes))
         ctx.compiled = _RELEASED  # the kernels' contexts go now, as in _LevelPass.backward
         result: list[Tensor | None] = [None, None]
         for p, c, inputs, pass_grads in zip(ctx.passes, compiled, grad_inputs, grads):
