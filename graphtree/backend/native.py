@@ -41,8 +41,8 @@ __all__ = ["build_directory", "build_seconds", "cache_root", "cpu_description", 
            "native_kernels", "native_kernels_if_loaded", "native_mode", "use_native"]
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "csrc"
-SOURCES = ("bindings.cpp", "child_sum_level.cpp", "engine_ops.cpp", "head_level.cpp", "lstm_rnn_level.cpp",
-           "nary_level.cpp", "peephole_level.cpp")
+SOURCES = ("bindings.cpp", "child_sum_level.cpp", "dropout.cpp", "engine_ops.cpp", "head_level.cpp",
+           "lstm_rnn_level.cpp", "nary_level.cpp", "peephole_level.cpp")
 STALE_LOCK_SECONDS = 600
 # -fopenmp (Linux, whose PyTorch runs its pool on the GNU OpenMP it ships): the engine's side-by-side passes run
 # on that pool, a pass a thread (at::parallel_for compiles to a serial loop without it), the products inside a

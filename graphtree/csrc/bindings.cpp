@@ -7,6 +7,7 @@
 #include <vector>
 
 void scatter_add_rows_(torch::Tensor dst, torch::Tensor index, torch::Tensor src);
+void bernoulli_(torch::Tensor out, double p, std::optional<at::Generator> generator, double value);
 void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tensor> buffers,
                         std::vector<torch::Tensor> inputs, std::vector<int64_t> ptr, std::vector<torch::Tensor> slots,
                         std::vector<std::vector<int64_t>> position_groups, bool save);
@@ -60,5 +61,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "gradients",
         py::arg("kernels"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptrs"), py::arg("slots"),
         py::arg("position_groups"));
+  m.def("bernoulli_", &bernoulli_,
+        "out.bernoulli_(p, generator) for a contiguous float32 tensor (kept elements set to `value`): the same mask "
+        "and generator state, drawn in blocks",
+        py::arg("out"), py::arg("p"), py::arg("generator") = py::none(), py::arg("value") = 1.0);
   m.def("scatter_add_rows_", &scatter_add_rows_, "dst[index[r]] += src[r], in place (the engine's child gradients)");
 }

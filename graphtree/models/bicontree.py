@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Linear
 
 from ..backend import compiled
 from ..engine import Children, propagate_side_by_side, schedule_of
 from ..nn.cell import TreeCell
+from ..nn.functional import dropout
 from ..nn.head_lexicalization import HeadLexicalization
 from ..nn.lexicalized import LexicalizedTreeLSTM
 from ..nn.top_down import TopDownTreeLSTM
@@ -144,7 +144,7 @@ class BiTreeLSTM(torch.nn.Module):
 
     def encode(self, x: Tensor, batch: Any) -> BiTreeOutput:
         """Head vectors, bottom-up and top-down states, and classifier inputs of every node."""
-        x = F.dropout(x, self.dropout, self.training)
+        x = dropout(x, self.dropout, self.training)
         x_head = self.head(x, batch) if self.head is not None else None
         lexical = x_head if x_head is not None else x
         if self.bottom_up is not None and self.top_down is not None:

@@ -11,6 +11,7 @@ from torch.nn import Embedding, Linear
 
 from ..data.tree import NO_LABEL, NO_WORD
 from ..nn.cell import TreeCell
+from ..nn.functional import dropout
 
 __all__ = ["NodeEmbedding", "TreeClassifier", "node_loss"]
 
@@ -85,9 +86,9 @@ class TreeClassifier(torch.nn.Module):
         if getattr(batch, "word", None) is None:
             raise ValueError("the batch has no word ids: build the trees with a vocabulary "
                              "(e.g. graphtree.datasets.SST or from_ptb(line, vocab=...))")
-        x = F.dropout(self.embedding(batch.word), self.input_dropout, self.training)
+        x = dropout(self.embedding(batch.word), self.input_dropout, self.training)
         h = self.cell(x, batch)[0]
-        return self.classifier(F.dropout(h, self.dropout, self.training))
+        return self.classifier(dropout(h, self.dropout, self.training))
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(embedding={self.embedding.embedding_dim}, cell={self.cell}, "

@@ -25,6 +25,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from ..data.tree import NO_WORD
 from ..nn.cell import TreeCell
+from ..nn.functional import dropout
 from .classifier import NodeEmbedding
 
 __all__ = ["MeanEncoder", "PairSimilarity", "SequenceEncoder", "SimilarityHead", "TreeEncoder",
@@ -98,7 +99,7 @@ class TreeEncoder(torch.nn.Module):
         self.out_channels = cell.state_channels[0]
 
     def forward(self, batch: Any) -> Tensor:
-        x = F.dropout(self.embedding(batch.word), self.input_dropout, self.training)
+        x = dropout(self.embedding(batch.word), self.input_dropout, self.training)
         return self.cell(x, batch)[0][roots_of(batch)]
 
 
@@ -137,7 +138,7 @@ class SequenceEncoder(torch.nn.Module):
         return lstm(packed)[1][0][-1]
 
     def forward(self, batch: Any) -> Tensor:
-        x = F.dropout(self.embedding(batch.word), self.input_dropout, self.training)
+        x = dropout(self.embedding(batch.word), self.input_dropout, self.training)
         seq, lengths = padded_words(x, batch)
         h = self._last_state(self.lstm, seq, lengths)
         if not self.bidirectional:

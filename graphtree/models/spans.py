@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Linear
 
 from ..data import NO_WORD
+from ..nn.functional import dropout
 from .classifier import NodeEmbedding
 from .similarity import _graph_of_nodes, padded_words
 
@@ -97,7 +97,7 @@ class SpanLSTMClassifier(torch.nn.Module):
         if self.bidirectional:
             lstm = self.lstm_reverse if self.lstm_reverse is not None else self.lstm
             h = torch.cat([h, _span_states(lstm, sentences, graph, start, end, reverse=True)], dim=-1)
-        return self.classifier(F.dropout(h, self.dropout, self.training))
+        return self.classifier(dropout(h, self.dropout, self.training))
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(embedding={self.embedding.embedding_dim}, "

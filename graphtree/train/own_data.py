@@ -41,6 +41,7 @@ from ..datasets.files import _SUFFIXES, GraphFiles, split_indices
 from ..errors import GraphtreeError
 from ..models import BiTreeLSTM, NodeEmbedding
 from ..nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
+from ..nn.functional import dropout
 from ..vocab import Vocab
 from .checkpoint import atomic_write_text
 from .optim import PaperOptimizer
@@ -435,7 +436,7 @@ class CellOutput(torch.nn.Module):
 
     def forward(self, x: Tensor, batch: Any) -> Tensor:
         h = self.cell(x, batch)[0]
-        return self.out(F.dropout(h, self.dropout, self.training))
+        return self.out(dropout(h, self.dropout, self.training))
 
 
 def root_mean(out: Tensor, batch: Any) -> Tensor:

@@ -16,13 +16,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_sequence
 from torch_geometric.data import Data
 
 from ..data.tree import NO_WORD
 from ..models import NodeEmbedding
+from ..nn.functional import dropout
 from .own_data import Structure
 
 __all__ = ["SequenceLSTM", "accuracy_by", "structure_of", "token_sequence", "topological_order",
@@ -85,7 +85,7 @@ class SequenceLSTM(torch.nn.Module):
         lengths = batch.seq_len.view(-1).cpu()
         padded = pad_sequence(list(x.split(lengths.tolist())), batch_first=True)
         h = self.lstm(pack_padded_sequence(padded, lengths, batch_first=True, enforce_sorted=False))[1][0][-1]
-        return self.out(F.dropout(h, self.dropout, self.training))
+        return self.out(dropout(h, self.dropout, self.training))
 
 
 def structure_of(graphs: Iterable[Data], name: str) -> Structure:
