@@ -7,6 +7,10 @@ included. Each is checked against PyTorch itself, run from the same state.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -123,3 +127,12 @@ def test_a_mask_that_differs_from_pytorchs_is_never_used(kernels, monkeypatch):
     out_ref, grad_ref, state_ref = _twice(F.dropout, x, 0.5, True)
     assert torch.equal(out, out_ref) and torch.equal(grad, grad_ref) and torch.equal(state, state_ref)
     assert functional._kept_value == {0.5: None}
+
+
+def test_the_benchmark_runs_and_finds_the_same_draws(kernels):
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "benchmarks/dropout_mask.py", "--batches", "2", "--threads", "1",
+                           "--sst", "no-such-archive.zip"], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| hidden") or line.startswith("| word")]
+    assert len(rows) == 2 and all(row.rstrip(" |").endswith("yes") for row in rows), done.stdout
