@@ -110,6 +110,22 @@ def test_dropout_rejects_a_bad_probability_as_pytorch_does(kernels):
         dropout(torch.randn(4), 1.5)
 
 
+def test_dropout_alone_never_starts_a_build(monkeypatch):
+    """A model whose cells are all PyTorch must not wait minutes for a compiler on its first dropout."""
+    import graphtree.backend.native as native
+
+    def no_build(strict):
+        raise AssertionError("dropout started a build of the kernels")
+
+    monkeypatch.setattr(native, "_kernels", None)
+    monkeypatch.setattr(native, "_load", no_build)
+    monkeypatch.setattr(functional, "_kept_value", {})
+    x = torch.randn(300, 20)
+    for ours, theirs in zip(_twice(dropout, x, 0.5, True), _twice(F.dropout, x, 0.5, True)):
+        assert torch.equal(ours, theirs)
+    assert functional._kept_value == {}  # checked again once the kernels are loaded
+
+
 def test_a_mask_that_differs_from_pytorchs_is_never_used(kernels, monkeypatch):
     """Should a PyTorch release draw its masks otherwise, the first-use check finds it and F.dropout runs."""
 
@@ -120,7 +136,7 @@ def test_a_mask_that_differs_from_pytorchs_is_never_used(kernels, monkeypatch):
             out[0] = value - out[0]  # one element off
 
     monkeypatch.setattr(functional, "_kept_value", {})
-    monkeypatch.setattr(functional, "native_kernels", lambda *tensors: Drifted)
+    monkeypatch.setattr(functional, "native_kernels_if_loaded", lambda *tensors: Drifted)
     x = torch.randn(500, 20)
     with pytest.warns(RuntimeWarning, match="differs from PyTorch"):
         out, grad, state = _twice(dropout, x, 0.5, True)

@@ -419,16 +419,23 @@ def test_a_bad_position_is_named_before_any_pass_runs():
 @pytest.mark.parametrize("make", [lambda: NaryTreeLSTM(30, 24), lambda: SLSTM(30, 24, leaf="lstm"),
                                   lambda: ChildSumTreeLSTM(30, 24), lambda: LexicalizedTreeLSTM(30, 24),
                                   lambda: TopDownTreeLSTM(30, 24), lambda: LSTMRNN(24, 24, "softsign")])
-def test_kernels_and_pytorch_path_agree_on_a_large_batch(kernels, make):
-    # Levels of a few hundred rows, whose products two threads split.
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernels_and_pytorch_path_agree_on_a_large_batch(kernels, make, threads):
+    # Levels of a few hundred rows, whose products two threads split; at two threads the kernels also run a
+    # level's independent products side by side (common.h's side_by_side), one a thread.
     torch.manual_seed(0)
     cell = make()
     rng = random.Random(3)
     batch = Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 40), 2, rng)) for _ in range(400)])
     x = torch.randn(batch.num_nodes, cell.in_channels, requires_grad=True)
     weights = torch.randn(batch.num_nodes, 24), torch.randn(batch.num_nodes, 24)
-    with native.use_native(True):
-        fast = _run(cell, x, batch, weights)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with native.use_native(True):
+            fast = _run(cell, x, batch, weights)
+    finally:
+        torch.set_num_threads(before)
     with native.use_native(False):
         plain = _run(cell, x, batch, weights)
     for a, b in zip(fast, plain, strict=True):

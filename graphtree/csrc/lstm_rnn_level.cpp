@@ -191,25 +191,41 @@ torch::Tensor rows(const torch::Tensor& t, int64_t begin, int64_t end) { return 
 void project_read_blocks(const torch::Tensor& m, const torch::Tensor& u, const torch::Tensor& W_t, const MRows& r,
                          int64_t d) {
   auto product = [](torch::Tensor out, const torch::Tensor& a, const torch::Tensor& b) { at::mm_out(out, a, b); };
-  if (r.first > 0) product(rows(m, 0, r.first).narrow(1, 0, 6 * d), rows(u, 0, r.first), W_t.narrow(1, 0, 6 * d));
-  if (r.second > r.first) {
-    auto m_1 = rows(m, r.first, r.second), u_1 = rows(u, r.first, r.second);
-    product(m_1.narrow(1, 0, 4 * d), u_1, W_t.narrow(1, 0, 4 * d));
-    product(m_1.narrow(1, 6 * d, 2 * d), u_1, W_t.narrow(1, 6 * d, 2 * d));
+  std::vector<std::function<void()>> parts;  // the row groups' products write different rows
+  if (r.first > 0) {
+    parts.push_back([&] {
+      product(rows(m, 0, r.first).narrow(1, 0, 6 * d), rows(u, 0, r.first), W_t.narrow(1, 0, 6 * d));
+    });
   }
-  if (r.all > r.second) product(rows(m, r.second, r.all), rows(u, r.second, r.all), W_t);
+  if (r.second > r.first) {
+    parts.push_back([&] {
+      auto m_1 = rows(m, r.first, r.second), u_1 = rows(u, r.first, r.second);
+      product(m_1.narrow(1, 0, 4 * d), u_1, W_t.narrow(1, 0, 4 * d));
+      product(m_1.narrow(1, 6 * d, 2 * d), u_1, W_t.narrow(1, 6 * d, 2 * d));
+    });
+  }
+  if (r.all > r.second) parts.push_back([&] { product(rows(m, r.second, r.all), rows(u, r.second, r.all), W_t); });
+  graphtree::side_by_side(parts);
 }
 
 // grad_u += grad_m W on the blocks each row's parent read (grad_m is zero on the others).
 void add_read_blocks_back(const torch::Tensor& grad_u, const torch::Tensor& grad_m, const torch::Tensor& W,
                           const MRows& r, int64_t d) {
-  if (r.first > 0) rows(grad_u, 0, r.first).addmm_(rows(grad_m, 0, r.first).narrow(1, 0, 6 * d), W.narrow(0, 0, 6 * d));
-  if (r.second > r.first) {
-    auto grad_u_1 = rows(grad_u, r.first, r.second), grad_m_1 = rows(grad_m, r.first, r.second);
-    grad_u_1.addmm_(grad_m_1.narrow(1, 0, 4 * d), W.narrow(0, 0, 4 * d));
-    grad_u_1.addmm_(grad_m_1.narrow(1, 6 * d, 2 * d), W.narrow(0, 6 * d, 2 * d));
+  std::vector<std::function<void()>> parts;  // the row groups' products write different rows
+  if (r.first > 0) {
+    parts.push_back([&] {
+      rows(grad_u, 0, r.first).addmm_(rows(grad_m, 0, r.first).narrow(1, 0, 6 * d), W.narrow(0, 0, 6 * d));
+    });
   }
-  if (r.all > r.second) rows(grad_u, r.second, r.all).addmm_(rows(grad_m, r.second, r.all), W);
+  if (r.second > r.first) {
+    parts.push_back([&] {
+      auto grad_u_1 = rows(grad_u, r.first, r.second), grad_m_1 = rows(grad_m, r.first, r.second);
+      grad_u_1.addmm_(grad_m_1.narrow(1, 0, 4 * d), W.narrow(0, 0, 4 * d));
+      grad_u_1.addmm_(grad_m_1.narrow(1, 6 * d, 2 * d), W.narrow(0, 6 * d, 2 * d));
+    });
+  }
+  if (r.all > r.second) parts.push_back([&] { rows(grad_u, r.second, r.all).addmm_(rows(grad_m, r.second, r.all), W); });
+  graphtree::side_by_side(parts);
 }
 
 // The LSTM-RNN (graphtree/nn/lstm_rnn.py, Le & Zuidema 2015) as a LevelKernel for the engine's compiled level

@@ -249,8 +249,8 @@ class SLSTMLevels : public graphtree::LevelKernel {
     c_buffer_ = buffers[1];
     auto h_cat = children[0].view({n, 2 * d}), c_cat = children[1].view({n, 2 * d});
     auto c_LR = children[1].view({n, 2, d});
-    auto h_terms = at::addmm(b_, h_cat, W_h_t_);  // all W_h h + b of eqs 1-4, 6
-    auto c_terms = at::mm(c_cat, W_c_t_);        // peepholes on the children's cells, eqs 1-3
+    torch::Tensor h_terms, c_terms;  // all W_h h + b of eqs 1-4, 6; the peepholes on the children's cells, eqs 1-3
+    graphtree::side_by_side({[&] { h_terms = at::addmm(b_, h_cat, W_h_t_); }, [&] { c_terms = at::mm(c_cat, W_c_t_); }});
     auto activated = torch::empty({n, 4 * d}, h_terms.options());
     peephole_level_cell_into(h_terms, c_terms, c_LR, activated, c_out);
     auto o = torch::empty({n, d}, h_terms.options()), tanh_c = torch::empty({n, d}, h_terms.options());
@@ -288,8 +288,9 @@ class SLSTMLevels : public graphtree::LevelKernel {
     auto grad_c_direct = peephole_level_cell_backward_into(grad_states[1], grad_states[0], o_t, tanh_c, grad_c_from_o,
                                                            grad_o, activated, c_LR, grad_h_terms);
     auto grad_ifr = grad_h_terms.narrow(1, 0, 3 * d);  // the gates that also read W_c [c^L, c^R]
-    auto grad_h_LR = at::mm(grad_h_terms, W_h_);
-    auto grad_c_LR = at::mm(grad_ifr, W_c_).view({n, 2, d}).add_(grad_c_direct);
+    torch::Tensor grad_h_LR, grad_c_LR;
+    graphtree::side_by_side({[&] { grad_h_LR = at::mm(grad_h_terms, W_h_); }, [&] { grad_c_LR = at::mm(grad_ifr, W_c_); }});
+    grad_c_LR = grad_c_LR.view({n, 2, d}).add_(grad_c_direct);
     return {grad_h_LR.view({-1, d}), grad_c_LR.view({-1, d})};
   }
 
@@ -426,10 +427,11 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     }
     c_buffer_ = buffers[1];
     auto h_cat = children[0].view({n, N * d}), c_cat = children[1].view({n, N * d});
-    auto gates = at::addmm(b_, h_cat, W_h_t_);
+    torch::Tensor gates, c_terms;
+    graphtree::side_by_side({[&] { gates = at::addmm(b_, h_cat, W_h_t_); }, [&] { c_terms = at::mm(c_cat, W_c_t_); }});
     if (lexicalized_) add_lexical_terms(gates, x_terms_.narrow(0, level.begin - internal_begin_, n));
     auto activated = torch::empty({n, (N + 2) * d}, W_h_.options());
-    peephole_level_cell_into(gates, at::mm(c_cat, W_c_t_), children[1].view({n, N, d}), activated, c_out);
+    peephole_level_cell_into(gates, c_terms, children[1].view({n, N, d}), activated, c_out);
     peephole_level_output_into(gates, at::mm(c_out, W_co_t_), c_out, o, tanh_c, h_out);  // eq 11 peeks at c_t
     if (save) context = Context{{}, activated, {}, o, tanh_c, children[1].view({n, N, d})};
   }
@@ -460,8 +462,10 @@ class LexicalizedLevels : public graphtree::LevelKernel {
                                                            grad_o, context.activated, context.c_children, grad_gates);
     auto grad_if = grad_gates.narrow(1, 0, (N + 1) * d);  // the gates that also read W_c [c_1 .. c_N]
     if (lexicalized_) fold_lexical_terms(grad_gates, grad_x_terms_.narrow(0, level.begin - internal_begin_, n));
-    auto grad_h_children = at::mm(grad_gates, W_h_);
-    auto grad_c_children = at::mm(grad_if, W_c_).view({n, N, d}).add_(grad_c_direct);
+    torch::Tensor grad_h_children, grad_c_children;
+    graphtree::side_by_side({[&] { grad_h_children = at::mm(grad_gates, W_h_); },
+                             [&] { grad_c_children = at::mm(grad_if, W_c_); }});
+    grad_c_children = grad_c_children.view({n, N, d}).add_(grad_c_direct);
     return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
   }
 
@@ -650,21 +654,29 @@ class TopDownLevels : public graphtree::LevelKernel {
       h_parent = children[0];
       c_parent = children[1];
       c_terms = torch::empty({n, 2 * d}, a.options());
+      std::vector<std::function<void()>> parts;  // each position's block, its two products
       for (const auto& [p, begin, count] : context.blocks) {
-        a.narrow(0, begin, count).addmm_(h_parent.narrow(0, begin, count), W_h_t_[p]);
-        auto c_terms_block = c_terms.narrow(0, begin, count);
-        at::mm_out(c_terms_block, c_parent.narrow(0, begin, count), W_c_t_[p]);
+        parts.push_back([&, p = p, begin = begin, count = count] {
+          a.narrow(0, begin, count).addmm_(h_parent.narrow(0, begin, count), W_h_t_[p]);
+          auto c_terms_block = c_terms.narrow(0, begin, count);
+          at::mm_out(c_terms_block, c_parent.narrow(0, begin, count), W_c_t_[p]);
+        });
       }
+      graphtree::side_by_side(parts);
     }
     auto c = buffers[1].narrow(0, level.begin, n), h = buffers[0].narrow(0, level.begin, n);
     auto activated = torch::empty({n, 3 * d}, a.options());
     peephole_level_cell_into(a, c_terms.defined() ? std::optional<torch::Tensor>(c_terms) : std::nullopt,
                              c_parent.view({n, 1, d}), activated, c);
     auto co = torch::empty({n, d}, a.options());  // W_co c_t: the output gate peeks at the new cell
+    std::vector<std::function<void()>> co_parts;
     for (const auto& [p, begin, count] : context.blocks) {
-      auto co_block = co.narrow(0, begin, count);
-      at::mm_out(co_block, c.narrow(0, begin, count), W_co_t_[p]);
+      co_parts.push_back([&, p = p, begin = begin, count = count] {
+        auto co_block = co.narrow(0, begin, count);
+        at::mm_out(co_block, c.narrow(0, begin, count), W_co_t_[p]);
+      });
     }
+    graphtree::side_by_side(co_parts);
     auto o = torch::empty({n, d}, a.options()), tanh_c = torch::empty({n, d}, a.options());
     peephole_level_output_into(a, co, c, o, tanh_c, h);
     if (!save) return;
@@ -684,10 +696,14 @@ class TopDownLevels : public graphtree::LevelKernel {
     auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
     auto grad_o = peephole_level_output_backward(grad_h, context.o, context.tanh_c);
     auto grad_c_from_o = torch::empty({n, d}, grad_h.options());
+    std::vector<std::function<void()>> co_parts;
     for (const auto& [p, begin, count] : context.blocks) {
-      auto block = grad_c_from_o.narrow(0, begin, count);
-      at::mm_out(block, grad_o.narrow(0, begin, count), W_co_[p]);
+      co_parts.push_back([&, p = p, begin = begin, count = count] {
+        auto block = grad_c_from_o.narrow(0, begin, count);
+        at::mm_out(block, grad_o.narrow(0, begin, count), W_co_[p]);
+      });
     }
+    graphtree::side_by_side(co_parts);
     auto cell = peephole_level_cell_backward(grad_c, grad_h, context.o, context.tanh_c, grad_c_from_o, grad_o,
                                              context.activated, context.c_parent.view({n, 1, d}));
     // Kept for finish_backward() and param_grads(), which multiply every level's rows at once.
@@ -697,12 +713,16 @@ class TopDownLevels : public graphtree::LevelKernel {
     if (level.width == 0) return {torch::Tensor(), torch::Tensor()};
     auto grad_h_parent = torch::empty({n, d}, grad_h.options());
     auto grad_c_parent = cell[1].view({n, d});  // through c_t = f c_{t-1} + ...; the peepholes' part added below
+    std::vector<std::function<void()>> parts;
     for (const auto& [p, begin, count] : context.blocks) {
-      auto grad_a = context.grad_a.narrow(0, begin, count);
-      auto h_block = grad_h_parent.narrow(0, begin, count);
-      at::mm_out(h_block, grad_a, W_h_[p]);
-      grad_c_parent.narrow(0, begin, count).addmm_(grad_a.narrow(1, 0, 2 * d), W_c_[p]);
+      parts.push_back([&, p = p, begin = begin, count = count] {
+        auto grad_a = context.grad_a.narrow(0, begin, count);
+        auto h_block = grad_h_parent.narrow(0, begin, count);
+        at::mm_out(h_block, grad_a, W_h_[p]);
+        grad_c_parent.narrow(0, begin, count).addmm_(grad_a.narrow(1, 0, 2 * d), W_c_[p]);
+      });
     }
+    graphtree::side_by_side(parts);
     return {grad_h_parent, grad_c_parent};
   }
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..backend.native import native_kernels
+from ..backend.native import native_kernels_if_loaded
 
 __all__ = ["dropout"]
 
@@ -26,7 +26,8 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     leaves the generator where PyTorch would: the output, its gradient and every later random number are
     those of ``F.dropout(input, p, training)``, bit for bit. The first call with a given ``p`` checks that
     against PyTorch (on a copy of the generator's state); anything else, or a failed check, calls
-    ``F.dropout`` itself.
+    ``F.dropout`` itself. It uses the kernels only once a cell has loaded them: dropout alone never starts
+    their build (a model whose cells are all PyTorch gets ``F.dropout``).
 
     Args:
         input (Tensor): Any tensor.
@@ -36,7 +37,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     if not training or p == 0 or input.numel() == 0 or p == 1 or not _eligible(input):
         return F.dropout(input, p, training)
     kept = _kept_value[p] if p in _kept_value else _check(p)
-    kernels = native_kernels(input.detach())
+    kernels = native_kernels_if_loaded(input.detach())
     if kept is None or kernels is None:
         return F.dropout(input, p, training)
     noise = torch.empty_like(input, requires_grad=False)
@@ -50,10 +51,10 @@ def _eligible(input: Tensor) -> bool:
 
 def _check(p: float) -> float | None:
     """PyTorch's kept value for ``p`` if the compiled mask reproduces ``F.dropout`` exactly, else ``None``."""
-    kernels = native_kernels(torch.empty(0))
+    kernels = native_kernels_if_loaded(torch.empty(0))
     if not 0 < p < 1:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if kernels is None:  # no kernels (GRAPHTREE_NATIVE=0, no compiler): asked again next time
+    if kernels is None:  # not loaded (yet): asked again next time
         return None
     kept = float(torch.ones(1).div_(1 - p))
     ones = torch.ones(2 * 624 + 7)  # more than two twists of the generator, an odd length
