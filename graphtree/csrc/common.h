@@ -86,9 +86,8 @@ inline void for_rows(int64_t n, const F& f) {
 // each on a thread of PyTorch's pool, everything inside a part on that one thread (a product called inside a
 // parallel region runs serially), so each part computes exactly what it computes in a one-thread process. With
 // one thread, or inside a parallel region already (a side-by-side pass), one after the other. A level's
-// products are too small for two threads to share one well: at two threads this took 4-10% off the SST
-// training step of S-LSTM, LSTM-RNN, ConTree and top-down (per-batch A/B in one process); Child-Sum's two
-// products are too small to gain, and it does not use it.
+// products are too small for two threads to share one well; Child-Sum's two are too small to gain even so,
+// and it does not use this.
 inline void side_by_side(const std::vector<std::function<void()>>& parts) {
   const int64_t n = static_cast<int64_t>(parts.size());
   if (n > 1 && at::get_num_threads() > 1 && !at::in_parallel_region()) {
