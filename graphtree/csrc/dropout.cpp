@@ -1,7 +1,7 @@
 // Dropout's mask, drawn as PyTorch draws it, faster. F.dropout on the CPU fills its noise with
 // noise.bernoulli_(1 - p): one element after another, each from two 32-bit outputs of the generator's
 // Mersenne Twister (at::mt19937) made into a double in [0, 1) and compared with 1 - p. That serial loop costs
-// about 12 ns an element, as much as a tree level's products on SST batches. bernoulli_ here draws the same
+// about 12 ns an element (benchmarks/dropout_mask.py times it on SST minibatches). bernoulli_ here draws the same
 // outputs from the same generator state in blocks (the twist and the tempering vectorize) and compares
 // integers, then hands the advanced state back: every mask, and every later draw, is the one PyTorch would
 // have made. graphtree/nn/functional.py checks that on first use and falls back to PyTorch where it does not.

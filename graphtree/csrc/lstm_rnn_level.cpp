@@ -224,7 +224,9 @@ void add_read_blocks_back(const torch::Tensor& grad_u, const torch::Tensor& grad
       grad_u_1.addmm_(grad_m_1.narrow(1, 6 * d, 2 * d), W.narrow(0, 6 * d, 2 * d));
     });
   }
-  if (r.all > r.second) parts.push_back([&] { rows(grad_u, r.second, r.all).addmm_(rows(grad_m, r.second, r.all), W); });
+  if (r.all > r.second) {
+    parts.push_back([&] { rows(grad_u, r.second, r.all).addmm_(rows(grad_m, r.second, r.all), W); });
+  }
   graphtree::side_by_side(parts);
 }
 

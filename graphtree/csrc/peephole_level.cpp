@@ -250,7 +250,8 @@ class SLSTMLevels : public graphtree::LevelKernel {
     auto h_cat = children[0].view({n, 2 * d}), c_cat = children[1].view({n, 2 * d});
     auto c_LR = children[1].view({n, 2, d});
     torch::Tensor h_terms, c_terms;  // all W_h h + b of eqs 1-4, 6; the peepholes on the children's cells, eqs 1-3
-    graphtree::side_by_side({[&] { h_terms = at::addmm(b_, h_cat, W_h_t_); }, [&] { c_terms = at::mm(c_cat, W_c_t_); }});
+    graphtree::side_by_side({[&] { h_terms = at::addmm(b_, h_cat, W_h_t_); },
+                             [&] { c_terms = at::mm(c_cat, W_c_t_); }});
     auto activated = torch::empty({n, 4 * d}, h_terms.options());
     peephole_level_cell_into(h_terms, c_terms, c_LR, activated, c_out);
     auto o = torch::empty({n, d}, h_terms.options()), tanh_c = torch::empty({n, d}, h_terms.options());
@@ -289,7 +290,8 @@ class SLSTMLevels : public graphtree::LevelKernel {
                                                            grad_o, activated, c_LR, grad_h_terms);
     auto grad_ifr = grad_h_terms.narrow(1, 0, 3 * d);  // the gates that also read W_c [c^L, c^R]
     torch::Tensor grad_h_LR, grad_c_LR;
-    graphtree::side_by_side({[&] { grad_h_LR = at::mm(grad_h_terms, W_h_); }, [&] { grad_c_LR = at::mm(grad_ifr, W_c_); }});
+    graphtree::side_by_side({[&] { grad_h_LR = at::mm(grad_h_terms, W_h_); },
+                             [&] { grad_c_LR = at::mm(grad_ifr, W_c_); }});
     grad_c_LR = grad_c_LR.view({n, 2, d}).add_(grad_c_direct);
     return {grad_h_LR.view({-1, d}), grad_c_LR.view({-1, d})};
   }
