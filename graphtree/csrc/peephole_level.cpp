@@ -430,7 +430,8 @@ class LexicalizedLevels : public graphtree::LevelKernel {
     c_buffer_ = buffers[1];
     auto h_cat = children[0].view({n, N * d}), c_cat = children[1].view({n, N * d});
     torch::Tensor gates, c_terms;
-    graphtree::side_by_side({[&] { gates = at::addmm(b_, h_cat, W_h_t_); }, [&] { c_terms = at::mm(c_cat, W_c_t_); }});
+    graphtree::side_by_side({[&] { gates = at::addmm(b_, h_cat, W_h_t_); },
+                             [&] { c_terms = at::mm(c_cat, W_c_t_); }});
     if (lexicalized_) add_lexical_terms(gates, x_terms_.narrow(0, level.begin - internal_begin_, n));
     auto activated = torch::empty({n, (N + 2) * d}, W_h_.options());
     peephole_level_cell_into(gates, c_terms, children[1].view({n, N, d}), activated, c_out);
@@ -656,29 +657,21 @@ class TopDownLevels : public graphtree::LevelKernel {
       h_parent = children[0];
       c_parent = children[1];
       c_terms = torch::empty({n, 2 * d}, a.options());
-      std::vector<std::function<void()>> parts;  // each position's block, its two products
-      for (const auto& [p, begin, count] : context.blocks) {
-        parts.push_back([&, p = p, begin = begin, count = count] {
-          a.narrow(0, begin, count).addmm_(h_parent.narrow(0, begin, count), W_h_t_[p]);
-          auto c_terms_block = c_terms.narrow(0, begin, count);
-          at::mm_out(c_terms_block, c_parent.narrow(0, begin, count), W_c_t_[p]);
-        });
-      }
-      graphtree::side_by_side(parts);
+      each_block(context.blocks, [&](int64_t p, int64_t begin, int64_t count) {
+        a.narrow(0, begin, count).addmm_(h_parent.narrow(0, begin, count), W_h_t_[p]);
+        auto c_terms_block = c_terms.narrow(0, begin, count);
+        at::mm_out(c_terms_block, c_parent.narrow(0, begin, count), W_c_t_[p]);
+      });
     }
     auto c = buffers[1].narrow(0, level.begin, n), h = buffers[0].narrow(0, level.begin, n);
     auto activated = torch::empty({n, 3 * d}, a.options());
     peephole_level_cell_into(a, c_terms.defined() ? std::optional<torch::Tensor>(c_terms) : std::nullopt,
                              c_parent.view({n, 1, d}), activated, c);
     auto co = torch::empty({n, d}, a.options());  // W_co c_t: the output gate peeks at the new cell
-    std::vector<std::function<void()>> co_parts;
-    for (const auto& [p, begin, count] : context.blocks) {
-      co_parts.push_back([&, p = p, begin = begin, count = count] {
-        auto co_block = co.narrow(0, begin, count);
-        at::mm_out(co_block, c.narrow(0, begin, count), W_co_t_[p]);
-      });
-    }
-    graphtree::side_by_side(co_parts);
+    each_block(context.blocks, [&](int64_t p, int64_t begin, int64_t count) {
+      auto co_block = co.narrow(0, begin, count);
+      at::mm_out(co_block, c.narrow(0, begin, count), W_co_t_[p]);
+    });
     auto o = torch::empty({n, d}, a.options()), tanh_c = torch::empty({n, d}, a.options());
     peephole_level_output_into(a, co, c, o, tanh_c, h);
     if (!save) return;
@@ -698,14 +691,10 @@ class TopDownLevels : public graphtree::LevelKernel {
     auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
     auto grad_o = peephole_level_output_backward(grad_h, context.o, context.tanh_c);
     auto grad_c_from_o = torch::empty({n, d}, grad_h.options());
-    std::vector<std::function<void()>> co_parts;
-    for (const auto& [p, begin, count] : context.blocks) {
-      co_parts.push_back([&, p = p, begin = begin, count = count] {
-        auto block = grad_c_from_o.narrow(0, begin, count);
-        at::mm_out(block, grad_o.narrow(0, begin, count), W_co_[p]);
-      });
-    }
-    graphtree::side_by_side(co_parts);
+    each_block(context.blocks, [&](int64_t p, int64_t begin, int64_t count) {
+      auto block = grad_c_from_o.narrow(0, begin, count);
+      at::mm_out(block, grad_o.narrow(0, begin, count), W_co_[p]);
+    });
     auto cell = peephole_level_cell_backward(grad_c, grad_h, context.o, context.tanh_c, grad_c_from_o, grad_o,
                                              context.activated, context.c_parent.view({n, 1, d}));
     // Kept for finish_backward() and param_grads(), which multiply every level's rows at once.
@@ -715,16 +704,12 @@ class TopDownLevels : public graphtree::LevelKernel {
     if (level.width == 0) return {torch::Tensor(), torch::Tensor()};
     auto grad_h_parent = torch::empty({n, d}, grad_h.options());
     auto grad_c_parent = cell[1].view({n, d});  // through c_t = f c_{t-1} + ...; the peepholes' part added below
-    std::vector<std::function<void()>> parts;
-    for (const auto& [p, begin, count] : context.blocks) {
-      parts.push_back([&, p = p, begin = begin, count = count] {
-        auto grad_a = context.grad_a.narrow(0, begin, count);
-        auto h_block = grad_h_parent.narrow(0, begin, count);
-        at::mm_out(h_block, grad_a, W_h_[p]);
-        grad_c_parent.narrow(0, begin, count).addmm_(grad_a.narrow(1, 0, 2 * d), W_c_[p]);
-      });
-    }
-    graphtree::side_by_side(parts);
+    each_block(context.blocks, [&](int64_t p, int64_t begin, int64_t count) {
+      auto grad_a = context.grad_a.narrow(0, begin, count);
+      auto h_block = grad_h_parent.narrow(0, begin, count);
+      at::mm_out(h_block, grad_a, W_h_[p]);
+      grad_c_parent.narrow(0, begin, count).addmm_(grad_a.narrow(1, 0, 2 * d), W_c_[p]);
+    });
     return {grad_h_parent, grad_c_parent};
   }
 
@@ -778,6 +763,15 @@ class TopDownLevels : public graphtree::LevelKernel {
   struct Block {
     int64_t position, begin, count;  // rows [begin, begin + count) of the level use the set of `position`
   };
+
+  // f(position, begin, count) for each of a level's position blocks, side by side (common.h): the blocks use
+  // different weights and write different rows.
+  template <typename F>
+  static void each_block(const std::vector<Block>& blocks, const F& f) {
+    std::vector<std::function<void()>> parts;
+    for (const auto& block : blocks) parts.push_back([&f, block] { f(block.position, block.begin, block.count); });
+    graphtree::side_by_side(parts);
+  }
   struct Context {
     std::vector<Block> blocks;
     torch::Tensor h_parent, c_parent, activated, c, o, tanh_c, grad_a, grad_o;
