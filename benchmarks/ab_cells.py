@@ -2,7 +2,8 @@
 
 For each cell configuration of :data:`CELLS`, each mode (``train``: forward, a scalar loss summing every
 returned state, backward and zeroing the gradients; ``infer``: forward under ``torch.no_grad()``) and each
-batch size (25 and 256 trees), it reports trees per second on CPU in float32, for both checkouts.
+batch size (25 and 256 trees), it reports trees per second in float32 (on the CPU, or with ``--device cuda``
+on the GPU, where every step waits for the GPU before the clock is read), for both checkouts.
 
 Every measurement runs in a fresh subprocess (this same file with ``--child``) whose ``PYTHONPATH`` is the
 checkout, so each side imports its own ``graphtree``; the child checks that every imported ``graphtree``
@@ -23,6 +24,7 @@ Run from the repository root::
 
     python benchmarks/ab_cells.py --old ../graphtree-old --new .
     python benchmarks/ab_cells.py --old A --new B --rounds 3 --seconds 1 --cells nary childsum --out ab.json
+    python benchmarks/ab_cells.py --old A --new B --device cuda --modes train --cells nary topdown
 
 A quick way to get an "old" checkout: ``git worktree add ../graphtree-old HEAD`` (``git worktree remove``
 afterwards). The default settings (9 configs, 5 rounds, 2 s per point) take about half an hour.
@@ -153,7 +155,7 @@ def states_sum(out: Tensor | tuple[Tensor, ...]) -> Tensor:
     """A scalar loss touching every returned state."""
     if isinstance(out, Tensor):
         return out.sum()
-    return sum((t.sum() for t in out), torch.zeros(()))
+    return sum(t.sum() for t in out[1:]) + out[0].sum()
 
 
 def ensure_native() -> dict[str, Any]:
@@ -175,9 +177,12 @@ def ensure_native() -> dict[str, Any]:
 
 
 def measure(cell: torch.nn.Module, in_channels: int, mode: str, batch_size: int, seconds: float,
-            warmup: int, seed: int) -> dict[str, Any]:
+            warmup: int, seed: int, device: torch.device | None = None) -> dict[str, Any]:
     """Trees per second of one (mode, batch size), with what it ran on."""
-    batches = make_batches(batch_size, in_channels, seed)
+    device = device or torch.device("cpu")
+    batches = [(batch.to(device), x.to(device)) for batch, x in make_batches(batch_size, in_channels, seed)]
+    # A GPU runs behind the host: the clock is read once the GPU has finished every step before it.
+    wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     # A cell without parameters (HeadLexicalization "left") has nothing to train unless its input does.
     x_grad = mode == "train" and not any(p.requires_grad for p in cell.parameters())
     if x_grad:
@@ -205,12 +210,14 @@ def measure(cell: torch.nn.Module, in_channels: int, mode: str, batch_size: int,
     gc.collect()
 
     steps = trees = 0
+    wait()
     start = time.perf_counter()
     while True:
         batch, x = batches[steps % len(batches)]
         step(batch, x)
         steps += 1
         trees += batch.num_graphs
+        wait()
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             break
@@ -242,14 +249,16 @@ def child_main(spec: dict[str, Any]) -> None:
         sys.exit(EXIT_WRONG_CHECKOUT)
 
     result: dict[str, Any] = dict(torch=torch.__version__, threads=torch.get_num_threads(), points=[])
+    device = torch.device(spec.get("device", "cpu"))
     try:
         import graphtree
         import graphtree.nn
 
-        result["native"] = ensure_native()
+        # The kernels are CPU code: on a GPU every cell runs its definition, and nothing is built.
+        result["native"] = ensure_native() if device.type == "cpu" else None
         config = CELLS[spec["cell"]]
         torch.manual_seed(spec["seed"])
-        cell = getattr(graphtree.nn, config.cls)(*config.args, **config.kwargs)
+        cell = getattr(graphtree.nn, config.cls)(*config.args, **config.kwargs).to(device)
         check_checkout(checkout)
         result["parameters"] = sum(p.numel() for p in cell.parameters())
     except Exception:
@@ -259,7 +268,7 @@ def child_main(spec: dict[str, Any]) -> None:
         for mode, batch_size in spec["points"]:
             try:
                 point = measure(cell, config.in_channels, mode, batch_size, spec["seconds"], spec["warmup"],
-                                spec["seed"])
+                                spec["seed"], device)
             except Exception:
                 point = dict(mode=mode, batch_size=batch_size, error=traceback.format_exc())
             result["points"].append(point)
@@ -306,7 +315,7 @@ def run_child(checkout: Path, cell: str, points: list[tuple[str, int]], args: ar
     result_file = tmp / "result.json"
     result_file.unlink(missing_ok=True)
     spec = dict(checkout=str(checkout), cell=cell, points=points, threads=args.threads, seconds=args.seconds,
-                warmup=args.warmup, seed=args.seed, result=str(result_file))
+                warmup=args.warmup, seed=args.seed, device=args.device, result=str(result_file))
     env = dict(os.environ, PYTHONPATH=str(checkout), OMP_NUM_THREADS=str(args.threads),
                MKL_NUM_THREADS=str(args.threads))
     command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
@@ -404,6 +413,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--new", type=Path, help="checkout to compare against it")
     p.add_argument("--rounds", type=int, default=5, help="rounds; odd ones run new first (default 5)")
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS and torch.set_num_threads (default 1)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the cells run (default cpu)")
     p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per point (default 2)")
     p.add_argument("--cells", nargs="+", choices=list(CELLS), default=list(CELLS), help="cell configs (default all)")
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
@@ -430,14 +440,16 @@ def main() -> None:
     for side, checkout in sides.items():
         if not (checkout / "graphtree" / "__init__.py").is_file():
             raise SystemExit(f"ab_cells: --{side} {checkout} holds no graphtree package")
-    out = args.out or Path(__file__).resolve().parent / "results" / f"ab-cells-threads{args.threads}.json"
+    device = "" if args.device == "cpu" else f"-{args.device}"
+    out = args.out or Path(__file__).resolve().parent / "results" / f"ab-cells{device}-threads{args.threads}.json"
     points = [(mode, batch_size) for mode in args.modes for batch_size in args.batch_sizes]
     groups = [[point] for point in points] if args.process_per_point else [points]
     info = dict(
         # The command with the checkouts named by side, not by this machine's paths; their commits are below.
         command=shlex.join(["python", "benchmarks/ab_cells.py", *public_argv(sys.argv[1:])]),
         checkouts={side: git_state(checkout) for side, checkout in sides.items()},
-        threads=args.threads, torch=torch.__version__, python=platform.python_version(),
+        threads=args.threads, device=args.device, torch=torch.__version__, python=platform.python_version(),
+        gpu=torch.cuda.get_device_name() if args.device == "cuda" else None,
         machine=dict(processor=platform.processor(), model_name=cpu_model(), platform=platform.platform(),
                      cpu_count=os.cpu_count()),
         settings=dict(rounds=args.rounds, seconds=args.seconds, warmup=args.warmup, seed=args.seed,
@@ -469,7 +481,8 @@ def main() -> None:
                         print(f"[round {r + 1}/{args.rounds}] {cell} {side}: {status}", file=sys.stderr)
 
     rows = summarize(runs, args.cells, points)
-    print(f"\nTrees/s, median of {args.rounds} rounds, {args.threads} thread(s), torch {torch.__version__}, "
+    where = f"{info['gpu']}, " if info["gpu"] else ""
+    print(f"\nTrees/s, median of {args.rounds} rounds, {where}{args.threads} thread(s), torch {torch.__version__}, "
           f"{cpu_model() or platform.processor()}")
     print(", ".join(f"{side}: {state['head']}{' (dirty)' if state['dirty'] else ''}"
                     for side, state in info["checkouts"].items()) + "\n")

@@ -17,6 +17,7 @@ setups so that drift of the machine hits all alike; tables give the median over 
         --update benchmarks/results/epoch-cpu.json --readme epoch   # a few models again, the rest kept
     python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --baseline ../graphtree-before   # an A/B
     python benchmarks/epoch.py --models nary --setups 1x1 1x2 --rounds 3 --embeddings random --readme epoch-random
+    python benchmarks/epoch.py --device cuda --setups 1x1 --rounds 1 --embeddings random --readme epoch-cuda
 
 ``--baseline CHECKOUT`` alternates every run with the same run of another checkout (each imports its own
 graphtree) and adds a before/after table of epoch seconds.
@@ -70,10 +71,12 @@ EMBEDDINGS = {"glove50": "GloVe 50d", "random": "random vectors of the paper's s
 
 
 def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path = REPO,
-               embeddings: str = "glove50") -> dict:
+               embeddings: str = "glove50", device: str = "cpu") -> dict:
     """One run of the SST script of the checkout ``repo``; its per-epoch training seconds and trees per second."""
     script = ["experiments/sst.py", "--model", model, "--embeddings", embeddings, "--fine-grained",
               "--epochs", str(epochs), "--threads", str(threads), "--no-progress"]
+    if device != "cpu":
+        script += ["--device", device]
     launcher = [sys.executable] if processes == 1 else [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
@@ -176,7 +179,9 @@ def measure(args: argparse.Namespace) -> dict:
         else:
             argv.append(arg)
     results = {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-               "machine": f"{processor()}, {os.cpu_count()} CPUs", "torch": torch.__version__,
+               "machine": f"{processor()}, {os.cpu_count()} CPUs" + (
+                   f", {torch.cuda.get_device_name()}" if args.device == "cuda" else ""),
+               "device": args.device, "torch": torch.__version__,
                "epochs": args.epochs, "rounds": args.rounds, "setups": args.setups, "embeddings": args.embeddings,
                "command": shlex.join(["python", "benchmarks/epoch.py", *argv]),
                "models": {}}
@@ -196,7 +201,7 @@ def measure(args: argparse.Namespace) -> dict:
                 # Alternate which checkout goes first, so that drift of the machine hits both alike.
                 order = list(checkouts.items())
                 for name, repo in order if (round_ + k) % 2 == 0 else order[::-1]:
-                    run = train_once(model, processes, args.epochs, threads, repo, args.embeddings)
+                    run = train_once(model, processes, args.epochs, threads, repo, args.embeddings, args.device)
                     runs[name][setup].append(run)
                     which = ", baseline" if name == "baseline" else ""
                     print(f"{model}, {setup_name(setup)}, round {round_ + 1}{which}: "
@@ -234,6 +239,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--embeddings", choices=tuple(EMBEDDINGS), default="glove50",
                         help="the SST script's word vectors: glove50 (default) or random (300d for most models)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the SST script trains (--device of experiments/sst.py; one GPU a process)")
     parser.add_argument("--out", default=None, help="JSON of every run (default: print only)")
     parser.add_argument("--baseline", default=None, metavar="CHECKOUT",
                         help="another checkout of graphtree whose runs alternate with this one's (an A/B)")
@@ -241,9 +248,9 @@ def main() -> None:
     parser.add_argument("--update", default=None, metavar="JSON",
                         help="measure --models again and replace their rows in this results JSON (same settings "
                              "and baseline; the file names the commit of each rerun); written back in place")
-    parser.add_argument("--readme", choices=("processes", "epoch", "epoch-random"), default=None,
+    parser.add_argument("--readme", choices=("processes", "epoch", "epoch-random", "epoch-cuda"), default=None,
                         help="write the speed-up table (processes) or the phase table (epoch; epoch-random for a "
-                             "run with --embeddings random) into README.md")
+                             "run with --embeddings random, epoch-cuda for one with --device cuda) into README.md")
     args = parser.parse_args()
     if args.table:
         results = json.loads(Path(args.table).read_text())
@@ -255,7 +262,7 @@ def main() -> None:
             results = merge_rerun(json.loads(Path(args.update).read_text()), results)
             args.out = args.out or args.update
     tables = {"processes": table(results), "epoch": phase_table(results), "comparison": comparison(results)}
-    tables["epoch-random"] = tables["epoch"]
+    tables["epoch-random"] = tables["epoch-cuda"] = tables["epoch"]
     print(*(t for t in tables.values() if t), sep="\n")
     if args.out:
         atomic_write_text(json.dumps(results, indent=1) + "\n", Path(args.out))

@@ -8,14 +8,15 @@ on that level's nodes only, which applies the cell's equations. States live in
 level-sorted buffers, so a level is a contiguous slice and nothing is
 scattered.
 
-Backward is one custom autograd function for the whole pass. In training,
-each level's ``update`` runs under autograd on detached copies of its inputs
-and its children's states, so that each level keeps a graph of its own; the
-backward pass walks the levels in reverse, differentiates each level's graph
-and accumulates the children's gradients with one indexed add per state. A
-pass costs time linear in the number of nodes (autograd's usual in-place
-buffer bookkeeping would copy the whole buffer at every level), any cell
-works, and a 10,000-deep chain backpropagates with no recursion.
+In training, each level's ``update`` is ordinary autograd; between two
+levels one small autograd function writes the states just made into the
+buffers and gathers the next level's children (:func:`_definition_pass`). In
+backward it adds the children's gradients into one gradient buffer per state
+with one indexed add, and hands each level its rows of it, so a pass costs time
+linear in the number of nodes (autograd's own bookkeeping of in-place buffer
+writes would copy the whole buffer at every level), any cell works, the whole
+pass is one autograd graph (one backward call, no per-level ``autograd.grad``),
+and a 10,000-deep chain backpropagates with no recursion.
 
 The paper cells have one fast path beside their ``update``: their level math
 compiled (:mod:`graphtree.backend.compiled`). Where it applies (CPU, float32,
@@ -317,9 +318,13 @@ def _prepare(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tens
 def _propagated(prepared: _Prepared) -> list[Tensor]:
     """The returned states of one prepared pass, in level order."""
     if prepared.needs_grad:
-        return list(_LevelPass.apply(prepared.call, prepared.plan, prepared.levels, len(prepared.inputs),
-                                     *prepared.inputs, *prepared.params))
-    buffers, _ = _run_levels(prepared.call, prepared.plan, prepared.levels, prepared.inputs, save=False)
+        with torch.no_grad():  # as inside an autograd Function's forward, where the kernels run
+            compiled = level_kernel(prepared.call.cell, prepared.inputs, prepared.plan)
+        if compiled is None:
+            return _definition_pass(prepared)
+        return list(_LevelPass.apply(prepared.call, prepared.plan, prepared.levels, compiled,
+                                     len(prepared.inputs), *prepared.inputs, *prepared.params))
+    buffers = _run_levels(prepared.call, prepared.plan, prepared.levels, prepared.inputs)
     return buffers[:_num_outputs(prepared.call.cell)]
 
 
@@ -427,38 +432,122 @@ def _gather(buffers: list[Tensor], slots: _Slots) -> Children:
                     slots.mask, slots.position, slots.position_counts)
 
 
-def _run_levels(call: _Update, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor],
-                save: bool) -> tuple[list[Tensor], LevelKernel | list[_LevelGraph] | None]:
-    """Forward through all levels: the cell's compiled levels where they apply, else its ``update``.
-
-    Returns the buffers and what backward needs: with ``save``, the compiled loop's :class:`LevelKernel`
-    (which holds every level's context), or each level's autograd graph of ``update``.
-    """
-    cell = call.cell
-    buffers = _state_buffers(cell, plan, inputs)
-    compiled = level_kernel(cell, inputs, plan)
+def _run_levels(call: _Update, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor]) -> list[Tensor]:
+    """Forward through all levels without autograd: the cell's compiled levels where they apply, else its
+    ``update``. Returns the state buffers."""
+    buffers = _state_buffers(call.cell, plan, inputs)
+    compiled = level_kernel(call.cell, inputs, plan)
     if compiled is not None:
         compiled.kernels.run_levels_forward(compiled.kernel, buffers, inputs, plan.ptr,
-                                            [s.flat_index for s in levels], plan.position_groups, save)
-        return buffers, compiled
-    graphs: list[_LevelGraph] = []
+                                            [s.flat_index for s in levels], plan.position_groups, False)
+        return buffers
     for level in range(plan.num_levels):
         a, b = plan.ptr[level], plan.ptr[level + 1]
-        children = _gather(buffers, levels[level])
-        level_inputs = [x[a:b] for x in inputs]
-        if save:
-            # The level's own autograd graph, from detached leaves: backward differentiates one level at a
-            # time (no recursion through the levels, and no copies of the whole buffers).
-            with torch.enable_grad():
-                level_inputs = [x.detach().requires_grad_(x.requires_grad) for x in level_inputs]
-                children = children._replace(states=tuple(s.requires_grad_() for s in children.states))
-                states = call(children, level_inputs)
-            graphs.append(_LevelGraph(level_inputs, children.states, states))
-        else:
-            states = call(children, level_inputs)
+        states = call(_gather(buffers, levels[level]), [x[a:b] for x in inputs])
         for buf, value in zip(buffers, states):
-            buf[a:b] = value.detach()
-    return buffers, graphs if save else None
+            buf[a:b] = value
+    return buffers
+
+
+class _DefinitionPass:
+    """What the levels of one pass of ``update`` under autograd share (see :func:`_definition_pass`): the
+    level-sorted state buffers, and in backward the gradients of every buffer row."""
+
+    __slots__ = ("buffers", "grads", "kernels", "levels", "num_outputs", "plan")
+
+    def __init__(self, plan: LevelPlan, levels: list[_Slots], buffers: list[Tensor], num_outputs: int) -> None:
+        self.plan, self.levels, self.buffers, self.num_outputs = plan, levels, buffers, num_outputs
+        self.grads: list[Tensor] = []
+        self.kernels: ModuleType | None = None
+
+
+def _definition_pass(prepared: _Prepared) -> list[Tensor]:
+    """One pass of the cell's ``update`` under autograd, level by level: the returned states, in level order.
+
+    Each level's ``update`` is ordinary autograd. Between two levels one small function,
+    :class:`_NextLevel`, writes the states just made into the pass's buffers and reads the next level's
+    children's rows out of them. Its backward works on one buffer of gradients per state: it adds the
+    children's slot gradients into their rows, then hands the level below its rows' gradients, and nothing
+    copies a whole buffer per level (autograd's own bookkeeping of ``buf[a:b] = states`` would). Each one
+    takes the token, an empty tensor, that the one before it made: so backward reaches a level's rows only
+    after every later level's children have added into them. Parameters and inputs get their gradients from
+    autograd itself, as anywhere else.
+    """
+    call, plan, levels = prepared.call, prepared.plan, prepared.levels
+    run = _DefinitionPass(plan, levels, _state_buffers(call.cell, plan, prepared.inputs), _num_outputs(call.cell))
+    # split, not a slice per level: its backward puts the levels' input gradients together in one cat.
+    per_level = [x.split(plan.level_sizes()) for x in prepared.inputs]
+    token = run.buffers[0].new_empty(0).requires_grad_()
+    states: tuple[Tensor, ...] = ()
+    for level in range(plan.num_levels):
+        token, *children = _NextLevel.apply(run, level, token, *states)
+        slots = levels[level]
+        states = call(Children(tuple(children), slots.mask, slots.position, slots.position_counts),
+                      [x[level] for x in per_level])
+    return list(_PassOutputs.apply(run, token, *states))
+
+
+class _DefinitionPass:
+    """What the levels of one pass of ``update`` under autograd share (see :func:`_definition_pass`): the
+    level-sorted state buffers, and in backward the gradients of every buffer row."""
+
+    __slots__ = ("buffers", "grads", "kernels", "levels", "num_outputs", "plan")
+
+    def __init__(self, plan: LevelPlan, levels: list[_Slots], buffers: list[Tensor], num_outputs: int) -> None:
+        self.plan, self.levels, self.buffers, self.num_outputs = plan, levels, buffers, num_outputs
+        self.grads: list[Tensor] = []
+        self.kernels: ModuleType | None = None
+
+
+class _NextLevel(torch.autograd.Function):
+    """Level ``level - 1``'s states into the pass's buffers, and level ``level``'s children's states out.
+
+    Backward: the children's gradients added into their rows, then level ``level - 1``'s rows' gradients.
+    """
+
+    @staticmethod
+    def forward(ctx, run, level, token, *states):
+        a, b = (run.plan.ptr[level - 1], run.plan.ptr[level]) if level else (0, 0)
+        for buf, value in zip(run.buffers, states):
+            buf[a:b] = value
+        ctx.run, ctx.level, ctx.rows, ctx.num_states = run, level, (a, b), len(states)
+        ctx.set_materialize_grads(False)
+        return token.new_empty(0), *_gather(run.buffers, run.levels[level]).states
+
+    @staticmethod
+    def backward(ctx, grad_token, *grad_children):
+        run, (a, b) = ctx.run, ctx.rows
+        _accumulate_children(run.grads, run.levels[ctx.level], grad_children, run.kernels)
+        grads = tuple(g[a:b] for g in run.grads[:ctx.num_states])
+        if not ctx.level:  # the last of the pass's backward: its gradient buffers go now, not with the graph
+            run.grads, run.kernels = [], None
+        return (None, None, None, *grads)
+
+
+class _PassOutputs(torch.autograd.Function):
+    """The last level's states into the buffers, and the pass's returned buffers; backward, the first of the
+    pass's, starts its gradient buffers and hands the last level its rows' gradients."""
+
+    @staticmethod
+    def forward(ctx, run, token, *states):
+        a, b = run.plan.ptr[-2] if run.plan.num_levels else 0, run.plan.ptr[-1]
+        for buf, value in zip(run.buffers, states):
+            buf[a:b] = value
+        ctx.run, ctx.rows = run, (a, b)
+        ctx.set_materialize_grads(False)
+        return tuple(run.buffers[:run.num_outputs])
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        run, (a, b) = ctx.run, ctx.rows
+        # Cloned: the levels add their children's gradients into these in place.
+        run.grads = [g.clone() if g is not None else torch.zeros_like(buf)
+                     for g, buf in zip(grad_outputs, run.buffers)]
+        run.grads += [torch.zeros_like(buf) for buf in run.buffers[len(grad_outputs):]]
+        # The compiled scatter-add only if this process has the kernels already: a cell written in PyTorch
+        # alone must never wait minutes for a compiler on its first backward pass.
+        run.kernels = native.native_kernels_if_loaded(*run.grads)
+        return (None, None, *(g[a:b] for g in run.grads))
 
 
 def _state_buffers(cell: torch.nn.Module, plan: LevelPlan, inputs: list[Tensor]) -> list[Tensor]:
@@ -492,26 +581,22 @@ def _by_pass(flat: Sequence, passes: Sequence[_Prepared]) -> list[Sequence]:
     return parts
 
 
-class _LevelGraph(NamedTuple):
-    """One level's ``update`` under autograd: its leaf inputs and children's states, and the states it made."""
-
-    inputs: list[Tensor]
-    children: tuple[Tensor, ...]
-    states: tuple[Tensor, ...]
-
-
 _RELEASED = "released"  # ctx.saved after the compiled backward has run and let its kernel go
 
 
 class _LevelPass(torch.autograd.Function):
+    """A compiled pass as one autograd node: the kernel's level loop forward, its hand-written derivatives
+    level by level backward."""
+
     @staticmethod
-    def forward(ctx, call, plan, levels, num_inputs, *tensors):
+    def forward(ctx, call, plan, levels, compiled, num_inputs, *tensors):
         inputs = list(tensors[:num_inputs])
-        buffers, saved = _run_levels(call, plan, levels, inputs, save=True)
+        buffers = _state_buffers(call.cell, plan, inputs)
+        compiled.kernels.run_levels_forward(compiled.kernel, buffers, inputs, plan.ptr,
+                                            [s.flat_index for s in levels], plan.position_groups, True)
         ctx.call, ctx.plan, ctx.levels, ctx.num_inputs = call, plan, levels, num_inputs
-        # Parameters are kept as they are (not via save_for_backward): the levels' graphs hold these very objects.
         ctx.params = tensors[num_inputs:]
-        ctx.saved = saved  # the compiled kernel (it holds every level's context), or the levels' graphs
+        ctx.saved = compiled  # it holds every level's context
         # Internal states are never returned, so no gradient arrives for them. Unused outputs get None rather
         # than a materialized zero gradient.
         outputs = _num_outputs(call.cell)
@@ -529,17 +614,12 @@ class _LevelPass(torch.autograd.Function):
                 "freed what its backward needs after the first one. Run the forward again, or set "
                 "GRAPHTREE_NATIVE=0 for the Python level loop, which keeps it.")
         grad_states, grad_inputs = _backward_buffers(ctx.call.cell, grad_buffers, buffers, inputs)
-        if isinstance(ctx.saved, LevelKernel):
-            grad_params = _compiled_backward(ctx, grad_states, grad_inputs)
-            # The kernel's contexts live as long as the autograd graph, which outlives the backward pass until
-            # the caller drops the outputs (usually during the next batch's forward pass): freed here, that
-            # memory is reused by the next pass instead of fresh pages.
-            ctx.saved = _RELEASED
-        else:
-            # The levels' graphs are kept, as autograd keeps any graph: a second backward (gradcheck, Jacobians)
-            # differentiates them again.
-            grad_params = _graph_backward(ctx, grad_states, grad_inputs)
-        return (None, None, None, None, *grad_inputs, *grad_params)
+        grad_params = _compiled_backward(ctx, grad_states, grad_inputs)
+        # The kernel's contexts live as long as the autograd graph, which outlives the backward pass until the
+        # caller drops the outputs (usually during the next batch's forward pass): freed here, that memory is
+        # reused by the next pass instead of fresh pages.
+        ctx.saved = _RELEASED
+        return (None, None, None, None, None, *grad_inputs, *grad_params)
 
 
 class _SideBySidePasses(torch.autograd.Function):
@@ -604,10 +684,15 @@ def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequen
             g = g.reshape(flat_index.numel(), -1)
             if kernels is not None:  # one pass over the rows; index_put_ with accumulate sorts its indices first
                 kernels.scatter_add_rows_(grad_state, flat_index, g)
-            else:
+            elif grad_state.device.type == "cpu":
                 # index_put_ rather than index_add_: the latter goes multi-threaded on
                 # small inputs and costs milliseconds per level on a 2-core machine.
                 grad_state.index_put_((flat_index,), g, accumulate=True)
+            else:
+                # On a GPU index_add_ is one kernel, where index_put_ with accumulate sorts first in several.
+                # A tree's child has one slot, so each row gets one addition; a DAG's node with several
+                # parents in one level gets several, in an order that torch.use_deterministic_algorithms fixes.
+                grad_state.index_add_(0, flat_index, g)
 
 
 def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
@@ -616,32 +701,3 @@ def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
     grads = compiled.kernels.run_levels_backward(compiled.kernel, grad_states, grad_inputs, ctx.plan.ptr,
                                                  [s.flat_index for s in ctx.levels], ctx.plan.position_groups)
     return _parameter_grads(compiled, grads, ctx.params)
-
-
-def _graph_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
-    """Backward for any cell: differentiate each level's graph of ``update``, from the last level to the first."""
-    plan, levels, params = ctx.plan, ctx.levels, list(ctx.params)
-    grad_params = [torch.zeros_like(p) for p in params]
-    # The compiled scatter-add only if this process has the kernels already: a cell written in PyTorch alone
-    # must never wait minutes for a compiler on its first backward pass.
-    kernels = native.native_kernels_if_loaded(*grad_states)
-    for level in reversed(range(plan.num_levels)):
-        a, b = plan.ptr[level], plan.ptr[level + 1]
-        graph = ctx.saved[level]
-        pairs = [(s, g[a:b]) for s, g in zip(graph.states, grad_states) if s.requires_grad]
-        if not pairs:
-            continue
-        level_inputs = [x for x in graph.inputs if x.requires_grad]
-        wrt = level_inputs + list(graph.children) + params
-        grads = list(torch.autograd.grad([s for s, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True,
-                                         retain_graph=True))
-        for k, x in enumerate(graph.inputs):
-            if x.requires_grad:
-                g = grads.pop(0)
-                if g is not None:
-                    grad_inputs[k][a:b] += g
-        _accumulate_children(grad_states, levels[level], grads[:len(graph.children)], kernels)
-        for acc, g in zip(grad_params, grads[len(graph.children):]):
-            if g is not None:
-                acc += g
-    return grad_params
