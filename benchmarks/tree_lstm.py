@@ -1065,6 +1065,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", default=None, help="results JSON (default benchmarks/results/<device>[-quick].json)")
     parser.add_argument("--reps", type=int, default=None, help="timed repetitions per setting")
     parser.add_argument("--cells", default=None, help=f"comma-separated subset of {','.join(CELLS)}")
+    parser.add_argument("--embeddings", type=int, nargs="+", default=None,
+                        help="embedding sizes of the grid (default 300 50; README's tables read 300)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=None,
+                        help="batch sizes of the grid (default 25 100 256; README's tables read 25 and 256)")
     parser.add_argument("--skip-scaling", action="store_true", help="only the cell grid")
     parser.add_argument("--profile", nargs="?", const="nary", default=None, choices=CELLS, metavar="CELL",
                         help="print a torch.profiler table of one cell's training (default: nary)")
@@ -1095,6 +1099,10 @@ def main(argv: list[str] | None = None) -> None:
         config["reps"] = args.reps
     if args.cells:
         config["cells"] = tuple(c for c in CELLS if c in args.cells.split(","))
+    if args.embeddings:
+        config["embeddings"] = tuple(args.embeddings)
+    if args.batch_sizes:
+        config["batch_sizes"] = tuple(args.batch_sizes)
     if args.scaling_probe:
         scaling_probe(args, config)
         return
