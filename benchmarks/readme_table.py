@@ -68,15 +68,23 @@ def tables(results: dict, targets: bool = True) -> list[str]:
 
 
 def plain_versus_engine(results: dict) -> list[str]:
-    """One sentence where the plainest level loop trains faster than graphtree's N-ary path in a run."""
+    """What the GPU runs, and the plainest level loop's training time over graphtree's N-ary time in a run."""
     ratios = {r["batch"]: r["train_time_vs_nary"] for r in results["rows"]
               if r["model"] == "plain" and r["embedding"] == 300 and r["batch"] in (25, 256)}
-    if not ratios or min(ratios.values()) >= 1:
+    if not ratios:
         return []
-    each = ", ".join(f"{ratio:.2f}× at batch {batch}" for batch, ratio in sorted(ratios.items()))
-    return [f"Here the plainest level loop (`plain`) trains N-ary in less time than graphtree's engine does "
-            f"({each}): the engine's specializations are made and measured on the CPU, and on this GPU they do "
-            "not earn their keep yet.", ""]
+    first = " graphtree's time"
+    each = " and ".join(f"{ratio:.2f}×{first if k == 0 else ''} at batch {batch}"
+                        for k, (batch, ratio) in enumerate(sorted(ratios.items())))
+    sentence = ("On the GPU every cell runs its definition (its `update`, in PyTorch operators; the compiled kernels "
+                "are CPU code) through the engine's level loop, the whole pass one autograd graph. The plainest "
+                f"level loop (`plain`) trains the N-ary model in {each}")
+    if min(ratios.values()) < 1:
+        sentence += (": where that is below 1 the plain loop is the faster. At these sizes both wait on the "
+                     "host, which launches each level's small kernels one by one.")
+    else:
+        sentence += ": graphtree is the faster at each."
+    return [sentence, ""]
 
 
 def backends(results: dict) -> list[str]:
