@@ -610,3 +610,94 @@ def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
     assert native.native_kernels(torch.zeros(2, 2)) is None  # no second attempt, no second warning
     with native.use_native(True), pytest.raises(RuntimeError, match="could not be built"):
         native.native_kernels(torch.zeros(2, 2))
+
+
+HALF_CELLS = {
+    "nary": lambda: NaryTreeLSTM(7, 10),
+    "nary general": lambda: NaryTreeLSTM(7, 10, setting="general"),
+    "childsum": lambda: ChildSumTreeLSTM(7, 10),
+    "slstm": lambda: SLSTM(10, 10),
+    "lstmrnn": lambda: LSTMRNN(10, 10),
+    "lexicalized": lambda: LexicalizedTreeLSTM(7, 10),
+    "topdown": lambda: TopDownTreeLSTM(7, 10),  # a top-down pass
+}
+
+
+@pytest.mark.parametrize("name", list(HALF_CELLS))
+def test_a_batch_cut_in_two_gives_what_each_half_gives_alone_on_one_thread(kernels, name, monkeypatch):
+    # At two threads a large batch runs as two halves side by side (graphtree.engine._propagated_in_halves):
+    # each half's states and input gradients are bit for bit what the half alone gives on one thread, and a
+    # parameter's gradient is the sum of the two halves' gradients. Checked on the pass itself, from the
+    # inputs the cell hands it (a projection some cells make before the pass is a product of its own).
+    import graphtree.engine as engine
+    import graphtree.nn.cell as cell_module
+
+    torch.manual_seed(13)
+    rng = random.Random(13)
+    graphs = [from_ptb(random_ptb(rng.randint(1, 30), 2, rng)) for _ in range(40)]
+    batch = Batch.from_data_list(graphs)
+    cell = HALF_CELLS[name]()
+    passes = []
+    monkeypatch.setattr(cell_module, "propagate", lambda *p: passes.append(p) or engine.propagate(*p))
+    with torch.no_grad():
+        cell(torch.randn(batch.num_nodes, cell.in_channels), batch)
+    monkeypatch.undo()
+    (_, pass_inputs, _, direction), = passes
+    inputs = {key: torch.randn_like(value).requires_grad_() for key, value in pass_inputs.items()}
+    wrt = [*inputs.values(), *cell.parameters()]
+    halves = engine.schedule_of(batch).halves()
+    assert halves is not None
+    cut = halves[0].num_nodes
+    first = next(k for k in range(len(graphs) + 1) if sum(g.num_nodes for g in graphs[:k]) == cut)
+    weights = [torch.randn(batch.num_nodes, d) for d in cell.state_channels]
+
+    def run(part, rows):
+        states = engine.propagate(cell, {key: value[rows] for key, value in inputs.items()}, part, direction)
+        loss = sum((s * w[rows]).sum() for s, w in zip(states, weights))
+        return [*states, *torch.autograd.grad(loss, wrt, allow_unused=True)]
+
+    calls = _count_calls(kernels, ["run_passes_forward"], monkeypatch)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = [run(Batch.from_data_list(graphs[:first]), slice(0, cut)),
+                 run(Batch.from_data_list(graphs[first:]), slice(cut, None))]
+        assert calls["run_passes_forward"] == 0
+        torch.set_num_threads(2)
+        if torch.get_num_threads() < 2:
+            pytest.skip("one intra-op thread only")
+        together = run(batch, slice(None))
+        assert calls["run_passes_forward"] == 1
+    finally:
+        torch.set_num_threads(threads)
+    states = len(together) - len(wrt)
+    for got, a, b in zip(together[:states], *alone):
+        assert torch.equal(got, torch.cat([a, b]))
+    for got, a, b in zip(together[states:], alone[0][states:], alone[1][states:], strict=True):
+        # an input's rows each come from one half's pass; a parameter gets both halves' gradients
+        assert (got is None and a is None and b is None) or torch.equal(got, a + b)
+
+
+def test_where_a_batch_is_cut_in_two():
+    # Between whole graphs, nearest half the nodes; not at all for one graph, small halves, graph ids out of
+    # order or an edge between the parts. A part names its nodes as the whole batch does.
+    from graphtree.schedule import Schedule
+
+    sizes = [50, 90, 40, 120, 30]  # chains: node i's parent is i + 1 within each graph
+    edges, batch, start = [], [], 0
+    for g, n in enumerate(sizes):
+        edges += [(start + i, start + i + 1) for i in range(n - 1)]
+        batch += [g] * n
+        start += n
+    edge_index, batch = torch.tensor(edges).t(), torch.tensor(batch)
+    whole = Schedule(edge_index, start, batch=batch)
+    first, second = whole.halves(min_nodes=64)
+    assert (first.num_nodes, second.num_nodes) == (180, 150)  # graphs begin at 50, 140, 180, 300: 180 is nearest 165
+    assert first.plan("bottom_up").num_levels == 90 and second.plan("bottom_up").num_levels == 120
+    assert second.describe_node(0) == whole.describe_node(180) == "node 180 (node 0 of graph 3 in the batch)"
+    assert whole.halves(min_nodes=200) is None  # a half would have fewer
+    assert Schedule(edge_index, start).halves(min_nodes=1) is None  # no graph ids
+    assert Schedule(edge_index, start, batch=torch.zeros(start, dtype=torch.long)).halves(min_nodes=1) is None
+    assert Schedule(edge_index, start, batch=batch.flip(0)).halves(min_nodes=1) is None  # ids descending
+    across = torch.cat([edge_index, torch.tensor([[179], [181]])], dim=1)  # graph 2's root under a node of graph 3
+    assert Schedule(across, start, batch=batch).halves(min_nodes=64) is None
