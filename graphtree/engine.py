@@ -38,7 +38,7 @@ from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .backend import native
-from .backend.compiled import LevelKernel, covers, level_kernel
+from .backend.compiled import LevelKernel, level_kernel
 from .errors import ScheduleError
 from .schedule import LevelPlan, Schedule, block
 
@@ -234,10 +234,6 @@ def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Ten
     Returns:
         One ``[num_nodes, d]`` tensor per returned state component, in the batch's node order.
     """
-    schedule = schedule_of(schedule)
-    halves = _propagated_in_halves(cell, inputs, schedule, direction)
-    if halves is not None:
-        return halves
     prepared = _prepare(cell, inputs, schedule, direction)
     return _in_node_order(prepared, _propagated(prepared))
 
@@ -273,55 +269,13 @@ def propagate_side_by_side(passes: Sequence[Pass]) -> list[tuple[Tensor, ...]]:
             compiled = [level_kernel(p.call.cell, p.inputs, p.plan) for p in prepared]
     if not compiled or any(c is None for c in compiled):
         return [_in_node_order(p, _propagated(p)) for p in prepared]
-    returned = _compiled_side_by_side(prepared, compiled)
-    return [_in_node_order(p, states) for p, states in zip(prepared, returned)]
-
-
-def _compiled_side_by_side(prepared: list[_Prepared], compiled: list[LevelKernel]) -> list[Sequence[Tensor]]:
-    """Each pass's returned states in level order, the passes run compiled and side by side."""
     if prepared[0].needs_grad:
         tensors = [t for p in prepared for t in (*p.inputs, *p.params)]
-        return _by_pass(_SideBySidePasses.apply(prepared, compiled, *tensors), prepared)
-    return [buffers[:_num_outputs(p.call.cell)]
-            for p, buffers in zip(prepared, _run_side_by_side(prepared, compiled, save=False))]
-
-
-def _propagated_in_halves(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tensor],
-                          schedule: Schedule, direction: str) -> tuple[Tensor, ...] | None:
-    """:func:`propagate` of a batch cut in two between whole graphs (:meth:`Schedule.halves`), the two halves
-    run side by side as two compiled passes, each on one thread of PyTorch's pool; ``None`` where that does not
-    apply (one thread, no kernel for the cell or the inputs, a batch that can't be cut).
-
-    A tree level's products are too small for two threads to share well; two halves of the batch, each on
-    one thread, keep both busy. Each half computes exactly what :func:`propagate` computes for it alone in a
-    one-thread process, and a parameter's gradient is the sum of the halves' two.
-    """
-    if torch.get_num_threads() < 2:
-        return None
-    names, tensors = _checked_inputs(inputs, schedule)
-    if not covers(cell, tensors):
-        return None
-    halves = schedule.halves()
-    if halves is None:
-        return None
-    device, cut = tensors[0].device, halves[0].num_nodes
-    host_plans = [half.plan(direction) for half in halves]
-    order = torch.cat([host_plans[0].order, host_plans[1].order + cut]).to(device)
-    # One index_select for both halves, then views: backward puts the halves' input gradients together in one
-    # cat (a slice of each input per half would zero and copy a whole input's gradient twice).
-    parts = [x.index_select(0, order).split([cut, schedule.num_nodes - cut]) for x in tensors]
-    params = [p for p in cell.parameters() if p.requires_grad]
-    needs_grad = torch.is_grad_enabled() and (bool(params) or any(x.requires_grad for x in tensors))
-    prepared = [_Prepared(_Update(cell, names), plan.to(device), _level_slots(cell, plan, half, device),
-                          [part[k] for part in parts], params, needs_grad)
-                for k, (half, plan) in enumerate(zip(halves, host_plans))]
-    with torch.no_grad():  # as inside an autograd Function's forward, where the kernels run
-        compiled = [level_kernel(cell, p.inputs, p.plan) for p in prepared]
-    if any(c is None for c in compiled):
-        return None
-    returned = _compiled_side_by_side(prepared, compiled)
-    first, second = (_in_node_order(p, states) for p, states in zip(prepared, returned))
-    return tuple(torch.cat(pair) for pair in zip(first, second))  # the first half's nodes come first in the batch
+        returned = _by_pass(_SideBySidePasses.apply(prepared, compiled, *tensors), prepared)
+    else:
+        returned = [buffers[:_num_outputs(p.call.cell)]
+                    for p, buffers in zip(prepared, _run_side_by_side(prepared, compiled, save=False))]
+    return [_in_node_order(p, states) for p, states in zip(prepared, returned)]
 
 
 class _Prepared(NamedTuple):
@@ -338,22 +292,6 @@ class _Prepared(NamedTuple):
 def _prepare(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tensor], schedule: Schedule | Any,
              direction: str) -> _Prepared:
     schedule = schedule_of(schedule)
-    names, inputs = _checked_inputs(inputs, schedule)
-    device = inputs[0].device
-    host_plan = schedule.plan(direction)
-    plan = host_plan.to(device)
-    levels = _level_slots(cell, host_plan, schedule, device)
-    # index_select, not x[perm]: the same rows, but its backward is index_add_, where advanced indexing's is
-    # index_put_ with accumulate, which sorts its indices first (several times slower on CPU).
-    sorted_inputs = [x.index_select(0, plan.order) for x in inputs]
-    params = [p for p in cell.parameters() if p.requires_grad]
-    needs_grad = torch.is_grad_enabled() and (bool(params) or any(x.requires_grad for x in sorted_inputs))
-    return _Prepared(_Update(cell, names), plan, levels, sorted_inputs, params, needs_grad)
-
-
-def _checked_inputs(inputs: Sequence[Tensor] | Mapping[str, Tensor],
-                    schedule: Schedule) -> tuple[tuple[str, ...] | None, list[Tensor]]:
-    """The inputs' names (``None`` when given by position) and tensors, each checked to have a row per node."""
     names = tuple(inputs) if isinstance(inputs, Mapping) else None
     inputs = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs)
     if not inputs:
@@ -365,7 +303,16 @@ def _checked_inputs(inputs: Sequence[Tensor] | Mapping[str, Tensor],
         if x.size(0) != schedule.num_nodes:
             raise ScheduleError(f"input {names[k] if names else k} has {x.size(0)} rows but the batch has "
                                 f"{schedule.num_nodes} nodes; was the schedule built for another batch?")
-    return names, inputs
+    device = inputs[0].device
+    host_plan = schedule.plan(direction)
+    plan = host_plan.to(device)
+    levels = _level_slots(cell, host_plan, schedule, device)
+    # index_select, not x[perm]: the same rows, but its backward is index_add_, where advanced indexing's is
+    # index_put_ with accumulate, which sorts its indices first (several times slower on CPU).
+    sorted_inputs = [x.index_select(0, plan.order) for x in inputs]
+    params = [p for p in cell.parameters() if p.requires_grad]
+    needs_grad = torch.is_grad_enabled() and (bool(params) or any(x.requires_grad for x in sorted_inputs))
+    return _Prepared(_Update(cell, names), plan, levels, sorted_inputs, params, needs_grad)
 
 
 def _propagated(prepared: _Prepared) -> list[Tensor]:

@@ -45,9 +45,6 @@ from .errors import ScheduleError
 __all__ = ["DIRECTIONS", "LevelPlan", "Schedule", "block"]
 
 DIRECTIONS = ("bottom_up", "top_down")
-# A batch is cut in two for side-by-side halves only where each half has at least this many nodes: below it
-# the second pass's own per-level work costs more than the shared products save.
-HALF_MIN_NODES = 128
 
 
 @dataclass
@@ -122,7 +119,6 @@ class Schedule:
     def __init__(self, edge_index: Tensor, num_nodes: int, height: Tensor | None = None,
                  depth: Tensor | None = None, edge_pos: Tensor | None = None,
                  batch: Tensor | None = None) -> None:
-        self._offset = 0  # of node ids: a part's first node in the batch it was cut from (see halves)
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ScheduleError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
         _require_integers("edge_index", edge_index)
@@ -161,7 +157,7 @@ class Schedule:
         computed = topological_levels(edge_index, self.num_nodes) if height is None or depth is None else None
         self.height = self._stored_levels("height", height) if height is not None else computed[0]
         self.depth = self._stored_levels("depth", depth) if depth is not None else computed[1]
-        self._plans: dict = {}  # direction -> LevelPlan, and the halves (see halves)
+        self._plans: dict[str, LevelPlan] = {}
 
     def _stored_levels(self, name: str, level: Tensor) -> Tensor:
         """A caller's ``height`` or ``depth``, checked to be exactly what the edges give (see :func:`_check_levels`)."""
@@ -209,42 +205,6 @@ class Schedule:
             self._plans[direction] = plan
         return self._plans[direction]
 
-    def halves(self, min_nodes: int = HALF_MIN_NODES) -> tuple[Schedule, Schedule] | None:
-        """The batch cut in two between whole graphs, about half its nodes each: the schedules of nodes
-        ``0..k-1`` and ``k..num_nodes-1`` (each numbered from 0), or ``None`` where it can't be cut so (no
-        ``batch``, graph ids not ascending, an edge between the two parts) or a part would have fewer than
-        ``min_nodes`` nodes. Made once per schedule; the engine runs a pass's halves side by side."""
-        key = ("halves", min_nodes)
-        if key not in self._plans:
-            self._plans[key] = self._cut_in_two(min_nodes)
-        return self._plans[key]
-
-    def _cut_in_two(self, min_nodes: int) -> tuple[Schedule, Schedule] | None:
-        batch, num_nodes = self.batch, self.num_nodes
-        if batch is None or num_nodes < 2 * min_nodes or bool((batch[1:] < batch[:-1]).any()):
-            return None
-        starts = (batch[1:] != batch[:-1]).nonzero().view(-1) + 1  # where each graph after the first begins
-        if not starts.numel():
-            return None
-        cut = int(starts[(starts - num_nodes / 2).abs().argmin()])
-        child, parent = self.edge_index
-        first = child < cut
-        if min(cut, num_nodes - cut) < min_nodes or bool((first != (parent < cut)).any()):
-            return None
-        return self._part(0, cut, first), self._part(cut, num_nodes, ~first)
-
-    def _part(self, start: int, stop: int, edges: Tensor) -> Schedule:
-        """The schedule of nodes ``start..stop-1`` and ``edges`` (a mask) among them, numbered from 0, from
-        this schedule's checked tensors (so not checked again)."""
-        part = Schedule.__new__(Schedule)
-        part.num_nodes = stop - start
-        part.batch = self.batch[start:stop]
-        part.edge_index = self.edge_index[:, edges] - start
-        part.edge_pos = self.edge_pos[edges]
-        part.height, part.depth = self.height[start:stop], self.depth[start:stop]
-        part._plans, part._offset = {}, self._offset + start
-        return part
-
     @property
     def bottom_up(self) -> LevelPlan:
         return self.plan("bottom_up")
@@ -254,13 +214,12 @@ class Schedule:
         return self.plan("top_down")
 
     def describe_node(self, node: int) -> str:
-        """Human-readable name of a node: its index, and its graph and local index in a batch (a part made by
-        :meth:`halves` names nodes as the whole batch does)."""
+        """Human-readable name of a node: its index, and its graph and local index in a batch."""
         if self.batch is None:
-            return f"node {node + self._offset}"
+            return f"node {node}"
         graph = int(self.batch[node])
         local = node - int((self.batch < graph).sum())
-        return f"node {node + self._offset} (node {local} of graph {graph} in the batch)"
+        return f"node {node} (node {local} of graph {graph} in the batch)"
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, num_edges={self.edge_index.size(1)}, "

@@ -30,7 +30,7 @@ from torch import Tensor
 from ..schedule import LevelPlan
 from . import native
 
-__all__ = ["LevelKernel", "Maker", "covers", "level_kernel"]
+__all__ = ["LevelKernel", "Maker", "level_kernel"]
 
 
 class LevelKernel(NamedTuple):
@@ -56,9 +56,10 @@ def level_kernel(cell: torch.nn.Module, inputs: list[Tensor], plan: LevelPlan) -
     cell's parameters are float32 CPU tensors, the kernels are (or can be) built, and the maker accepts the
     cell's setting and the batch. Only such a cell ever causes a build.
     """
-    if not covers(cell, inputs):
+    cls = type(cell)
+    make = getattr(cls, "compiled_levels", None)
+    if make is None or getattr(cls, "_compiled_update", None) is not cls.update:
         return None
-    make = type(cell).compiled_levels
     params = [p.detach() for p in cell.parameters()]
     kernels = native.native_kernels(*inputs, *params)
     if kernels is None:
@@ -68,14 +69,6 @@ def level_kernel(cell: torch.nn.Module, inputs: list[Tensor], plan: LevelPlan) -
         return None
     kernel, parameters = made
     return LevelKernel(kernels, kernel, parameters)
-
-
-def covers(cell: torch.nn.Module, inputs: list[Tensor]) -> bool:
-    """Whether ``cell``'s class names a maker for the very ``update`` it runs and ``inputs`` are float32 CPU
-    tensors: the part of :func:`level_kernel`'s test that costs nothing (no build, no maker)."""
-    cls = type(cell)
-    return (getattr(cls, "compiled_levels", None) is not None and getattr(cls, "_compiled_update", None) is cls.update
-            and all(x.is_cpu and x.dtype == torch.float32 for x in inputs))
 
 
 def _detached(*tensors: Tensor) -> list[Tensor]:
