@@ -67,3 +67,22 @@ def test_a_rerun_of_some_models_replaces_their_rows_and_names_its_commit():
         epoch.merge_rerun(whole, measured("c" * 40, {"childsum": 10.0}, rounds=2))
     with pytest.raises(SystemExit, match="baseline"):
         epoch.merge_rerun(whole, measured("c" * 40, {"childsum": 10.0}, baseline="e" * 40))
+
+
+def test_readme_says_which_is_faster_on_the_gpu_plain_loop_or_graphtree():
+    spec = importlib.util.spec_from_file_location("benchmark_readme_table", BENCHMARKS / "readme_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+
+    def results(at_25: float, at_256: float) -> dict:
+        rows = [{"model": "plain", "embedding": 300, "batch": 25, "train_time_vs_nary": at_25},
+                {"model": "plain", "embedding": 300, "batch": 256, "train_time_vs_nary": at_256},
+                {"model": "plain", "embedding": 50, "batch": 25, "train_time_vs_nary": 0.1}]  # not read
+        return {"rows": rows}
+
+    mixed = table.plain_versus_engine(results(0.94, 1.07))[0]
+    assert "0.94× graphtree's time at batch 25 and 1.07× at batch 256" in mixed
+    assert "where that is below 1 the plain loop is the faster" in mixed
+    ahead = table.plain_versus_engine(results(1.2, 1.5))[0]
+    assert ahead.endswith("graphtree is the faster at each.") and "below 1" not in ahead
+    assert table.plain_versus_engine({"rows": []}) == []
