@@ -17,7 +17,7 @@ setups so that drift of the machine hits all alike; tables give the median over 
         --update benchmarks/results/epoch-cpu.json --readme epoch   # a few models again, the rest kept
     python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --baseline ../graphtree-before   # an A/B
     python benchmarks/epoch.py --models nary --setups 1x1 1x2 --rounds 3 --embeddings random --readme epoch-random
-    python benchmarks/epoch.py --device cuda --setups 1x1 --rounds 1 --embeddings random --readme epoch-cuda
+    python benchmarks/epoch.py --device cuda --setups 1x1 --rounds 1 --embeddings random   # on a GPU
 
 ``--baseline CHECKOUT`` alternates every run with the same run of another checkout (each imports its own
 graphtree) and adds a before/after table of epoch seconds.
@@ -248,9 +248,9 @@ def main() -> None:
     parser.add_argument("--update", default=None, metavar="JSON",
                         help="measure --models again and replace their rows in this results JSON (same settings "
                              "and baseline; the file names the commit of each rerun); written back in place")
-    parser.add_argument("--readme", choices=("processes", "epoch", "epoch-random", "epoch-cuda"), default=None,
+    parser.add_argument("--readme", choices=("processes", "epoch", "epoch-random"), default=None,
                         help="write the speed-up table (processes) or the phase table (epoch; epoch-random for a "
-                             "run with --embeddings random, epoch-cuda for one with --device cuda) into README.md")
+                             "run with --embeddings random) into README.md")
     args = parser.parse_args()
     if args.table:
         results = json.loads(Path(args.table).read_text())
@@ -262,7 +262,7 @@ def main() -> None:
             results = merge_rerun(json.loads(Path(args.update).read_text()), results)
             args.out = args.out or args.update
     tables = {"processes": table(results), "epoch": phase_table(results), "comparison": comparison(results)}
-    tables["epoch-random"] = tables["epoch-cuda"] = tables["epoch"]
+    tables["epoch-random"] = tables["epoch"]
     print(*(t for t in tables.values() if t), sep="\n")
     if args.out:
         atomic_write_text(json.dumps(results, indent=1) + "\n", Path(args.out))
