@@ -449,18 +449,6 @@ def _run_levels(call: _Update, plan: LevelPlan, levels: list[_Slots], inputs: li
     return buffers
 
 
-class _DefinitionPass:
-    """What the levels of one pass of ``update`` under autograd share (see :func:`_definition_pass`): the
-    level-sorted state buffers, and in backward the gradients of every buffer row."""
-
-    __slots__ = ("buffers", "grads", "kernels", "levels", "num_outputs", "plan")
-
-    def __init__(self, plan: LevelPlan, levels: list[_Slots], buffers: list[Tensor], num_outputs: int) -> None:
-        self.plan, self.levels, self.buffers, self.num_outputs = plan, levels, buffers, num_outputs
-        self.grads: list[Tensor] = []
-        self.kernels: ModuleType | None = None
-
-
 def _definition_pass(prepared: _Prepared) -> list[Tensor]:
     """One pass of the cell's ``update`` under autograd, level by level: the returned states, in level order.
 
