@@ -426,10 +426,14 @@ def _position_counts(plan: LevelPlan, widths: list[int]) -> list[tuple[int, ...]
 
 
 def _gather(buffers: list[Tensor], slots: _Slots) -> Children:
+    return Children(_gathered(buffers, slots), slots.mask, slots.position, slots.position_counts)
+
+
+def _gathered(buffers: list[Tensor], slots: _Slots) -> tuple[Tensor, ...]:
+    """Each buffer's rows of the level's slots, ``[n, K, d]``."""
     # index_select on the flat index, then a view: cheaper than advanced indexing on small levels.
     n, K = slots.index.shape
-    return Children(tuple(buf.index_select(0, slots.flat_index).view(n, K, buf.size(1)) for buf in buffers),
-                    slots.mask, slots.position, slots.position_counts)
+    return tuple(buf.index_select(0, slots.flat_index).view(n, K, buf.size(1)) for buf in buffers)
 
 
 def _run_levels(call: _Update, plan: LevelPlan, levels: list[_Slots], inputs: list[Tensor]) -> list[Tensor]:
@@ -452,9 +456,9 @@ def _run_levels(call: _Update, plan: LevelPlan, levels: list[_Slots], inputs: li
 def _definition_pass(prepared: _Prepared) -> list[Tensor]:
     """One pass of the cell's ``update`` under autograd, level by level: the returned states, in level order.
 
-    Each level's ``update`` is ordinary autograd. Between two levels one small function,
-    :class:`_NextLevel`, writes the states just made into the pass's buffers and reads the next level's
-    children's rows out of them. Its backward works on one buffer of gradients per state: it adds the
+    Each level's ``update`` is ordinary autograd. Before each level, and once after the last, one small
+    function, :class:`_NextLevel`, writes the states just made into the pass's buffers and reads the next
+    level's children's rows out of them. Its backward works on one buffer of gradients per state: it adds the
     children's slot gradients into their rows, then hands the level below its rows' gradients, and nothing
     copies a whole buffer per level (autograd's own bookkeeping of ``buf[a:b] = states`` would). Each one
     takes the token, an empty tensor, that the one before it made: so backward reaches a level's rows only
@@ -472,7 +476,8 @@ def _definition_pass(prepared: _Prepared) -> list[Tensor]:
         slots = levels[level]
         states = call(Children(tuple(children), slots.mask, slots.position, slots.position_counts),
                       [x[level] for x in per_level])
-    return list(_PassOutputs.apply(run, token, *states))
+    token, = _NextLevel.apply(run, plan.num_levels, token, *states)  # the last level's states in, nothing out
+    return list(_PassOutputs.apply(run, token))
 
 
 class _DefinitionPass:
@@ -488,7 +493,8 @@ class _DefinitionPass:
 
 
 class _NextLevel(torch.autograd.Function):
-    """Level ``level - 1``'s states into the pass's buffers, and level ``level``'s children's states out.
+    """Level ``level - 1``'s states into the pass's buffers, and level ``level``'s children's states out (none
+    after the last level).
 
     Backward: the children's gradients added into their rows, then level ``level - 1``'s rows' gradients.
     """
@@ -500,12 +506,14 @@ class _NextLevel(torch.autograd.Function):
             buf[a:b] = value
         ctx.run, ctx.level, ctx.rows, ctx.num_states = run, level, (a, b), len(states)
         ctx.set_materialize_grads(False)
-        return token.new_empty(0), *_gather(run.buffers, run.levels[level]).states
+        children = _gathered(run.buffers, run.levels[level]) if level < run.plan.num_levels else ()
+        return token.new_empty(0), *children
 
     @staticmethod
     def backward(ctx, grad_token, *grad_children):
         run, (a, b) = ctx.run, ctx.rows
-        _accumulate_children(run.grads, run.levels[ctx.level], grad_children, run.kernels)
+        if grad_children:
+            _accumulate_children(run.grads, run.levels[ctx.level], grad_children, run.kernels)
         grads = tuple(g[a:b] for g in run.grads[:ctx.num_states])
         if not ctx.level:  # the last of the pass's backward: its gradient buffers go now, not with the graph
             run.grads, run.kernels = [], None
@@ -513,21 +521,17 @@ class _NextLevel(torch.autograd.Function):
 
 
 class _PassOutputs(torch.autograd.Function):
-    """The last level's states into the buffers, and the pass's returned buffers; backward, the first of the
-    pass's, starts its gradient buffers and hands the last level its rows' gradients."""
+    """The pass's returned buffers; backward, the first of the pass's, starts its gradient buffers."""
 
     @staticmethod
-    def forward(ctx, run, token, *states):
-        a, b = run.plan.ptr[-2] if run.plan.num_levels else 0, run.plan.ptr[-1]
-        for buf, value in zip(run.buffers, states):
-            buf[a:b] = value
-        ctx.run, ctx.rows = run, (a, b)
+    def forward(ctx, run, token):
+        ctx.run = run
         ctx.set_materialize_grads(False)
         return tuple(run.buffers[:run.num_outputs])
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        run, (a, b) = ctx.run, ctx.rows
+        run = ctx.run
         # Cloned: the levels add their children's gradients into these in place.
         run.grads = [g.clone() if g is not None else torch.zeros_like(buf)
                      for g, buf in zip(grad_outputs, run.buffers)]
@@ -535,7 +539,7 @@ class _PassOutputs(torch.autograd.Function):
         # The compiled scatter-add only if this process has the kernels already: a cell written in PyTorch
         # alone must never wait minutes for a compiler on its first backward pass.
         run.kernels = native.native_kernels_if_loaded(*run.grads)
-        return (None, None, *(g[a:b] for g in run.grads))
+        return None, None
 
 
 def _state_buffers(cell: torch.nn.Module, plan: LevelPlan, inputs: list[Tensor]) -> list[Tensor]:
