@@ -108,15 +108,17 @@ class Vocab(Mapping[str, int]):
             raise ValueError(f"min_count must be at least 1, got {min_count}")
         if max_size is not None and max_size < 0:
             raise ValueError(f"max_size must be non-negative, got {max_size}")
-        counts: Counter[str] = Counter()
+        seen: Counter[str] = Counter()
         for tokens in _token_lists(sentences):
-            for token in tokens:
-                key = token.lower() if lowercase else token
-                if pretrained is not None:
-                    key = _pretrained_key(key, pretrained)
-                    if key is None:
-                        continue
-                counts[key] += 1
+            seen.update(tokens)
+        counts: Counter[str] = Counter()
+        for token, count in seen.items():  # each distinct token once: the pretrained lookup is the slow part
+            key = token.lower() if lowercase else token
+            if pretrained is not None:
+                key = _pretrained_key(key, pretrained)
+                if key is None:
+                    continue
+            counts[key] += count
         kept = sorted((t for t, c in counts.items() if c >= min_count and t != unk_token),
                       key=lambda t: (-counts[t], t))
         if max_size is not None:

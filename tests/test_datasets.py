@@ -34,6 +34,7 @@ from graphtree.datasets import (
     pair_side,
     sick_target,
 )
+from graphtree.datasets.base import pack_string_lists, unpack_string_lists
 from graphtree.engine import schedule_of
 from graphtree.vocab import Vocab
 
@@ -136,7 +137,7 @@ def test_sst_from_http_mirror_fine_and_binary(tmp_path, small_sst):
         assert [binary[i].y.tolist() for i in range(len(binary))] == SST_BINARY_Y[split]
         assert binary.num_classes == 2
     processed = _files_under(root / "sst" / "processed")
-    assert "train-fine-tokens.pt" in processed and "train-binary-tokens.pt" in processed
+    assert "train-fine-tokens-f2.pt" in processed and "train-binary-tokens-f2.pt" in processed
 
 
 def test_sst_batches_and_schedules(tmp_path, small_sst):
@@ -156,12 +157,38 @@ def test_sst_cache_is_named_by_vocab_and_reused_offline(tmp_path, small_sst):
     assert with_vocab[0].word.tolist() == [-1, 2, 0]
     assert with_vocab[1].word.tolist() == [-1, 1, 3]
     names = _files_under(root / "sst" / "processed")
-    assert f"dev-fine-vocab-{vocab.fingerprint}.pt" in names and "dev-fine-tokens.pt" in names
+    assert f"dev-fine-vocab-{vocab.fingerprint}-f2.pt" in names and "dev-fine-tokens-f2.pt" in names
     other = Vocab(["film"])
     assert other.fingerprint != vocab.fingerprint
     # Raw and processed files exist: nothing is fetched, so a dead mirror does not matter.
     again = SST(root, "dev", vocab=vocab, mirror="http://127.0.0.1:9/")
     assert again[1].word.tolist() == [-1, 1, 3]
+
+
+def test_processed_files_pack_string_lists_and_read_back_the_same_graphs(tmp_path, small_sst):
+    root = tmp_path / "data"
+    dev = SST(root, "dev", mirror=small_sst[1])
+    # Stored: one string and two tensors, which the safe loader reads at once; read back: the same token lists.
+    stored, _, _ = torch.load(root / "sst" / "processed" / "dev-fine-tokens-f2.pt", weights_only=True)
+    assert stored["tokens"]["counts"].tolist() == [2, 2]
+    assert [dev[i].tokens for i in range(len(dev))] == [["Meh", "awful"], ["Great", "film"]]
+    assert dev._data.tokens == [["Meh", "awful"], ["Great", "film"]]
+
+
+@pytest.mark.parametrize("value", [
+    [["a", "bc"], [], ["", "déjà", "\x00", "a b", "🙂"], [""]],  # empty lists and strings, any characters
+    [["only"]],
+])
+def test_string_lists_pack_and_unpack_exactly(value):
+    packed = pack_string_lists(value)
+    assert isinstance(packed, dict) and isinstance(packed["lengths"], torch.Tensor)
+    assert unpack_string_lists(packed) == value
+
+
+def test_other_values_are_stored_as_they_are():
+    for value in ([1, 2], [["a", 1]], [], [torch.zeros(2)], "text", torch.ones(3), {"a": ["b"]}):
+        assert pack_string_lists(value) is value
+        assert unpack_string_lists(value) is value
 
 
 def test_sst_uses_official_url_by_default_and_env_mirror(tmp_path, small_sst, monkeypatch):

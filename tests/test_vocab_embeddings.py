@@ -78,6 +78,35 @@ def test_build_with_pretrained_follows_teng_zhang():
     assert vocab["The"] == vocab["the"] and vocab["Zorblax"] == 0
 
 
+def test_build_counts_as_a_token_by_token_count_would():
+    # Reference: the rule read literally, every occurrence mapped to its entry and counted one by one.
+    import random
+    rng = random.Random(3)
+    words = ["The", "the", "THE", "Rock", "rock", "-LRB-", "-lrb-", "Paris", "paris", "Zorblax", "a", "A", "of"]
+    sentences = [[rng.choice(words) for _ in range(rng.randrange(1, 12))] for _ in range(300)]
+    table = {"the", "rock", "(", "Paris", "a", "of"}
+    for lowercase in (False, True):
+        for pretrained in (None, table):
+            counts: dict[str, int] = {}
+            for sentence in sentences:
+                for token in sentence:
+                    key = token.lower() if lowercase else token
+                    if pretrained is not None:
+                        forms = [key, {"-LRB-": "(", "-lrb-": "("}.get(key, key)]
+                        if any(f in pretrained for f in forms):
+                            pass
+                        elif any(f.lower() in pretrained for f in forms):
+                            key = key.lower()
+                        else:
+                            continue
+                    counts[key] = counts.get(key, 0) + 1
+            for min_count in (1, 30):
+                expected = ["<unk>"] + sorted((t for t, c in counts.items() if c >= min_count),
+                                              key=lambda t: (-counts[t], t))
+                built = Vocab.build(sentences, lowercase=lowercase, pretrained=pretrained, min_count=min_count)
+                assert built.itos == expected, (lowercase, pretrained, min_count)
+
+
 # --------------------------------------------------------------------------- GloVe text files
 
 GLOVE_TEXT = "the 0.5 1.0 -1.5\nrock 1 2 3\n( 0 0 3\n. . . 4 5 6\n"  # ". . ." is one word with spaces, as in 840B

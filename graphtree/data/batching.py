@@ -327,10 +327,11 @@ def separate_graphs(data: Data, slices: Mapping[str, Any]) -> list[Data] | None:
     if num_nodes is not None and len(num_nodes) != count:
         return None
     graphs = []
-    for index in range(count):
+    for index, row in enumerate(zip(*columns)):
         graph = Data()
-        for key, column in zip(keys, columns):
-            graph[key] = column[index]
+        # straight into the store: Data's item assignment also clears caches that a new graph lacks, and made the
+        # whole cut five times slower
+        graph._store._mapping.update(zip(keys, row))
         if num_nodes is not None:
             graph.num_nodes = num_nodes[index]
         graphs.append(graph)

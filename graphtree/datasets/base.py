@@ -9,11 +9,14 @@ import os
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.data.data import BaseData
+from torch_geometric.io import fs
 
 from ..data.batching import separate_graphs
 from ..vocab import Vocab
@@ -23,6 +26,9 @@ __all__ = ["DEFAULT_ROOT", "CorpusDataset", "vocab_tag"]
 
 DEFAULT_ROOT = "datasets"
 """Default data root: ``<root>/<corpus>/raw`` holds the fetched files, ``<root>/<corpus>/processed`` the caches."""
+
+PROCESSED_FORMAT = 2
+"""Version of the processed files' layout, in their names: 2 packs the string lists (:func:`pack_string_lists`)."""
 
 
 def vocab_tag(vocab: Any) -> str:
@@ -102,7 +108,8 @@ class CorpusDataset(InMemoryDataset):
     def processed_file_names(self) -> list[str]:
         # Every option that changes the content is in the name, so changing one builds a new cache
         # instead of silently reusing the old one.
-        return [f"{self.split}-{self.options_tag()}-{self._vocab_tag}.pt"]
+        # The layout's version too: a file of another layout is never read as this one.
+        return [f"{self.split}-{self.options_tag()}-{self._vocab_tag}-f{PROCESSED_FORMAT}.pt"]
 
     def save_processed(self, data_list: list[Data]) -> None:
         """Apply ``pre_filter``/``pre_transform`` and save atomically to the processed path.
@@ -117,7 +124,21 @@ class CorpusDataset(InMemoryDataset):
         if not data_list:
             raise DatasetError(f"{type(self).__name__} {self.split}: no examples left after pre_filter")
         data, slices = self.collate(data_list)
-        atomic_torch_save((data.to_dict(), slices, data.__class__), self.processed_paths[0])
+        stored = {key: pack_string_lists(value) for key, value in data.to_dict().items()}
+        atomic_torch_save((stored, slices, data.__class__), self.processed_paths[0])
+
+    def load(self, path: str, data_cls: type[BaseData] = Data) -> None:
+        """Read a file of :meth:`save_processed` (``InMemoryDataset.load``, with the string lists unpacked)."""
+        stored, self.slices, data_cls = fs.torch_load(path)
+        self.data = data_cls.from_dict({key: unpack_string_lists(value) for key, value in stored.items()})
+
+    def len(self) -> int:
+        """``InMemoryDataset.len``, counted once per storage: PyG's walks the slices on each call, and reading one
+        graph calls it three times (half the time of iterating over SST's training set)."""
+        counted = getattr(self, "_counted", None)
+        if counted is None or counted[0] is not self.slices:
+            self._counted = counted = (self.slices, super().len())
+        return counted[1]
 
     def get(self, idx: int) -> BaseData:
         """Graph ``idx``, as ``InMemoryDataset.get`` gives it; the first call cuts every graph from the storage
@@ -129,6 +150,32 @@ class CorpusDataset(InMemoryDataset):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.split!r}, {len(self)} examples, {self.options_tag()})"
+
+
+_PACKED = "graphtree.packed_string_lists"
+
+
+def pack_string_lists(value: Any) -> Any:
+    """A list of string lists (e.g. every graph's ``tokens``) as one string and two length tensors; any other value
+    as it is. PyTorch's safe loader (``weights_only``, which PyG uses) reads each Python object of a file one by
+    one in Python: SST's training tokens, 160,000 strings, took 0.4 s to load, and the packed form 0.02 s."""
+    if not (isinstance(value, list) and value and all(
+            isinstance(strings, list) and all(isinstance(s, str) for s in strings) for strings in value)):
+        return value
+    flat = [s for strings in value for s in strings]
+    return {_PACKED: "".join(flat), "lengths": torch.tensor([len(s) for s in flat], dtype=torch.long),
+            "counts": torch.tensor([len(strings) for strings in value], dtype=torch.long)}
+
+
+def unpack_string_lists(value: Any) -> Any:
+    """The inverse of :func:`pack_string_lists`."""
+    if not (isinstance(value, dict) and _PACKED in value):
+        return value
+    text, lengths = value[_PACKED], value["lengths"].tolist()
+    ends = list(accumulate(lengths))
+    flat = [text[end - length:end] for end, length in zip(ends, lengths)]
+    bounds = [0, *accumulate(value["counts"].tolist())]
+    return [flat[begin:end] for begin, end in zip(bounds, bounds[1:])]
 
 
 @contextmanager
