@@ -6,8 +6,11 @@ a user would start it: plain ``python`` for one process, ``python -m torch.distr
 --nproc_per_node P`` for several. The figures are the epoch's training pass as the results file records it
 (``train_seconds``: batches, forward, backward, optimizer, gradient all-reduce; not the dev evaluation nor
 start-up), as training trees per second, and its split into the trainer's phases
-(:data:`graphtree.train.trainer.PHASES`, rank 0's, and the dev evaluation). Rounds alternate the order of the
-setups so that drift of the machine hits all alike; tables give the median over rounds.
+(:data:`graphtree.train.trainer.PHASES`, rank 0's, and the dev evaluation), and the wall time of the whole
+command (``command``: start-up, imports and data included, the epochs, dev and test: what a user waits for).
+Before the measured runs, one unrecorded run per checkout fills the corpus cache and loads the kernels, as any
+run after the first finds them. Rounds alternate the order of the setups so that drift of the machine hits all
+alike; tables give the median over rounds.
 
     python benchmarks/epoch.py --models nary bicontree --setups 1x1 2x1 1x2 --rounds 2 \
         --out benchmarks/results/processes-cpu.json --readme processes
@@ -38,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -83,8 +87,10 @@ def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path
     env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONPATH"] = str(repo)  # that checkout's graphtree, whatever is installed
     with tempfile.TemporaryDirectory() as out:
+        began = time.perf_counter()
         done = subprocess.run([*launcher, *script, "--out", out], cwd=repo, env=env, capture_output=True,
                               text=True)
+        command_seconds = time.perf_counter() - began
         if done.returncode != 0:
             raise SystemExit(f"{shlex.join(launcher + script)} failed:\n{done.stderr[-3000:]}")
         (result,) = Path(out, "sst").glob("*.json")
@@ -92,7 +98,7 @@ def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path
     trees = int(re.search(r"SST fine-grained: (\d+) /", done.stderr).group(1))
     seconds = [h["train_seconds"] for h in record["history"]]
     return {"train_seconds": seconds, "trees_per_s": [trees / s for s in seconds], "train_trees": trees,
-            "phases": [h.get("phases") for h in record["history"]],
+            "phases": [h.get("phases") for h in record["history"]], "command_seconds": command_seconds,
             "command": shlex.join(["python" if processes == 1 else "torchrun", *launcher[3:], *script])}
 
 
@@ -130,11 +136,21 @@ def merge_rerun(results: dict, rerun: dict) -> dict:
     return merged
 
 
+def command_seconds(runs: list[dict]) -> float | None:
+    """The median wall time of the runs' whole commands; ``None`` for runs measured before it was recorded."""
+    seconds = [run["command_seconds"] for run in runs if "command_seconds" in run]
+    return statistics.median(seconds) if seconds else None
+
+
 def phase_table(results: dict) -> str:
-    """Seconds of one training epoch and of its phases, by model and setup."""
+    """Seconds of one training epoch and of its phases, by model and setup (and of the whole command, where
+    recorded)."""
+    commands = any(command_seconds(rows[s]["runs"]) is not None
+                   for rows in results["models"].values() for s in results["setups"])
     lines = [f"Seconds of one training epoch and its phases, {source(results)}:", "",
-             "| model | setup | trees/s | epoch (training) | " + " | ".join(PHASE_COLUMNS) + " | × step |",
-             "|---|---|---|---|" + "---|" * len(PHASE_COLUMNS) + "---|"]
+             "| model | setup | trees/s | epoch (training) | " + " | ".join(PHASE_COLUMNS) + " | × step |"
+             + (" command |" if commands else ""),
+             "|---|---|---|---|" + "---|" * len(PHASE_COLUMNS) + "---|" + ("---|" if commands else "")]
     for model, rows in results["models"].items():
         for setup in results["setups"]:
             runs = rows[setup]["runs"]
@@ -145,9 +161,11 @@ def phase_table(results: dict) -> str:
             median = statistics.median(seconds for seconds, _ in epochs)
             cells = [f"{statistics.median(p[c] for _, p in epochs):.2f}" for c in PHASE_COLUMNS]
             over_step = statistics.median(seconds / sum(p[c] for c in STEP_PHASES) for seconds, p in epochs)
+            command = command_seconds(runs)
             lines.append(f"| {NAMES.get(model, model)} | {setup_name(setup)} | "
                          f"{rows[setup]['median_trees_per_s']:.0f} | {median:.2f} | " + " | ".join(cells)
-                         + f" | {over_step:.2f} |")
+                         + f" | {over_step:.2f} |" + ((" —" if command is None else f" {command:.2f}") + " |"
+                                                     if commands else ""))
     return "\n".join(lines) + "\n" if len(lines) > 4 else ""  # runs from before the trainer timed phases: none
 
 
@@ -193,6 +211,10 @@ def measure(args: argparse.Namespace) -> dict:
                                "models": {}}
         results["command"] += f" --baseline <checkout of {results['baseline']['commit'][:7]}>"
         checkouts["baseline"] = baseline
+    # One run per checkout first, not recorded: each command times what it always does, not a first run's
+    # processing of the corpus into its cache or build of the kernels.
+    for repo in checkouts.values():
+        train_once(args.models[0], 1, 1, 1, repo, args.embeddings, args.device)
     for model in args.models:
         runs = {name: {s: [] for s in args.setups} for name in checkouts}
         for round_ in range(args.rounds):
@@ -218,15 +240,24 @@ def comparison(results: dict) -> str:
     if "baseline" not in results:
         return ""
     base = results["baseline"]
+    commands = all(command_seconds(rows[s]["runs"]) is not None and command_seconds(
+        base["models"][model][s]["runs"]) is not None for model, rows in results["models"].items()
+        for s in results["setups"])
     lines = [f"One training epoch against {base['commit'][:7]}{'+dirty' if base['dirty'] else ''}, "
-             f"{source(results)}:", "", "| model | setup | before (s) | after (s) | after / before |",
-             "|---|---|---|---|---|"]
+             f"{source(results)}:", "", "| model | setup | before (s) | after (s) | after / before |"
+             + (" command before (s) | command after (s) | after / before |" if commands else ""),
+             "|---|---|---|---|---|" + ("---|---|---|" if commands else "")]
     for model, rows in results["models"].items():
         for setup in results["setups"]:
             after = statistics.median(s for run in rows[setup]["runs"] for s in run["train_seconds"])
             before = statistics.median(s for run in base["models"][model][setup]["runs"] for s in run["train_seconds"])
-            lines.append(f"| {NAMES.get(model, model)} | {setup_name(setup)} | {before:.2f} | {after:.2f} | "
-                         f"{after / before:.2f} |")
+            line = (f"| {NAMES.get(model, model)} | {setup_name(setup)} | {before:.2f} | {after:.2f} | "
+                    f"{after / before:.2f} |")
+            if commands:
+                command_before = command_seconds(base["models"][model][setup]["runs"])
+                command_after = command_seconds(rows[setup]["runs"])
+                line += f" {command_before:.2f} | {command_after:.2f} | {command_after / command_before:.2f} |"
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 

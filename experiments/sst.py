@@ -214,9 +214,10 @@ def build_vocab(cfg: dict, root: str, mirror: str | None, vectors) -> Vocab:
     """The vocabulary of a run."""
     # Random vectors: every training word. Pretrained: Teng & Zhang's rule, every word of the corpus that
     # has a vector (as written or lowercased); the rest is <unk>, initialized to the mean vector.
+    # A dataset's tokens column (PyG's dataset.tokens): every sentence's words without cutting out the graphs.
     if vectors is None:
-        return Vocab.build(SST(root, "train", mirror=mirror, log=False))
-    sentences = [d for split in ("train", "dev", "test") for d in SST(root, split, mirror=mirror, log=False)]
+        return Vocab.build(SST(root, "train", mirror=mirror, log=False).tokens)
+    sentences = [t for split in ("train", "dev", "test") for t in SST(root, split, mirror=mirror, log=False).tokens]
     return Vocab.build(sentences, pretrained=vectors)
 
 
@@ -324,7 +325,6 @@ def train(args: argparse.Namespace) -> None:
                           metrics_csv=paths.results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
                           progress=not args.no_progress, desc=name, device=device,
                           extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": list(classes)})
-        began = time.perf_counter()
         fit = trainer.fit(train_set, dev_set)
         test = trainer.test(test_set)
         if not distributed.is_main():
@@ -344,7 +344,6 @@ def train(args: argparse.Namespace) -> None:
         done = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
         print(f"{name}: best dev epoch {fit.best_epoch}, dev root {fit.best_dev['root']:.2f}, test root "
               f"{test.root:.2f}, test phrase {test.phrase:.2f}, {fit.seconds:.0f} s{done}", file=sys.stderr)
-        print(f"wall time since start {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -550,4 +549,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    start = time.perf_counter()
     main_guard(lambda: main(sys.argv[1:]), "sst.py")
+    note(f"wall time {time.perf_counter() - start:.0f} s")

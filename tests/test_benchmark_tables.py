@@ -41,6 +41,29 @@ def test_step_ratio_and_before_after_table():
     assert epoch.comparison({k: v for k, v in results.items() if k != "baseline"}) == ""
 
 
+def test_whole_command_column_where_the_runs_recorded_it():
+    epoch = epoch_module()
+    timed = [dict(run(8.0, 4.0), command_seconds=11.0), dict(run(10.0, 4.0), command_seconds=14.0)]
+    untimed = [run(12.0, 6.0), run(18.0, 6.0)]
+    results = {"commit": "a" * 40, "dirty": False, "machine": "test", "epochs": 1, "rounds": 2,
+               "setups": ["1x1", "1x2"], "command": "python benchmarks/epoch.py", "models": {
+                   "nary": {"1x1": {"runs": timed, "median_trees_per_s": 111.0},
+                            "1x2": {"runs": untimed, "median_trees_per_s": 70.0}}}}
+    phases = epoch.phase_table(results)
+    assert "| × step | command |" in phases
+    assert "| 1.12 | 12.50 |" in phases and "| 1.50 | — |" in phases  # median of 11 and 14; none recorded
+    # Before/after: the command's columns only where both sides recorded it.
+    baseline = {"commit": "b" * 40, "dirty": False, "models": {"nary": {
+        "1x1": {"runs": [dict(r, command_seconds=20.0) for r in untimed], "median_trees_per_s": 70.0},
+        "1x2": {"runs": [dict(r, command_seconds=25.0) for r in untimed], "median_trees_per_s": 70.0}}}}
+    for_both = copy.deepcopy(results)
+    for_both["models"]["nary"]["1x2"]["runs"] = [dict(r, command_seconds=20.0) for r in timed]
+    comparison = epoch.comparison({**for_both, "baseline": baseline})
+    assert "| command before (s) | command after (s) |" in comparison
+    assert "| 20.00 | 12.50 | 0.62 |" in comparison and "| 25.00 | 20.00 | 0.80 |" in comparison
+    assert "command" not in epoch.comparison({**results, "baseline": baseline}).split("\n")[2]
+
+
 def test_a_rerun_of_some_models_replaces_their_rows_and_names_its_commit():
     epoch = epoch_module()
 
