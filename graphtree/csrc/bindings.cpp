@@ -45,18 +45,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   bind_fixed_head_levels(m);
   bind_leaf_sum_levels(m);
   bind_lstm_rnn_levels(m);
-  m.def("run_levels_forward", &run_levels_forward, py::call_guard<py::gil_scoped_release>(), "the engine's forward level loop over a LevelKernel",
+  m.def("run_levels_forward", &run_levels_forward, "the engine's forward level loop over a LevelKernel",
         py::arg("kernel"), py::arg("buffers"), py::arg("inputs"), py::arg("ptr"), py::arg("slots"),
         py::arg("position_groups"), py::arg("save"));
-  m.def("run_levels_backward", &run_levels_backward, py::call_guard<py::gil_scoped_release>(),
+  m.def("run_levels_backward", &run_levels_backward,
         "the engine's backward level loop over a LevelKernel; returns its parameter gradients",
         py::arg("kernel"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptr"), py::arg("slots"),
         py::arg("position_groups"));
-  m.def("run_passes_forward", &run_passes_forward, py::call_guard<py::gil_scoped_release>(),
+  m.def("run_passes_forward", &run_passes_forward,
         "run_levels_forward of several independent passes, side by side on PyTorch's threads (one pass a thread)",
         py::arg("kernels"), py::arg("buffers"), py::arg("inputs"), py::arg("ptrs"), py::arg("slots"),
         py::arg("position_groups"), py::arg("save"));
-  m.def("run_passes_backward", &run_passes_backward, py::call_guard<py::gil_scoped_release>(),
+  m.def("run_passes_backward", &run_passes_backward,
         "run_levels_backward of the passes of a saving run_passes_forward, side by side; each pass's parameter "
         "gradients",
         py::arg("kernels"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptrs"), py::arg("slots"),
