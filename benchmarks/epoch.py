@@ -162,10 +162,10 @@ def phase_table(results: dict) -> str:
             cells = [f"{statistics.median(p[c] for _, p in epochs):.2f}" for c in PHASE_COLUMNS]
             over_step = statistics.median(seconds / sum(p[c] for c in STEP_PHASES) for seconds, p in epochs)
             command = command_seconds(runs)
+            command_cell = (" — |" if command is None else f" {command:.2f} |") if commands else ""
             lines.append(f"| {NAMES.get(model, model)} | {setup_name(setup)} | "
                          f"{rows[setup]['median_trees_per_s']:.0f} | {median:.2f} | " + " | ".join(cells)
-                         + f" | {over_step:.2f} |" + ((" —" if command is None else f" {command:.2f}") + " |"
-                                                     if commands else ""))
+                         + f" | {over_step:.2f} |{command_cell}")
     return "\n".join(lines) + "\n" if len(lines) > 4 else ""  # runs from before the trainer timed phases: none
 
 
