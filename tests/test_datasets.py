@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from corpora import CORPORA, needs_corpora
-from torch_geometric.data import Batch
+from torch_geometric.data import Batch, InMemoryDataset
 from torch_geometric.loader import DataLoader
 
 from graphtree.data import from_parents
@@ -173,6 +173,17 @@ def test_processed_files_pack_string_lists_and_read_back_the_same_graphs(tmp_pat
     assert stored["tokens"]["counts"].tolist() == [2, 2]
     assert [dev[i].tokens for i in range(len(dev))] == [["Meh", "awful"], ["Great", "film"]]
     assert dev._data.tokens == [["Meh", "awful"], ["Great", "film"]]
+
+
+def test_dataset_length_follows_its_storage(tmp_path, small_sst):
+    root = tmp_path / "data"
+    dev = SST(root, "dev", mirror=small_sst[1])
+    assert len(dev) == 2 and len(dev[1:]) == 1 and [g.tokens for g in dev[::-1]] == [["Great", "film"],
+                                                                                      ["Meh", "awful"]]
+    # Another storage loaded into the same dataset: counted anew, not the first one's count.
+    one, slices = InMemoryDataset.collate([from_parents([0, 1], tokens=["a", "b"])])
+    dev.data, dev.slices = one, slices
+    assert dev.len() == len(dev) == 1
 
 
 @pytest.mark.parametrize("value", [
