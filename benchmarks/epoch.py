@@ -23,7 +23,9 @@ alike; tables give the median over rounds.
     python benchmarks/epoch.py --device cuda --setups 1x1 --rounds 1 --embeddings random   # on a GPU
 
 ``--baseline CHECKOUT`` alternates every run with the same run of another checkout (each imports its own
-graphtree) and adds a before/after table of epoch seconds.
+graphtree) and adds a before/after table of epoch seconds: the ratio of the two medians, and ``paired``, the
+median over rounds of each round's ratio (the two checkouts run back to back), which drift of the machine between
+rounds moves less.
 
 ``--readme processes`` writes the speed-up table into README's ``<!-- results:processes -->`` block,
 ``--readme epoch`` the phase table (and the before/after table) into ``<!-- results:epoch -->``. ``× step`` is
@@ -235,6 +237,13 @@ def measure(args: argparse.Namespace) -> dict:
     return results
 
 
+def paired_ratio(after_runs: list[dict], before_runs: list[dict]) -> float:
+    """The median over rounds of one round's after / before epoch: each round runs the two checkouts back to
+    back, so drift of the machine between rounds, which moves the ratio of the two medians, cancels."""
+    return statistics.median(a / b for after, before in zip(after_runs, before_runs, strict=True)
+                             for a, b in zip(after["train_seconds"], before["train_seconds"], strict=True))
+
+
 def comparison(results: dict) -> str:
     """Epoch seconds against the baseline checkout's, run for run in the same measurement."""
     if "baseline" not in results:
@@ -244,15 +253,16 @@ def comparison(results: dict) -> str:
         base["models"][model][s]["runs"]) is not None for model, rows in results["models"].items()
         for s in results["setups"])
     lines = [f"One training epoch against {base['commit'][:7]}{'+dirty' if base['dirty'] else ''}, "
-             f"{source(results)}:", "", "| model | setup | before (s) | after (s) | after / before |"
+             f"{source(results)}:", "", "| model | setup | before (s) | after (s) | after / before | paired |"
              + (" command before (s) | command after (s) | after / before |" if commands else ""),
-             "|---|---|---|---|---|" + ("---|---|---|" if commands else "")]
+             "|---|---|---|---|---|---|" + ("---|---|---|" if commands else "")]
     for model, rows in results["models"].items():
         for setup in results["setups"]:
             after = statistics.median(s for run in rows[setup]["runs"] for s in run["train_seconds"])
             before = statistics.median(s for run in base["models"][model][setup]["runs"] for s in run["train_seconds"])
+            paired = paired_ratio(rows[setup]["runs"], base["models"][model][setup]["runs"])
             line = (f"| {NAMES.get(model, model)} | {setup_name(setup)} | {before:.2f} | {after:.2f} | "
-                    f"{after / before:.2f} |")
+                    f"{after / before:.2f} | {paired:.2f} |")
             if commands:
                 command_before = command_seconds(base["models"][model][setup]["runs"])
                 command_after = command_seconds(rows[setup]["runs"])

@@ -38,6 +38,8 @@ def test_step_ratio_and_before_after_table():
     assert "| 9.00 | 0.50 | 4.00 | 3.00 | 0.50 | 0.50 | 0.20 | 1.12 |" in phases
     comparison = epoch.comparison(results)
     assert "against bbbbbbb" in comparison and "| 15.00 | 9.00 | 0.60 |" in comparison  # medians 15 and 9
+    # Paired: round by round 8 / 12 and 10 / 18, whose median (of two: their mean) is 0.611.
+    assert "| after / before | paired |" in comparison and "| 0.60 | 0.61 |" in comparison
     assert epoch.comparison({k: v for k, v in results.items() if k != "baseline"}) == ""
 
 
