@@ -175,6 +175,21 @@ def test_processed_files_pack_string_lists_and_read_back_the_same_graphs(tmp_pat
     assert dev._data.tokens == [["Meh", "awful"], ["Great", "film"]]
 
 
+def test_sst_script_vocabulary_from_token_columns_is_the_one_from_graphs(tmp_path, small_sst):
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
+    import sst
+
+    root, url = str(tmp_path / "data"), small_sst[1]
+    # Hand-written: the words of every split ("so" twice; "-LRB-" found as "(").
+    table = {"it", "good", ".", "so", "(", "awful", "film", "but"}
+    graphs = [g for split in ("train", "dev", "test") for g in SST(root, split, mirror=url)]
+    with_vectors = sst.build_vocab({}, root, url, table)
+    assert with_vectors == Vocab.build(graphs, pretrained=table)
+    assert with_vectors.itos == ["<unk>", "so", "-LRB-", ".", "awful", "but", "film", "good", "it"]
+    assert sst.build_vocab({}, root, url, None) == Vocab.build(SST(root, "train", mirror=url))
+
+
 def test_dataset_length_follows_its_storage(tmp_path, small_sst):
     root = tmp_path / "data"
     dev = SST(root, "dev", mirror=small_sst[1])
