@@ -426,7 +426,12 @@ def _position_counts(plan: LevelPlan, widths: list[int]) -> list[tuple[int, ...]
 
 
 def _gather(buffers: list[Tensor], slots: _Slots) -> Children:
-    return Children(_gathered(buffers, slots), slots.mask, slots.position, slots.position_counts)
+    return _children(_gathered(buffers, slots), slots)
+
+
+def _children(states: Sequence[Tensor], slots: _Slots) -> Children:
+    """A level's :class:`Children`: the children's ``states`` (``[n, K, d]`` each) and the slots' layout."""
+    return Children(tuple(states), slots.mask, slots.position, slots.position_counts)
 
 
 def _gathered(buffers: list[Tensor], slots: _Slots) -> tuple[Tensor, ...]:
@@ -473,9 +478,7 @@ def _definition_pass(prepared: _Prepared) -> list[Tensor]:
     states: tuple[Tensor, ...] = ()
     for level in range(plan.num_levels):
         token, *children = _NextLevel.apply(run, level, token, *states)
-        slots = levels[level]
-        states = call(Children(tuple(children), slots.mask, slots.position, slots.position_counts),
-                      [x[level] for x in per_level])
+        states = call(_children(children, levels[level]), [x[level] for x in per_level])
     token, = _NextLevel.apply(run, plan.num_levels, token, *states)  # the last level's states in, nothing out
     return list(_PassOutputs.apply(run, token))
 
