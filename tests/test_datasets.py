@@ -22,6 +22,7 @@ from torch_geometric.data import Batch, InMemoryDataset
 from torch_geometric.loader import DataLoader
 
 from graphtree.data import from_parents
+from graphtree.data.batching import separate_graphs
 from graphtree.datasets import (
     MIRROR_ENV,
     SICK,
@@ -567,21 +568,23 @@ def test_real_full_counts(tmp_path):
     assert sizes == {"train": 4952, "dev": 500, "test": 500}
 
 
-def test_cutting_a_corpus_pauses_the_garbage_collector_and_restores_it():
+def test_cutting_a_corpus_pauses_the_garbage_collector_and_restores_it(tmp_path, small_sst, monkeypatch):
     import gc
 
-    from graphtree.datasets.base import _collection_paused
+    from graphtree.datasets import base
 
+    dev = SST(tmp_path / "data", "dev", mirror=small_sst[1])
+    seen = []
+
+    def cut(data, slices):
+        seen.append(gc.isenabled())
+        return separate_graphs(data, slices)
+
+    monkeypatch.setattr(base, "separate_graphs", cut)
     was = gc.isenabled()
     try:
-        for before in (True, False):
-            (gc.enable if before else gc.disable)()
-            with _collection_paused():
-                assert not gc.isenabled()
-            assert gc.isenabled() == before
         gc.enable()
-        with pytest.raises(KeyError), _collection_paused():
-            raise KeyError
-        assert gc.isenabled()
+        assert dev[1].tokens == ["Great", "film"] and dev[0].tokens == ["Meh", "awful"]
+        assert seen == [False] and gc.isenabled()  # cut once, collector paused, and on again after
     finally:
         (gc.enable if was else gc.disable)()

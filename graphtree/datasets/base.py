@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.data.data import BaseData
 from torch_geometric.io import fs
 
+from ..collector import collection_paused
 from ..data.batching import separate_graphs
 from ..vocab import Vocab
 from .download import DatasetError, RemoteFile, atomic_torch_save, resolve_mirror
@@ -144,7 +143,7 @@ class CorpusDataset(InMemoryDataset):
         """Graph ``idx``, as ``InMemoryDataset.get`` gives it; the first call cuts every graph from the storage
         in one pass (:func:`~graphtree.data.batching.separate_graphs`) instead of one graph per call."""
         if getattr(self, "_data_list", None) is None and self.len() > 1:
-            with _collection_paused():
+            with collection_paused():  # tens of thousands of graphs, all kept (graphtree.collector)
                 self._data_list = separate_graphs(self._data, self.slices)  # None: PyG cuts them one by one
         return super().get(idx)
 
@@ -176,20 +175,6 @@ def unpack_string_lists(value: Any) -> Any:
     flat = [text[end - length:end] for end, length in zip(ends, lengths)]
     bounds = [0, *accumulate(value["counts"].tolist())]
     return [flat[begin:end] for begin, end in zip(bounds, bounds[1:])]
-
-
-@contextmanager
-def _collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused for the duration (as it was, after). Cutting a corpus into graphs
-    makes tens of thousands of objects that all stay alive, and each full collection that their number sets off
-    walks the whole heap, torch's included, to free nothing."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 SPLIT_ORDER = ("test", "dev", "train")  # the order generated splits are drawn in

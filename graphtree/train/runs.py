@@ -30,6 +30,7 @@ from typing import NoReturn, TypeVar
 
 import torch
 
+from ..collector import startup_frozen
 from ..datasets import MIRROR_ENV
 from ..errors import GraphtreeError
 from . import distributed
@@ -60,10 +61,12 @@ def note(message: str) -> None:
 def main_guard(main: Callable[[], T], prog: str) -> T:
     """Run ``main`` and return what it returns; a user error ends it with one line ``prog: error: ...`` and exit
     status 2, no traceback. The code's commit is read first, before the run (see
-    :func:`~graphtree.train.provenance.code_state`)."""
+    :func:`~graphtree.train.provenance.code_state`). What the imports made lives as long as the run and is left
+    out of garbage collection while it runs (:func:`~graphtree.collector.startup_frozen`)."""
     code_state()
     try:
-        return main()
+        with startup_frozen():
+            return main()
     except (GraphtreeError, FileNotFoundError) as error:
         text = str(error) if not isinstance(error, FileNotFoundError) or not error.filename else (
             f"no such file: {error.filename}")
