@@ -30,10 +30,12 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import torch
+from torch_geometric.data import Data
 
 from graphtree.datasets import SST
 from graphtree.embeddings import embedding_matrix, load_glove
@@ -221,12 +223,15 @@ def build_vocab(cfg: dict, root: str, mirror: str | None, vectors) -> Vocab:
     return Vocab.build(sentences, pretrained=vectors)
 
 
-def load_split(cfg: dict, split: str, vocab: Vocab, root: str, mirror: str | None) -> list:
-    """One SST split as a list of trees, with the run's structure and (for training) supervision."""
-    data = list(SST(root, split, fine_grained=cfg["fine_grained"], vocab=vocab, mirror=mirror, log=False))
+def load_split(cfg: dict, split: str, vocab: Vocab, root: str, mirror: str | None) -> Sequence[Data]:
+    """One SST split: the dataset itself, or a list of its trees remade with the run's structure and (for
+    training) supervision where those are not the corpus's own. (The trainer cuts minibatches straight from a
+    dataset's storage.)"""
+    data: Sequence[Data] = SST(root, split, fine_grained=cfg["fine_grained"], vocab=vocab, mirror=mirror, log=False)
     if cfg["structure"] != "gold":
         data = [recursive_tree(d, cfg["structure"], vocab) for d in data]
-    if split == "train":  # dev and test keep every label: Zhu evaluate the same nodes whatever the training
+    # dev and test keep every label: Zhu evaluate the same nodes whatever the training
+    if split == "train" and cfg["supervision"] != "all":
         data = [restrict_supervision(d, cfg["supervision"]) for d in data]
     return data
 

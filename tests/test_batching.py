@@ -211,6 +211,35 @@ def test_separate_graphs_is_pygs_cut_on_every_generated_and_file_dataset(tmp_pat
         assert_same_graphs([picked[0], picked[1]], [reference[last], reference[0]])
 
 
+@pytest.mark.parametrize("batch_size", [1, 5, 25])
+def test_a_cutter_reads_a_datasets_storage_and_gives_pygs_batches_of_its_graphs(tmp_path, batch_size):
+    datasets = [
+        ListOps(tmp_path, "test", train_size=20, dev_size=5, test_size=30, log=False),
+        BooleanCircuits(tmp_path, "test", train_size=10, dev_size=5, test_size=12, num_inputs=3, num_gates=6,
+                        log=False),
+    ]
+    for example in ("example.ptb", "example.jsonl", "example.conllu", "features.jsonl"):
+        datasets.append(GraphFiles(tmp_path / "files", "all", files=DATA / example, log=False))
+    odd = [odd_graph(k) for k in range(11)]
+    storage = InMemoryDataset()
+    storage.data, storage.slices = InMemoryDataset.collate(odd)
+    datasets.append(storage)
+    rng = random.Random(batch_size)
+    for dataset in datasets:
+        reference = pyg_graphs(dataset)  # each graph cut by PyG on its own
+        cutter = BatchCutter.of(dataset)
+        assert cutter is not None and dataset._data_list is None  # read from the storage: no graph was cut
+        order = list(range(len(reference)))
+        rng.shuffle(order)
+        for k, batch in enumerate(cutter.batches(order, batch_size)):
+            picked = [reference[i] for i in order[k * batch_size:(k + 1) * batch_size]]
+            assert_same_batch(batch, Batch.from_data_list(picked))
+    # A view of a dataset, or one with a transform, is read graph by graph, as before: the same batches.
+    view = datasets[0][[3, 1, 4, 1, 5]]
+    assert_same_batch(next(BatchCutter.of(view).batches([0, 1, 2, 3, 4], 5)),
+                      Batch.from_data_list([reference_graph for reference_graph in view]))
+
+
 def test_separate_graphs_with_odd_attributes_and_fallbacks():
     def graph(k: int) -> Data:
         data = from_ptb(f"(1 (2 a{k}) (3 (4 b) (0 c)))")

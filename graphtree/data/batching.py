@@ -15,9 +15,9 @@ attributes, loader worker processes, where PyG writes into shared memory) goes
 to ``Batch.from_data_list`` unchanged.
 
 :class:`BatchCutter` goes further for training, where every epoch batches the same graphs in a new order: it
-concatenates them once, and per epoch reorders each attribute in one operation, so that each minibatch is cut
-out of the reordered attributes (a view, an offset subtracted) instead of concatenated anew. The minibatches
-are again exactly PyG's.
+concatenates them once (an ``InMemoryDataset``'s storage is that concatenation already, and is read as it is),
+and per epoch reorders each attribute in one operation, so that each minibatch is cut out of the reordered
+attributes (a view, an offset subtracted) instead of concatenated anew. The minibatches are again exactly PyG's.
 
 :func:`separate_graphs` is the other direction for an ``InMemoryDataset``'s
 storage: PyG's ``InMemoryDataset.get`` cuts one graph at a time, asking for
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import get_worker_info
 from torch_geometric import EdgeIndex, Index
-from torch_geometric.data import Batch, Data
+from torch_geometric.data import Batch, Data, InMemoryDataset
 
 __all__ = ["BatchCutter", "collate_graphs", "separate_graphs"]
 
@@ -202,7 +202,12 @@ class BatchCutter:
 
     @classmethod
     def of(cls, graphs: Sequence[Data]) -> BatchCutter | None:
-        """A cutter for ``graphs``, or ``None`` where minibatches must be built graph by graph."""
+        """A cutter for ``graphs``, or ``None`` where minibatches must be built graph by graph. An
+        ``InMemoryDataset`` (whole, without a ``transform``) is read from its storage, which holds its graphs
+        concatenated already: no graph is cut out of it first."""
+        stored = _stored_whole(graphs) if isinstance(graphs, InMemoryDataset) else None
+        if stored is not None:
+            return cls(*stored)
         columns = _columns(graphs, []) if graphs else None
         if columns is None or any("batch" in key and isinstance(values[0], Tensor) for key, values in
                                   columns.items()):
@@ -280,6 +285,33 @@ class BatchCutter:
             yield out
 
 
+def _stored_whole(dataset: InMemoryDataset) -> tuple[Batch, list[str]] | None:
+    """What :meth:`BatchCutter.of` builds from ``dataset``'s graphs (the concatenation and its attribute order),
+    read from the dataset's storage instead: the storage holds the graphs' attributes in order, cut by its
+    slices, with index attributes as each graph holds them (not shifted), so every graph's shift in it is 0.
+    ``None`` where the graphs must be read one by one (a view or a transformed dataset, a storage PyG cuts itself,
+    graphs without node counts, a ``batch``-named tensor, a tensor off the CPU)."""
+    if dataset.transform is not None or dataset._indices is not None:
+        return None
+    data, slices = dataset._data, dataset.slices
+    layout = _storage_layout(data, slices) if data is not None and slices is not None else None
+    if layout is None or layout[2] is None or not layout[1]:
+        return None
+    keys, count, num_nodes = layout
+    keys = [key for key in keys if key != "ptr"]
+    store = data.stores[0]
+    if any(isinstance(store[key], Tensor) and ("batch" in key or store[key].device.type != "cpu") for key in keys):
+        return None
+    whole = _new_batch()
+    whole.stores[0]._mapping.update((key, store[key]) for key in keys)
+    whole.stores[0]._num_nodes = list(num_nodes)
+    whole.stores[0].num_nodes = sum(num_nodes)
+    whole._slice_dict = {key: slices[key] for key in keys}
+    not_shifted = torch.zeros(count, dtype=torch.long)
+    whole._inc_dict = {key: not_shifted if isinstance(store[key], Tensor) else None for key in keys}
+    return whole, [*keys, "num_nodes"]
+
+
 def _is_index(key: str) -> bool:
     return "index" in key or key == "face"
 
@@ -300,11 +332,39 @@ def separate_graphs(data: Data, slices: Mapping[str, Any]) -> list[Data] | None:
     them one by one (``separate`` without decrement): the same attributes in the same order, tensors as views of
     the storage with the same shapes and strides. ``None`` where PyG's own per-graph cut must run (anything but
     plain ``Data`` with strided tensors and lists)."""
+    layout = _storage_layout(data, slices)
+    if layout is None:
+        return None
+    keys, _, num_nodes = layout
+    store = data.stores[0]
+    columns: list[Sequence[Any]] = []
+    for key in keys:
+        values = store[key]
+        if isinstance(values, Tensor):
+            bounds = slices[key]
+            columns.append(values.split((bounds[1:] - bounds[:-1]).tolist(), dim=data.__cat_dim__(key, values, store)))
+        else:
+            columns.append(values)  # a list attribute (e.g. tokens): one entry per graph
+    graphs = []
+    for index, row in enumerate(zip(*columns)):
+        graph = Data()
+        # straight into the store: Data's item assignment also clears caches that a new graph lacks, and made the
+        # whole cut five times slower
+        graph._store._mapping.update(zip(keys, row))
+        if num_nodes is not None:
+            graph.num_nodes = num_nodes[index]
+        graphs.append(graph)
+    return graphs
+
+
+def _storage_layout(data: Data, slices: Mapping[str, Any]) -> tuple[list[str], int, list[int] | None] | None:
+    """An ``InMemoryDataset`` storage's attributes in PyG's order (the slices'), its graph count and the graphs'
+    node counts where it keeps them; ``None`` unless it is plain ``Data`` whose attributes are all strided tensors
+    cut along ``Data``'s dimension or lists with one entry per graph."""
     if type(data) is not Data or not slices:
         return None
     store = data.stores[0]
     keys = [key for key in slices if key in store]  # PyG's order: the slices', for the attributes stored
-    columns: list[Sequence[Any]] = []
     count = len(slices[keys[0]]) - 1 if keys else 0
     for key in keys:
         values, bounds = store[key], slices[key]
@@ -316,23 +376,11 @@ def separate_graphs(data: Data, slices: Mapping[str, Any]) -> list[Data] | None:
             cat_dim = data.__cat_dim__(key, values, store)  # Data's rule: None only for sparse attributes
             if cat_dim is None or int(bounds[0]) != 0 or int(bounds[-1]) != values.size(cat_dim):
                 return None
-            columns.append(values.split((bounds[1:] - bounds[:-1]).tolist(), dim=cat_dim))
-        elif isinstance(values, list) and len(values) == count and not any(
+        elif not (isinstance(values, list) and len(values) == count and not any(
                 isinstance(v, (Tensor, Mapping)) or (isinstance(v, list) and v and isinstance(v[0], Tensor))
-                for v in values[:1]):
-            columns.append(values)  # a list attribute (e.g. tokens): one entry per graph
-        else:
+                for v in values[:1])):
             return None
     num_nodes = getattr(store, "_num_nodes", None)
     if num_nodes is not None and len(num_nodes) != count:
         return None
-    graphs = []
-    for index, row in enumerate(zip(*columns)):
-        graph = Data()
-        # straight into the store: Data's item assignment also clears caches that a new graph lacks, and made the
-        # whole cut five times slower
-        graph._store._mapping.update(zip(keys, row))
-        if num_nodes is not None:
-            graph.num_nodes = num_nodes[index]
-        graphs.append(graph)
-    return graphs
+    return keys, count, num_nodes
