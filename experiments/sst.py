@@ -33,9 +33,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from torch_geometric.data import Data
 
 from graphtree.datasets import SST
 from graphtree.embeddings import embedding_matrix, load_glove
@@ -69,6 +69,9 @@ from graphtree.train.runs import (
     run_record,
 )
 from graphtree.vocab import Vocab
+
+if TYPE_CHECKING:  # PyG itself is imported by graphtree, which pauses the garbage collector for it
+    from torch_geometric.data import Data
 
 # ----------------------------------------------------------------------------------------------------------------
 # The papers' settings. dim: word vector size with random vectors (pretrained ones bring their own);
