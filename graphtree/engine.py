@@ -30,6 +30,7 @@ exactness tests check both against per-node recursive references.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -361,12 +362,42 @@ def _num_outputs(cell: torch.nn.Module) -> int:
     return count
 
 
-class _Slots(NamedTuple):
-    index: Tensor  # [n, K] level-sorted predecessor ids, num_nodes where empty
-    mask: Tensor
-    position: Tensor
-    position_counts: tuple[int, ...]
-    flat_index: Tensor  # index.view(-1), made once: the gathers and the gradient accumulation use it
+class _Slots:
+    """One level's slots: ``index`` ``[n, K]``, the level-sorted predecessor ids (``num_nodes`` where empty), and
+    ``flat_index``, its ``view(-1)`` (the gathers and the gradient accumulation use it). ``mask``, ``position``
+    and ``position_counts``, the layout a level's :class:`Children` carry, are made on first use: the compiled
+    level loops read only ``flat_index``."""
+
+    __slots__ = ("_layout", "_level", "flat_index", "index")
+
+    def __init__(self, index: Tensor, flat_index: Tensor, layout: _SlotLayout, level: int) -> None:
+        self.index, self.flat_index, self._layout, self._level = index, flat_index, layout, level
+
+    @property
+    def mask(self) -> Tensor:
+        return self.index != self._layout.empty
+
+    @property
+    def position(self) -> Tensor:
+        return self._layout.position(self._level)
+
+    @property
+    def position_counts(self) -> tuple[int, ...]:
+        return self._layout.counts[self._level]
+
+
+class _SlotLayout:
+    """What the levels of one :func:`_level_slots` share: the padded position matrix and the plan."""
+
+    def __init__(self, plan: LevelPlan, widths: list[int], position: Tensor) -> None:
+        self.plan, self.widths, self.empty, self._position = plan, widths, plan.num_nodes, position
+
+    def position(self, level: int) -> Tensor:
+        return block(self._position, self.plan.ptr[level], self.plan.ptr[level + 1], self.widths[level])
+
+    @cached_property
+    def counts(self) -> list[tuple[int, ...]]:
+        return _position_counts(self.plan, self.widths)
 
 
 def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, device: torch.device) -> list[_Slots]:
@@ -396,15 +427,22 @@ def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, dev
     if extra > 0:
         index = torch.nn.functional.pad(index, (0, extra), value=plan.num_nodes)
         position = torch.nn.functional.pad(position, (0, extra), value=-1)
-    counts = _position_counts(plan, widths)
     index, position = index.to(device), position.to(device)
-    mask = index != plan.num_nodes
+    layout = _SlotLayout(plan, widths, position)
+    # A level as wide as the matrix is a run of its flat view: one split cuts all of those (a level loop of
+    # small minibatches, LSTM-RNN's five trees, spent as long on one slice per level as on its products).
+    full = index.size(1)
+    runs = index.view(-1).split([(b - a) * full for a, b in zip(plan.ptr, plan.ptr[1:])]) if full else None
     levels = []
     for level, width in enumerate(widths):
         a, b = plan.ptr[level], plan.ptr[level + 1]
-        level_index = block(index, a, b, width)
-        levels.append(_Slots(level_index, block(mask, a, b, width), block(position, a, b, width), counts[level],
-                             level_index.view(-1)))
+        if width == full and runs is not None:
+            flat = runs[level]
+            level_index = flat.view(b - a, width)
+        else:
+            level_index = block(index, a, b, width)
+            flat = level_index.view(-1)
+        levels.append(_Slots(level_index, flat, layout, level))
     plan._by_device[key] = levels
     return levels
 
