@@ -349,15 +349,10 @@ def _build_plan(direction: str, level: Tensor, receiver: Tensor, sender: Tensor,
     rank[order] = np.arange(num_nodes)
     ptr = [0, *np.cumsum(np.bincount(levels, minlength=num_levels)).tolist()]
 
-    receiver_rank = rank[receivers]
-    edge_order = _stable_order(receiver_rank)
-    row = receiver_rank[edge_order]
-    col = slots[edge_order]
-    source = rank[senders][edge_order]
-    pos = edge_positions[edge_order]
-
     # All levels' slot matrices at once, as row blocks of one [num_nodes, widest] matrix: level l's nodes are
-    # rows ptr[l]:ptr[l + 1] (level-sorted), and its matrix is the first `widths[l]` columns of its block.
+    # rows ptr[l]:ptr[l + 1] (level-sorted), and its matrix is the first `widths[l]` columns of its block. Each
+    # edge writes its own entry (row: its receiver's rank, column: its slot), so the edges' order does not matter.
+    row, col, source, pos = rank[receivers], slots, rank[senders], edge_positions
     widest = int(col.max()) + 1 if col.size else 0
     index = np.full((num_nodes, widest), num_nodes, dtype=np.int64)
     position = np.full((num_nodes, widest), -1, dtype=np.int64)
