@@ -568,6 +568,26 @@ def test_real_full_counts(tmp_path):
     assert sizes == {"train": 4952, "dev": 500, "test": 500}
 
 
+def test_views_of_a_dataset_share_one_cut_of_its_storage(tmp_path, small_sst, monkeypatch):
+    from graphtree.datasets import base
+
+    dev = SST(tmp_path / "data", "dev", mirror=small_sst[1])
+    cuts = []
+
+    def cut(data, slices):
+        cuts.append(len(slices["y"]) - 1)
+        return separate_graphs(data, slices)
+
+    monkeypatch.setattr(base, "separate_graphs", cut)
+    first, second = dev[0:1], dev[1:2]  # views made before any graph was read (as batches for evaluation are)
+    assert [g.tokens for g in second] == [["Great", "film"]] and [g.tokens for g in first] == [["Meh", "awful"]]
+    assert [g.tokens for g in dev] == [["Meh", "awful"], ["Great", "film"]]
+    assert cuts == [2]  # the storage was cut once, for the dataset and both views
+    one, slices = InMemoryDataset.collate([from_parents([0, 1], tokens=["a", "b"]), from_parents([0], tokens=["c"])])
+    dev.data, dev.slices = one, slices  # another storage: cut anew
+    assert [g.tokens for g in dev] == [["a", "b"], ["c"]] and cuts == [2, 2]
+
+
 def test_cutting_a_corpus_pauses_the_garbage_collector_and_restores_it(tmp_path, small_sst, monkeypatch):
     import gc
 

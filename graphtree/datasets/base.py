@@ -75,6 +75,9 @@ class CorpusDataset(InMemoryDataset):
         self.mirror = mirror
         if mirror is not None:
             resolve_mirror(mirror)  # fail early on a mirror folder that does not exist
+        # The graphs cut from the storage, with the slices they were cut by: one dict for this dataset and every
+        # view made of it (PyG's index_select copies a dataset shallowly), so that the views cut it once.
+        self._shared_cut: dict[str, Any] = {}
         super().__init__(root, transform, pre_transform, pre_filter, log=log, force_reload=force_reload)
         self.load(self.processed_paths[0], self.data_cls)
 
@@ -141,10 +144,15 @@ class CorpusDataset(InMemoryDataset):
 
     def get(self, idx: int) -> BaseData:
         """Graph ``idx``, as ``InMemoryDataset.get`` gives it; the first call cuts every graph from the storage
-        in one pass (:func:`~graphtree.data.batching.separate_graphs`) instead of one graph per call."""
+        in one pass (:func:`~graphtree.data.batching.separate_graphs`) instead of one graph per call, for this
+        dataset and the views made of it (``dataset[a:b]``: iterating several of them cuts once)."""
         if getattr(self, "_data_list", None) is None and self.len() > 1:
-            with collection_paused():  # tens of thousands of graphs, all kept (graphtree.collector)
-                self._data_list = separate_graphs(self._data, self.slices)  # None: PyG cuts them one by one
+            shared = self._shared_cut
+            if shared.get("slices") is not self.slices:  # not cut yet, or another storage loaded since
+                with collection_paused():  # tens of thousands of graphs, all kept (graphtree.collector)
+                    shared["graphs"] = separate_graphs(self._data, self.slices)  # None: PyG cuts one by one
+                shared["slices"] = self.slices
+            self._data_list = shared["graphs"]
         return super().get(idx)
 
     def __repr__(self) -> str:
