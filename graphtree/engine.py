@@ -365,21 +365,27 @@ def _num_outputs(cell: torch.nn.Module) -> int:
 class _Slots:
     """One level's slots: ``index`` ``[n, K]``, the level-sorted predecessor ids (``num_nodes`` where empty), and
     ``flat_index``, its ``view(-1)`` (the gathers and the gradient accumulation use it). ``mask``, ``position``
-    and ``position_counts``, the layout a level's :class:`Children` carry, are made on first use: the compiled
-    level loops read only ``flat_index``."""
+    and ``position_counts``, the layout a level's :class:`Children` carry, are made on first use (blocks of
+    matrices made once for all levels): the compiled level loops read only ``flat_index``."""
 
-    __slots__ = ("_layout", "_level", "flat_index", "index")
+    __slots__ = ("_layout", "_level", "_mask", "_position", "flat_index", "index")
 
     def __init__(self, index: Tensor, flat_index: Tensor, layout: _SlotLayout, level: int) -> None:
         self.index, self.flat_index, self._layout, self._level = index, flat_index, layout, level
+        self._mask: Tensor | None = None
+        self._position: Tensor | None = None
 
     @property
     def mask(self) -> Tensor:
-        return self.index != self._layout.empty
+        if self._mask is None:
+            self._mask = self._layout.block(self._layout.mask, self._level)
+        return self._mask
 
     @property
     def position(self) -> Tensor:
-        return self._layout.position(self._level)
+        if self._position is None:
+            self._position = self._layout.block(self._layout.position, self._level)
+        return self._position
 
     @property
     def position_counts(self) -> tuple[int, ...]:
@@ -387,13 +393,17 @@ class _Slots:
 
 
 class _SlotLayout:
-    """What the levels of one :func:`_level_slots` share: the padded position matrix and the plan."""
+    """What the levels of one :func:`_level_slots` share: the padded slot and position matrices, the plan."""
 
-    def __init__(self, plan: LevelPlan, widths: list[int], position: Tensor) -> None:
-        self.plan, self.widths, self.empty, self._position = plan, widths, plan.num_nodes, position
+    def __init__(self, plan: LevelPlan, widths: list[int], index: Tensor, position: Tensor) -> None:
+        self.plan, self.widths, self.index, self.position = plan, widths, index, position
 
-    def position(self, level: int) -> Tensor:
-        return block(self._position, self.plan.ptr[level], self.plan.ptr[level + 1], self.widths[level])
+    def block(self, matrix: Tensor, level: int) -> Tensor:
+        return block(matrix, self.plan.ptr[level], self.plan.ptr[level + 1], self.widths[level])
+
+    @cached_property
+    def mask(self) -> Tensor:
+        return self.index != self.plan.num_nodes
 
     @cached_property
     def counts(self) -> list[tuple[int, ...]]:
@@ -428,7 +438,7 @@ def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, dev
         index = torch.nn.functional.pad(index, (0, extra), value=plan.num_nodes)
         position = torch.nn.functional.pad(position, (0, extra), value=-1)
     index, position = index.to(device), position.to(device)
-    layout = _SlotLayout(plan, widths, position)
+    layout = _SlotLayout(plan, widths, index, position)
     # A level as wide as the matrix is a run of its flat view: one split cuts all of those (a level loop of
     # small minibatches, LSTM-RNN's five trees, spent as long on one slice per level as on its products).
     full = index.size(1)
