@@ -239,6 +239,17 @@ def test_a_cutter_reads_a_datasets_storage_and_gives_pygs_batches_of_its_graphs(
     assert_same_batch(next(BatchCutter.of(view).batches([0, 1, 2, 3, 4], 5)),
                       Batch.from_data_list([reference_graph for reference_graph in view]))
 
+    class Doubled(InMemoryDataset):  # a get() of its own: its graphs are not the storage's
+        def get(self, idx):
+            graph = super().get(idx)
+            graph.scalar = 2 * graph.scalar
+            return graph
+
+    doubled = Doubled()
+    doubled.data, doubled.slices = InMemoryDataset.collate(odd)
+    batch = next(BatchCutter.of(doubled).batches(list(range(len(odd))), len(odd)))
+    assert batch.scalar.tolist() == [2.0 * k for k in range(len(odd))]
+
 
 def test_separate_graphs_with_odd_attributes_and_fallbacks():
     def graph(k: int) -> Data:

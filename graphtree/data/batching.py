@@ -289,9 +289,12 @@ def _stored_whole(dataset: InMemoryDataset) -> tuple[Batch, list[str]] | None:
     """What :meth:`BatchCutter.of` builds from ``dataset``'s graphs (the concatenation and its attribute order),
     read from the dataset's storage instead: the storage holds the graphs' attributes in order, cut by its
     slices, with index attributes as each graph holds them (not shifted), so every graph's shift in it is 0.
-    ``None`` where the graphs must be read one by one (a view or a transformed dataset, a storage PyG cuts itself,
-    graphs without node counts, a ``batch``-named tensor, a tensor off the CPU)."""
+    ``None`` where the graphs must be read one by one (a view or a transformed dataset, a ``get`` of its own, a
+    storage PyG cuts itself, graphs without node counts, a ``batch``-named tensor, a tensor off the CPU)."""
     if dataset.transform is not None or dataset._indices is not None:
+        return None
+    # Only where dataset[i] is the storage's graph i as PyG cuts it: a get() of a subclass may give other graphs.
+    if type(dataset).get is not InMemoryDataset.get and not getattr(dataset, "_gives_stored_graphs", False):
         return None
     data, slices = dataset._data, dataset.slices
     layout = _storage_layout(data, slices) if data is not None and slices is not None else None

@@ -60,6 +60,8 @@ class CorpusDataset(InMemoryDataset):
     splits: Sequence[str] = ("train", "dev", "test")
     remote_files: Sequence[RemoteFile] = ()
     data_cls: type[Data] = Data
+    # get() gives the storage's graphs as PyG's InMemoryDataset.get cuts them (BatchCutter reads the storage)
+    _gives_stored_graphs = True
 
     def __init__(self, root: str | os.PathLike | None, split: str, vocab: Any, mirror: str | os.PathLike | None,
                  transform: Callable | None, pre_transform: Callable | None, pre_filter: Callable | None,
