@@ -25,9 +25,11 @@ Bottom-up, a child sits in the slot equal to its ``edge_pos`` (its position amon
 the parent's children), which is what ordered N-ary cells need. Top-down, a
 node's parents fill slots ``0..P-1`` in edge order.
 
-Building it is vectorized over nodes and edges: every level's slot matrix is a
-block of one matrix filled in one indexed write, so the only Python loop takes
-a view per level.
+Building it is vectorized over nodes and edges, in NumPy on the host arrays
+(a minibatch's plan is a few dozen small array operations, and NumPy dispatches
+each for a fraction of what PyTorch takes): every level's slot matrix is a block
+of one matrix filled in one indexed write, so the only Python loop takes a view
+per level.
 """
 
 from __future__ import annotations
