@@ -10,11 +10,14 @@ collections that follow.
 
 from __future__ import annotations
 
+import atexit
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["collection_paused", "startup_frozen"]
+__all__ = ["collection_paused", "exit_without_collecting", "startup_frozen"]
+
+_freeze_at_exit = False  # exit_without_collecting registered its handler
 
 
 @contextmanager
@@ -42,3 +45,16 @@ def startup_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+def exit_without_collecting() -> None:
+    """Leave every object alive at the interpreter's exit out of the collections it makes while shutting down
+    (``gc.freeze`` in an exit handler): the process frees all its memory anyway, and those collections
+    walked everything a command had made (PyTorch, PyG, the corpus) for most of a second. Objects in reference
+    cycles are then not finalized at exit, which graphtree's commands do not rely on (they close and write their
+    files themselves). Registered once however often called."""
+    global _freeze_at_exit
+    if not _freeze_at_exit:
+        atexit.register(gc.freeze)
+        _freeze_at_exit = True
+

@@ -95,3 +95,19 @@ def test_a_command_runs_with_its_startup_frozen(collector_state):
     with pytest.raises(SystemExit):
         main_guard(failing, "script.py")
     assert gc.get_freeze_count() == 0  # a user error ends the run with the collector as it was
+
+
+def test_the_exit_collects_nothing_once_asked():
+    """In a new interpreter: asked twice, one exit handler, and at exit every object alive is frozen (so the
+    interpreter's last collections walk none of them)."""
+    script = (
+        "import atexit, gc\n"
+        "from unittest import mock\n"
+        "from graphtree.collector import exit_without_collecting\n"
+        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))  # runs after the freeze\n"
+        "with mock.patch.object(atexit, 'register', wraps=atexit.register) as register:\n"
+        "    exit_without_collecting(); exit_without_collecting()\n"
+        "print('handlers added:', register.call_count, 'frozen now:', gc.get_freeze_count() > 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["handlers added: 1 frozen now: False", "frozen at exit: True"]

@@ -30,7 +30,7 @@ from typing import NoReturn, TypeVar
 
 import torch
 
-from ..collector import startup_frozen
+from ..collector import exit_without_collecting, startup_frozen
 from ..datasets import MIRROR_ENV
 from ..errors import GraphtreeError
 from . import distributed
@@ -62,8 +62,10 @@ def main_guard(main: Callable[[], T], prog: str) -> T:
     """Run ``main`` and return what it returns; a user error ends it with one line ``prog: error: ...`` and exit
     status 2, no traceback. The code's commit is read first, before the run (see
     :func:`~graphtree.train.provenance.code_state`). What the imports made lives as long as the run and is left
-    out of garbage collection while it runs (:func:`~graphtree.collector.startup_frozen`)."""
+    out of garbage collection while it runs (:func:`~graphtree.collector.startup_frozen`), and the interpreter's
+    exit collects nothing (:func:`~graphtree.collector.exit_without_collecting`)."""
     code_state()
+    exit_without_collecting()
     try:
         with startup_frozen():
             return main()
