@@ -298,9 +298,11 @@ def _stored_whole(dataset: InMemoryDataset) -> tuple[Batch, list[str]] | None:
         return None
     data, slices = dataset._data, dataset.slices
     layout = _storage_layout(data, slices) if data is not None and slices is not None else None
-    if layout is None or layout[2] is None or not layout[1]:
+    if layout is None:
         return None
     keys, count, num_nodes = layout
+    if num_nodes is None or not count:  # no node counts: the graphs' own path refuses them too
+        return None
     keys = [key for key in keys if key != "ptr"]
     store = data.stores[0]
     if any(isinstance(store[key], Tensor) and ("batch" in key or store[key].device.type != "cpu") for key in keys):
