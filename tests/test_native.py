@@ -562,6 +562,31 @@ def test_scatter_add_rows_adds_repeated_rows_like_index_put(kernels):
         kernels.scatter_add_rows_(dst, torch.tensor([7]), src[:1])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_transposed_is_the_plain_transpose(kernels, threads):
+    # The kernels' weight transposition, tiled and split over threads: every element where a plain loop puts it,
+    # for shapes off the 16-row tiles and 128-row bands, a view, and a single row and column.
+    torch.manual_seed(0)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        matrices = [torch.randn(rows, cols) for rows, cols in [(750, 300), (257, 33), (17, 16), (1, 5), (5, 1),
+                                                               (129, 200), (0, 4)]]
+        matrices.append(torch.randn(40, 70)[3:31, 5:60])  # a strided view
+        for w in matrices:
+            out = kernels.transposed(w)
+            expected = torch.empty(w.size(1), w.size(0))
+            for r in range(w.size(0)):  # plain Python: one row of w into one column
+                expected[:, r] = w[r]
+            assert out.is_contiguous() and torch.equal(out, expected), tuple(w.shape)
+    finally:
+        torch.set_num_threads(previous)
+    with pytest.raises(RuntimeError, match="float32"):
+        kernels.transposed(torch.zeros(3, 4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="matrix"):
+        kernels.transposed(torch.zeros(3))
+
+
 def test_saturated_gates_stay_finite(kernels):
     # Pre-activations far beyond the sigmoid's range: the kernels' clamps must give 0 and 1, not NaN or inf, as
     # the cells' update does.

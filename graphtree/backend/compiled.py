@@ -89,11 +89,10 @@ def nary(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Te
     if cell.forget != "full":
         return None
     U, d = cell.U.detach(), cell.hidden_channels
-    scale = torch.ones(U.size(0), dtype=U.dtype, device=U.device)
-    scale[2 * d:3 * d] = 2
-    U_t = torch.empty(U.size(1), U.size(0), dtype=U.dtype, device=U.device)
-    torch.mul(U.t(), scale, out=U_t)
-    gate_bias = cell.b_U.detach().sum(0)[:U.size(0)] * scale
+    U_t = kernels.transposed(U)
+    U_t[:, 2 * d:3 * d] *= 2
+    gate_bias = cell.b_U.detach().sum(0)[:U.size(0)]
+    gate_bias[2 * d:3 * d] *= 2
     if cell.setting == "general":
         none = U.new_empty(0)
         return kernels.NaryLevels(U_t, gate_bias, U, none, none, True), (cell.U, cell.b_U)

@@ -1,6 +1,7 @@
 // Python bindings of graphtree's compiled level kernels (built and loaded by graphtree/backend/native.py).
 #include <torch/extension.h>
 
+#include "common.h"
 #include "level_loop.h"
 
 #include <optional>
@@ -65,5 +66,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "out.bernoulli_(p, generator) for a contiguous float32 tensor (kept elements set to `value`): the same mask "
         "and generator state, drawn in blocks",
         py::arg("out"), py::arg("p"), py::arg("generator") = py::none(), py::arg("value") = 1.0);
+  m.def("transposed", &graphtree::transposed, "w.t().contiguous() for a float32 matrix, in tiles split over threads",
+        py::arg("w"));
   m.def("scatter_add_rows_", &scatter_add_rows_, "dst[index[r]] += src[r], in place (the engine's child gradients)");
 }

@@ -109,7 +109,7 @@ class ChildSumLevels : public graphtree::LevelKernel {
   // The weights transposed (the level products read them row by row).
   static std::vector<torch::Tensor> derive(const torch::Tensor& U_iou_weight, const torch::Tensor& /*U_iou_bias*/,
                                            const torch::Tensor& U_f_weight, const torch::Tensor& /*U_f_bias*/) {
-    return {U_iou_weight.t().contiguous(), U_f_weight.t().contiguous()};
+    return {graphtree::transposed(U_iou_weight), graphtree::transposed(U_f_weight)};
   }
 
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {

@@ -35,7 +35,7 @@ class GatedHeadLevels : public graphtree::LevelKernel {
 
   // W_zx transposed (the level products read it row by row).
   static std::vector<torch::Tensor> derive(const torch::Tensor& W_zx, const torch::Tensor& /*b_z*/) {
-    return {W_zx.t().contiguous()};
+    return {graphtree::transposed(W_zx)};
   }
 
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {

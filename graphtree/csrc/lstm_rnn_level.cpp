@@ -255,7 +255,7 @@ class LSTMRNNLevels : public graphtree::LevelKernel {
   static std::vector<torch::Tensor> derive(const torch::Tensor& W_leaf, const torch::Tensor& W_inner,
                                            const torch::Tensor& W_cell, const torch::Tensor& /*b*/,
                                            int64_t /*kind*/) {
-    return {W_leaf.t().contiguous(), W_inner.t().contiguous(), W_cell.t().contiguous()};
+    return {graphtree::transposed(W_leaf), graphtree::transposed(W_inner), graphtree::transposed(W_cell)};
   }
 
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {

@@ -209,7 +209,7 @@ class SLSTMLevels : public graphtree::LevelKernel {
                                            const torch::Tensor& W_co, const torch::Tensor& /*b*/,
                                            const std::optional<torch::Tensor>& /*leaf_weight*/,
                                            const std::optional<torch::Tensor>& /*leaf_bias*/) {
-    return {W_h.t().contiguous(), W_c.t().contiguous(), W_co.t().contiguous()};
+    return {graphtree::transposed(W_h), graphtree::transposed(W_c), graphtree::transposed(W_co)};
   }
 
   void begin(const std::vector<graphtree::Level>& levels, bool save) override {
@@ -366,13 +366,13 @@ class LexicalizedLevels : public graphtree::LevelKernel {
                                            const torch::Tensor& b, bool lexicalized) {
     const int64_t d = W_co.size(0), N = W_h.size(1) / d;
     auto W_igo = lexicalized ? torch::cat({W_x.narrow(0, 0, d), W_x.narrow(0, 2 * d, 2 * d)}) : W_x.contiguous();
-    return {W_h.t().contiguous(),
-            W_c.t().contiguous(),
-            W_co.t().contiguous(),
+    return {graphtree::transposed(W_h),
+            graphtree::transposed(W_c),
+            graphtree::transposed(W_co),
             W_igo,
-            W_igo.t().contiguous(),
+            graphtree::transposed(W_igo),
             torch::cat({b.narrow(0, 0, d), b.narrow(0, (N + 1) * d, 2 * d)}),
-            lexicalized ? W_x.t().contiguous() : torch::empty({0}, W_x.options())};
+            lexicalized ? graphtree::transposed(W_x) : torch::empty({0}, W_x.options())};
   }
 
   void prepare(const std::vector<graphtree::Level>& levels, const std::vector<torch::Tensor>& inputs,
@@ -604,11 +604,11 @@ class TopDownLevels : public graphtree::LevelKernel {
                                            const torch::Tensor& W_h, const torch::Tensor& W_c,
                                            const torch::Tensor& W_co) {
     std::vector<torch::Tensor> made;
-    for (int64_t s = 0; s < W_x.size(0); ++s) made.push_back(W_x[s].t().contiguous());
+    for (int64_t s = 0; s < W_x.size(0); ++s) made.push_back(graphtree::transposed(W_x[s]));
     for (int64_t p = 0; p < W_h.size(0); ++p) {
-      made.push_back(W_h[p].t().contiguous());
-      made.push_back(W_c[p].t().contiguous());
-      made.push_back(W_co[p].t().contiguous());
+      made.push_back(graphtree::transposed(W_h[p]));
+      made.push_back(graphtree::transposed(W_c[p]));
+      made.push_back(graphtree::transposed(W_co[p]));
     }
     return made;
   }
