@@ -53,8 +53,8 @@ inline torch::Tensor transposed(const torch::Tensor& w) {
   float* o = out.data_ptr<float>();
   constexpr int64_t tile = 16;
   const int64_t bands = (rows + tile - 1) / tile;
-  // Bands of 8 tile rows (128 rows) a task, and none but the first under 64K elements (256 KB): below that,
-  // waking a second thread costs more than it saves.
+  // Bands of 8 tile rows (128 rows) a task; a matrix under 64K elements (256 KB) is one task, since waking a
+  // second thread for it costs more than it saves.
   const int64_t grain = src.numel() >= (int64_t{1} << 16) ? 8 : bands;
   at::parallel_for(0, bands, grain, [&](int64_t band_begin, int64_t band_end) {
     for (int64_t r0 = band_begin * tile; r0 < std::min(rows, band_end * tile); r0 += tile) {
