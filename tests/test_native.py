@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import copy
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import test_lstm_rnn
@@ -586,6 +589,18 @@ def test_transposed_is_the_plain_transpose(kernels, threads):
     with pytest.raises(RuntimeError, match="matrix"):
         kernels.transposed(torch.zeros(3))
 
+
+
+def test_the_set_up_benchmark_runs_and_finds_the_copies_equal(kernels):
+    # benchmarks/kernel_setup.py in a short form: every cell's row, each with the two transposes equal.
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "benchmarks/kernel_setup.py", "--reps", "2", "--threads", "1"],
+                          cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row[0].lstrip("| ") for row in rows[1:]] == ["nary", "child_sum", "slstm", "lstm_rnn", "contree_lex",
+                                                          "top_down"], done.stdout
+    assert all(row[4] == "yes" for row in rows[1:]), done.stdout
 
 def test_saturated_gates_stay_finite(kernels):
     # Pre-activations far beyond the sigmoid's range: the kernels' clamps must give 0 and 1, not NaN or inf, as

@@ -41,8 +41,8 @@ inline torch::Tensor transposed_at(const std::vector<torch::Tensor>& made, size_
 
 // w ([rows, cols], float32) transposed into a new contiguous [cols, rows] tensor: w.t().contiguous(), the same
 // values (a copy is exact), in 16 x 16 tiles, their bands of rows split over PyTorch's threads. The kernels
-// derive their transposed weights anew for every pass, since the optimizer changes the weights between passes;
-// PyTorch's strided copy took 0.1 ms for a 750 x 300 weight, several times a tiled copy's.
+// derive their transposed weights anew for every pass, since the optimizer changes the weights between passes,
+// and PyTorch's strided copy took most of that set-up (benchmarks/kernel_setup.py times both copies).
 inline torch::Tensor transposed(const torch::Tensor& w) {
   TORCH_CHECK(w.dim() == 2, "transposed: expected a matrix");
   check(w, "transposed's matrix");
