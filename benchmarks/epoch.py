@@ -16,6 +16,7 @@ alike; tables give the median over rounds.
         --out benchmarks/results/processes-cpu.json --readme processes
     python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --out benchmarks/results/epoch-cpu.json --readme epoch
     python benchmarks/epoch.py --table benchmarks/results/epoch-cpu.json --readme epoch   # tables only
+    python benchmarks/epoch.py --table benchmarks/results/epoch-cpu.json --plot benchmarks/results/epoch-cpu.png
     python benchmarks/epoch.py --models childsum --setups 1x1 1x2 --rounds 1 --baseline ../graphtree-before \
         --update benchmarks/results/epoch-cpu.json --readme epoch   # a few models again, the rest kept
     python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --baseline ../graphtree-before   # an A/B
@@ -30,6 +31,8 @@ rounds moves less.
 ``--readme processes`` writes the speed-up table into README's ``<!-- results:processes -->`` block,
 ``--readme epoch`` the phase table (and the before/after table) into ``<!-- results:epoch -->``. ``× step`` is
 the epoch's training pass over its training step (forward, backward, optimizer and embedding update).
+``--plot PNG`` draws the phase table: a bar per model and setup split into the phases, and the baseline's epoch
+under it with the paired ratio.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ NAMES = {"nary": "Constituency Tree-LSTM (Tai et al.)", "childsum": "Child-Sum T
 ALL_MODELS = list(NAMES)
 PHASE_COLUMNS = ("batches", "forward", "backward", "optimizer", "embeddings", "dev")
 STEP_PHASES = ("forward", "backward", "optimizer", "embeddings")  # the training step; "× step": epoch over these
+TRAINING_PHASES = ("batches", *STEP_PHASES)  # the epoch's training pass (dev is not in it)
 
 
 def git(*args: str, repo: Path = REPO) -> str:
@@ -271,6 +275,80 @@ def comparison(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def phase_bars(results: dict) -> list[dict]:
+    """What the figure draws, per model and setup: the median of each training phase over the epochs measured,
+    ``loop`` (the median epoch less their sum: the trainer's loop around them), and where the results have a
+    baseline, its median epoch and the paired after / before ratio. The segments add up to the phase table's
+    ``epoch (training)``."""
+    bars = []
+    for model, rows in results["models"].items():
+        for setup in results["setups"]:
+            runs = rows[setup]["runs"]
+            epochs = [(run["train_seconds"][k], phases) for run in runs
+                      for k, phases in enumerate(run.get("phases") or []) if phases]
+            if not epochs:
+                continue
+            median = statistics.median(seconds for seconds, _ in epochs)
+            segments = {c: statistics.median(p[c] for _, p in epochs) for c in TRAINING_PHASES}
+            segments["loop"] = max(0.0, median - sum(segments.values()))
+            bar = {"model": model, "setup": setup, "epoch": median, "segments": segments}
+            if "baseline" in results:
+                before = results["baseline"]["models"][model][setup]["runs"]
+                bar["before"] = statistics.median(s for run in before for s in run["train_seconds"])
+                bar["paired"] = paired_ratio(runs, before)
+            bars.append(bar)
+    return bars
+
+
+def plot(results: dict, path: Path) -> None:
+    """The phase table as a picture: one panel per setup, a bar per model split into the epoch's phases, and
+    under it the baseline's whole epoch with the paired after / before ratio, where the results have one."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = phase_bars(results)
+    if not bars:
+        raise SystemExit("--plot: the results hold no epoch split into phases")
+    setups = [s for s in results["setups"] if any(b["setup"] == s for b in bars)]
+    models = [m for m in results["models"] if any(b["model"] == m for b in bars)]
+    colors = dict(zip((*TRAINING_PHASES, "loop"), plt.get_cmap("tab10").colors))
+    widest = max(max(b["epoch"], b.get("before", 0.0)) for b in bars)
+    fig, axes = plt.subplots(1, len(setups), figsize=(5.2 * len(setups), 0.55 * len(models) + 1.9),
+                             sharey=True, squeeze=False)
+    for ax, setup in zip(axes[0], setups):
+        for row, model in enumerate(models):
+            bar = next((b for b in bars if b["model"] == model and b["setup"] == setup), None)
+            if bar is None:
+                continue
+            left = 0.0
+            for phase, seconds in bar["segments"].items():
+                ax.barh(row, seconds, left=left, height=0.42, color=colors[phase],
+                        label=phase if row == 0 else None)
+                left += seconds
+            if "before" in bar:
+                ax.barh(row + 0.3, bar["before"], height=0.16, color="0.75",
+                        label=f"before ({results['baseline']['commit'][:7]}), whole epoch" if row == 0 else None)
+                ax.text(bar["before"] + 0.01 * widest, row + 0.3, f"{bar['paired']:.2f}×", va="center",
+                        fontsize=7)
+        ax.set_title(setup_name(setup), fontsize=9)
+        ax.set_xlim(0, widest * 1.12)
+        ax.set_xlabel("seconds of one training epoch (median)")
+        ax.grid(axis="x", lw=0.4, alpha=0.5)
+    axes[0][0].set_yticks(range(len(models)), [NAMES.get(m, m) for m in models], fontsize=8)
+    axes[0][0].invert_yaxis()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
+    ratio = " (after / before, paired)" if "baseline" in results else ""
+    fig.suptitle(f"SST training epoch by phase{ratio}, {results['machine']}, "
+                 f"at {results['commit'][:7]}{'+dirty' if results['dirty'] else ''}", fontsize=9)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The figure names the measurement it draws, so that a test can tell a figure left behind by its results.
+    fig.savefig(path, dpi=110, metadata={"Description": source(results)})
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=ALL_MODELS, choices=ALL_MODELS)
@@ -292,6 +370,8 @@ def main() -> None:
     parser.add_argument("--readme", choices=("processes", "epoch", "epoch-random"), default=None,
                         help="write the speed-up table (processes) or the phase table (epoch; epoch-random for a "
                              "run with --embeddings random) into README.md")
+    parser.add_argument("--plot", default=None, metavar="PNG",
+                        help="draw the phase table as a figure into this file (matplotlib: pip install -e '.[plot]')")
     args = parser.parse_args()
     if args.table:
         results = json.loads(Path(args.table).read_text())
@@ -310,6 +390,8 @@ def main() -> None:
     readme = tables[args.readme] + ("\n" + tables["comparison"] if args.readme.startswith("epoch")
                                     and tables["comparison"]
                                     else "") if args.readme else ""
+    if args.plot:
+        plot(results, Path(args.plot))
     if args.readme and not write_readme_section(REPO / "README.md", args.readme, readme):
         raise SystemExit(f"README.md has no <!-- results:{args.readme} --> block")
 

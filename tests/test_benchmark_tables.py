@@ -1,10 +1,14 @@
 """benchmarks/epoch.py's tables from a results file made here by hand: the phase table's `× step` and the
-before/after table of a --baseline run, against figures worked out by hand."""
+before/after table of a --baseline run and the figure's bars, against figures worked out by hand; README's
+figure of the epoch against its results file."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -92,6 +96,52 @@ def test_a_rerun_of_some_models_replaces_their_rows_and_names_its_commit():
         epoch.merge_rerun(whole, measured("c" * 40, {"childsum": 10.0}, rounds=2))
     with pytest.raises(SystemExit, match="baseline"):
         epoch.merge_rerun(whole, measured("c" * 40, {"childsum": 10.0}, baseline="e" * 40))
+
+
+def test_figure_segments_add_up_to_the_table_epoch(tmp_path):
+    epoch = epoch_module()
+    results = {"commit": "a" * 40, "dirty": False, "machine": "test", "epochs": 1, "rounds": 2, "setups": ["1x1"],
+               "command": "python benchmarks/epoch.py", "models": {
+                   "nary": {"1x1": {"runs": [run(8.0, 4.0), run(10.0, 2.0)], "median_trees_per_s": 111.0}},
+                   "childsum": {"1x1": {"runs": [{"train_seconds": [5.0], "phases": [None]}],
+                                        "median_trees_per_s": 200.0}}},  # no phases: no bar
+               "baseline": {"commit": "b" * 40, "dirty": False, "models": {
+                   "nary": {"1x1": {"runs": [run(12.0, 6.0), run(18.0, 6.0)], "median_trees_per_s": 70.0}}}}}
+    [bar] = epoch.phase_bars(results)
+    # Medians: epoch (8 + 10) / 2 = 9; forward (4 + 2) / 2 = 3; the other phases 0.5, 3, 0.5, 0.5. They add
+    # up to 7.5, so the loop around them is 1.5, and the bar ends at the table's 9.
+    assert bar["segments"] == {"batches": 0.5, "forward": 3.0, "backward": 3.0, "optimizer": 0.5,
+                               "embeddings": 0.5, "loop": 1.5}
+    assert sum(bar["segments"].values()) == bar["epoch"] == 9.0
+    assert bar["before"] == 15.0 and bar["paired"] == pytest.approx((8 / 12 + 10 / 18) / 2)
+    assert "before" not in epoch.phase_bars({k: v for k, v in results.items() if k != "baseline"})[0]
+    pytest.importorskip("matplotlib")
+    epoch.plot(results, tmp_path / "figure" / "epoch.png")
+    assert (tmp_path / "figure" / "epoch.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit, match="no epoch split into phases"):
+        epoch.plot({**results, "models": {"childsum": results["models"]["childsum"]}}, tmp_path / "none.png")
+
+
+def test_readme_figure_command_draws_its_results_file_and_the_figure_is_not_stale(tmp_path):
+    """README's command for its epoch figure runs (drawing into a temporary file), and the committed figure
+    names the measurement its results file holds: a rerun of the results without the figure fails here."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    readme = " ".join((BENCHMARKS.parent / "README.md").read_text().split())
+    [command] = re.findall(r"`(python benchmarks/epoch\.py --table \S+ --plot \S+)`", readme)
+    words = command.split()
+    results, figure = words[words.index("--table") + 1], words[words.index("--plot") + 1]
+    assert f"]({figure})" in readme  # the figure README shows is the one the command draws
+    drawn = tmp_path / "epoch.png"
+    done = subprocess.run([sys.executable, *words[1:-1], str(drawn)], cwd=BENCHMARKS.parent,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    epoch = epoch_module()
+    described = epoch.source(json.loads((BENCHMARKS.parent / results).read_text()))
+    assert Image.open(drawn).text["Description"] == described
+    assert Image.open(BENCHMARKS.parent / figure).text["Description"] == described, (
+        f"{figure} draws another run than {results}: redraw it with `{command}`")
 
 
 def test_readme_says_which_is_faster_on_the_gpu_plain_loop_or_graphtree():
