@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -148,6 +149,18 @@ def command_seconds(runs: list[dict]) -> float | None:
     return statistics.median(seconds) if seconds else None
 
 
+def timed_epochs(results: dict) -> Iterator[tuple[str, str, list[dict], list[tuple[float, dict]], float]]:
+    """Per model and setup whose runs timed their phases: the runs, each timed epoch's training seconds and
+    phases, and the median epoch."""
+    for model, rows in results["models"].items():
+        for setup in results["setups"]:
+            runs = rows[setup]["runs"]
+            epochs = [(run["train_seconds"][k], phases) for run in runs
+                      for k, phases in enumerate(run.get("phases") or []) if phases]
+            if epochs:
+                yield model, setup, runs, epochs, statistics.median(seconds for seconds, _ in epochs)
+
+
 def phase_table(results: dict) -> str:
     """Seconds of one training epoch and of its phases, by model and setup (and of the whole command, where
     recorded)."""
@@ -157,21 +170,14 @@ def phase_table(results: dict) -> str:
              "| model | setup | trees/s | epoch (training) | " + " | ".join(PHASE_COLUMNS) + " | × step |"
              + (" command |" if commands else ""),
              "|---|---|---|---|" + "---|" * len(PHASE_COLUMNS) + "---|" + ("---|" if commands else "")]
-    for model, rows in results["models"].items():
-        for setup in results["setups"]:
-            runs = rows[setup]["runs"]
-            epochs = [(run["train_seconds"][k], phases) for run in runs
-                      for k, phases in enumerate(run.get("phases") or []) if phases]
-            if not epochs:
-                continue
-            median = statistics.median(seconds for seconds, _ in epochs)
-            cells = [f"{statistics.median(p[c] for _, p in epochs):.2f}" for c in PHASE_COLUMNS]
-            over_step = statistics.median(seconds / sum(p[c] for c in STEP_PHASES) for seconds, p in epochs)
-            command = command_seconds(runs)
-            command_cell = (" — |" if command is None else f" {command:.2f} |") if commands else ""
-            lines.append(f"| {NAMES.get(model, model)} | {setup_name(setup)} | "
-                         f"{rows[setup]['median_trees_per_s']:.0f} | {median:.2f} | " + " | ".join(cells)
-                         + f" | {over_step:.2f} |{command_cell}")
+    for model, setup, runs, epochs, median in timed_epochs(results):
+        cells = [f"{statistics.median(p[c] for _, p in epochs):.2f}" for c in PHASE_COLUMNS]
+        over_step = statistics.median(seconds / sum(p[c] for c in STEP_PHASES) for seconds, p in epochs)
+        command = command_seconds(runs)
+        command_cell = (" — |" if command is None else f" {command:.2f} |") if commands else ""
+        lines.append(f"| {NAMES.get(model, model)} | {setup_name(setup)} | "
+                     f"{results['models'][model][setup]['median_trees_per_s']:.0f} | {median:.2f} | "
+                     + " | ".join(cells) + f" | {over_step:.2f} |{command_cell}")
     return "\n".join(lines) + "\n" if len(lines) > 4 else ""  # runs from before the trainer timed phases: none
 
 
@@ -281,22 +287,15 @@ def phase_bars(results: dict) -> list[dict]:
     baseline, its median epoch and the paired after / before ratio. The segments add up to the phase table's
     ``epoch (training)``."""
     bars = []
-    for model, rows in results["models"].items():
-        for setup in results["setups"]:
-            runs = rows[setup]["runs"]
-            epochs = [(run["train_seconds"][k], phases) for run in runs
-                      for k, phases in enumerate(run.get("phases") or []) if phases]
-            if not epochs:
-                continue
-            median = statistics.median(seconds for seconds, _ in epochs)
-            segments = {c: statistics.median(p[c] for _, p in epochs) for c in TRAINING_PHASES}
-            segments["loop"] = max(0.0, median - sum(segments.values()))
-            bar = {"model": model, "setup": setup, "epoch": median, "segments": segments}
-            if "baseline" in results:
-                before = results["baseline"]["models"][model][setup]["runs"]
-                bar["before"] = statistics.median(s for run in before for s in run["train_seconds"])
-                bar["paired"] = paired_ratio(runs, before)
-            bars.append(bar)
+    for model, setup, runs, epochs, median in timed_epochs(results):
+        segments = {c: statistics.median(p[c] for _, p in epochs) for c in TRAINING_PHASES}
+        segments["loop"] = max(0.0, median - sum(segments.values()))
+        bar = {"model": model, "setup": setup, "epoch": median, "segments": segments}
+        if "baseline" in results:
+            before = results["baseline"]["models"][model][setup]["runs"]
+            bar["before"] = statistics.median(s for run in before for s in run["train_seconds"])
+            bar["paired"] = paired_ratio(runs, before)
+        bars.append(bar)
     return bars
 
 
