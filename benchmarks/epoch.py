@@ -322,12 +322,11 @@ def plot(results: dict, path: Path) -> None:
                 continue
             left = 0.0
             for phase, seconds in bar["segments"].items():
-                ax.barh(row, seconds, left=left, height=0.42, color=colors[phase],
-                        label=phase if row == 0 else None)
+                ax.barh(row, seconds, left=left, height=0.42, color=colors[phase], label=phase)
                 left += seconds
             if "before" in bar:
                 ax.barh(row + 0.3, bar["before"], height=0.16, color="0.75",
-                        label=f"before ({results['baseline']['commit'][:7]}), whole epoch" if row == 0 else None)
+                        label=f"before ({results['baseline']['commit'][:7]}), whole epoch")
                 ax.text(bar["before"] + 0.01 * widest, row + 0.3, f"{bar['paired']:.2f}×", va="center",
                         fontsize=7)
         ax.set_title(setup_name(setup), fontsize=9)
@@ -336,8 +335,11 @@ def plot(results: dict, path: Path) -> None:
         ax.grid(axis="x", lw=0.4, alpha=0.5)
     axes[0][0].set_yticks(range(len(models)), [NAMES.get(m, m) for m in models], fontsize=8)
     axes[0][0].invert_yaxis()
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
+    legend = {}  # one entry a label, from whichever panel drew it first
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=len(legend), fontsize=7, frameon=False)
     ratio = " (after / before, paired)" if "baseline" in results else ""
     fig.suptitle(f"SST training epoch by phase{ratio}, {results['machine']}, "
                  f"at {results['commit'][:7]}{'+dirty' if results['dirty'] else ''}", fontsize=9)
