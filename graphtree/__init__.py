@@ -2,8 +2,8 @@
 
 from .collector import collection_paused
 
-# PyG's import (most of this one) makes ~150,000 objects that live as long as the process: collecting while they
-# are made only walks them again and again (graphtree.collector).
+# PyG's import (most of this one) makes many objects that live as long as the process: collecting while they are
+# made only walks them again and again (graphtree.collector; tests/test_collector.py checks that none starts).
 with collection_paused():
     from . import data, datasets, models, nn
     from .embeddings import load_glove

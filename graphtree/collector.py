@@ -50,7 +50,7 @@ def startup_frozen() -> Iterator[None]:
 def exit_without_collecting() -> None:
     """Leave every object alive at the interpreter's exit out of the collections it makes while shutting down
     (``gc.freeze`` in an exit handler): the process frees all its memory anyway, and those collections
-    walked everything a command had made (PyTorch, PyG, the corpus) for most of a second. Objects in reference
+    walked everything a command had made (PyTorch, PyG, the corpus). Objects in reference
     cycles are then not finalized at exit, which graphtree's commands do not rely on (they close and write their
     files themselves). Registered once however often called."""
     global _freeze_at_exit
