@@ -210,10 +210,10 @@ class ProjectedEmbedding(nn.Module):
         self.embedding_dim = channels
 
     def forward(self, word: Tensor) -> Tensor:
-        is_word = word != NO_WORD
-        out = self.project.weight.new_zeros(word.numel(), self.embedding_dim)
-        out[is_word] = self.project(self.embedding(word[is_word]))
-        return out
+        # Every node projected, then the non-words zeroed: the same rows as projecting the words alone, with no
+        # shape that depends on the data (a replayed step may not ask the GPU how many words there are).
+        is_word = (word != NO_WORD).unsqueeze(-1).to(self.project.weight.dtype)
+        return self.project(self.embedding(word)) * is_word
 
 
 class BiTreeClassifier(nn.Module):

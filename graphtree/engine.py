@@ -118,6 +118,9 @@ def schedule_of(data: Any, num_nodes: int | None = None, edge_pos: Tensor | None
         return data
     if isinstance(data, Tensor):
         return _schedule_of_edges(data, num_nodes, edge_pos)
+    fixed = getattr(data, "__dict__", {}).get("_fixed_schedule")
+    if fixed is not None:  # a batch padded to a bucket shape carries its own plan (graphtree.replay)
+        return fixed
     if not hasattr(data, "edge_index"):
         raise ScheduleError(
             f"expected a graphtree Schedule or a torch_geometric Data/Batch, got {type(data).__name__}")
@@ -460,6 +463,8 @@ def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, dev
 def _position_counts(plan: LevelPlan, widths: list[int]) -> list[tuple[int, ...]]:
     """Per level, how many of its ``n * width`` slots hold each position, empty slots counted as position 0
     (a ``bincount`` of the level's slot positions), from the plan's count of filled slots by position."""
+    if not isinstance(plan.position_table, list):  # counts the plan cannot know (a padded plan): left as they are
+        return [plan.position_table] * plan.num_levels
     counts = []
     for filled, size, width in zip(plan.position_table, plan.level_sizes(), widths):
         if not size * width:

@@ -21,7 +21,7 @@ from . import distributed
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
 from .metrics import Tally, evaluate
 from .models import WordInputModel
-from .optim import PRESETS, OptimizerSpec, PaperOptimizer, make_optimizer
+from .optim import PRESETS, CapturableAdagrad, OptimizerSpec, PaperOptimizer, make_optimizer
 from .trainer import FitResult, Trainer
 from .transforms import SUPERVISION, recursive_tree, restrict_supervision
 
@@ -39,6 +39,7 @@ __all__ = [
     "distributed",
     "evaluate",
     "get_rng_state",
+    "CapturableAdagrad",
     "make_optimizer",
     "recursive_tree",
     "restrict_supervision",

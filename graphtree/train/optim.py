@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["PRESETS", "OptimizerSpec", "PaperOptimizer", "RowAdagrad", "make_optimizer"]
+__all__ = ["PRESETS", "CapturableAdagrad", "OptimizerSpec", "PaperOptimizer", "RowAdagrad", "make_optimizer"]
 
 _OPTIMIZERS = ("adagrad", "adam", "sgd")
 _EMBEDDING_OPTIMIZERS = _OPTIMIZERS + ("sparse_adam",)
@@ -159,7 +159,8 @@ class RowAdagrad(torch.optim.Adagrad):
         return True
 
 
-def make_optimizer(name: str, params: list[Tensor], lr: float, dense: bool = True) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params: list[Tensor], lr: float, dense: bool = True,
+                   capturable: bool = False) -> torch.optim.Optimizer:
     """``"adagrad"``, ``"adam"`` (DyNet's defaults), ``"sparse_adam"`` or ``"sgd"`` over ``params``, fused where
     PyTorch can.
 
@@ -170,7 +171,20 @@ def make_optimizer(name: str, params: list[Tensor], lr: float, dense: bool = Tru
     may be sparse, which have no fused path), floating-point parameters on a
     device without a fused kernel, and PyTorch older than 2.4 get the unfused
     one. ``"sparse_adam"`` (``torch.optim.SparseAdam``) needs sparse gradients.
+
+    ``capturable=True``: an update that asks the host for nothing, so that a CUDA graph can capture it
+    (:class:`graphtree.replay.ReplayedStep`): :class:`CapturableAdagrad`, or Adam with ``capturable=True``
+    where the parameters are on a GPU. Dense gradients only.
     """
+    if capturable:
+        if name == "adagrad":
+            return CapturableAdagrad(params, lr=lr)
+        if name == "adam":
+            on_gpu = all(p.is_cuda for p in params)
+            return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, capturable=on_gpu, foreach=True)
+        if name == "sgd":
+            return torch.optim.SGD(params, lr=lr, foreach=True)
+        raise ValueError(f"no capturable {name!r}: choose adagrad, adam or sgd")
     if name == "sparse_adam":
         return torch.optim.SparseAdam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8)
     if name == "adagrad" and not dense:
@@ -184,6 +198,49 @@ def make_optimizer(name: str, params: list[Tensor], lr: float, dense: bool = Tru
         except (TypeError, RuntimeError):  # PyTorch < 2.4: no fused update for this optimizer
             pass
     return make(params, lr=lr, **settings)
+
+
+class CapturableAdagrad(torch.optim.Optimizer):
+    """AdaGrad as ``torch.optim.Adagrad`` computes it with its defaults (no learning-rate decay, a zero initial
+    accumulator, ``eps`` added to the square root), in operations that never ask the host for a value, so that
+    a CUDA graph can capture the step. PyTorch's own reads its step counter on the host at every step (for the
+    learning-rate decay), which a capture refuses. The accumulators are made here, before any capture.
+
+    Args:
+        params: The parameters (dense gradients).
+        lr: Learning rate.
+        eps: Added to the accumulators' square root.
+        weight_decay: L2 penalty added to the gradients.
+    """
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-2, eps: float = 1e-10,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, eps=eps, weight_decay=weight_decay))
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["sum"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if any(p.grad.is_sparse for p in params):
+                raise RuntimeError("CapturableAdagrad takes dense gradients; use RowAdagrad for sparse ones")
+            grads = [p.grad for p in params]
+            if group["weight_decay"]:
+                grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
+            sums = [self.state[p]["sum"] for p in params]
+            torch._foreach_addcmul_(sums, grads, grads, value=1)  # the accumulator: sum of squared gradients
+            std = torch._foreach_sqrt(sums)
+            torch._foreach_add_(std, group["eps"])
+            torch._foreach_addcdiv_(params, grads, std, value=-group["lr"])
+        return loss
 
 
 class PaperOptimizer:

@@ -1,0 +1,379 @@
+"""Replayed training steps (graphtree.replay): the padded pass equals the plain one on every graph family,
+the padded step equals the plain step, asks the host for nothing, and few bucket shapes serve an epoch.
+
+The plain pass is the reference (its ``update`` is checked against per-node recursive references
+elsewhere); float64 on both sides. The tests marked ``cuda`` run the captured graphs, where there is a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import warnings
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch_geometric.data import Batch, Data
+from trees import chain_ptb, random_ptb
+
+from graphtree.data import from_ptb
+from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
+from graphtree.nn import (
+    LSTMRNN,
+    SLSTM,
+    ChildSumTreeLSTM,
+    HeadLexicalization,
+    LexicalizedTreeLSTM,
+    NaryTreeLSTM,
+    TreeCell,
+)
+from graphtree.replay import Buckets, PaddedBatch, ReplayedStep, ReplayError, pad, padded_batch
+from graphtree.train import CapturableAdagrad, make_optimizer
+
+D = 5
+
+
+class Averaged(TreeCell):
+    """A cell of a user's own, ``update`` only: the mean of the children's states plus the input (it divides
+    by the number of children, so a node at a level above 0 without children would be 0 / 0)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__(state_channels=(channels,))
+        self.lin = torch.nn.Linear(channels, channels)
+
+    def forward(self, x, edge_index):
+        return self.propagate(edge_index, x=x)
+
+    def update(self, children, x):
+        (h,) = children.states
+        if h.size(1) == 0:
+            return (torch.tanh(self.lin(x)),)
+        mask = children.mask.unsqueeze(-1).to(h.dtype)
+        return (torch.tanh(self.lin(x) + (h * mask).sum(1) / mask.sum(1)),)
+
+
+# Every bottom-up cell, with the widest arity it takes (None: any) and its input width.
+CELLS = {
+    "child_sum": (lambda: ChildSumTreeLSTM(D, D), None),
+    "nary": (lambda: NaryTreeLSTM(D, D), 2),
+    "nary_ternary_general": (lambda: NaryTreeLSTM(D, D, n_ary=3, setting="general"), 3),
+    "slstm": (lambda: SLSTM(D, D), 2),
+    "lstm_rnn": (lambda: LSTMRNN(D, D), 2),
+    "lexicalized": (lambda: LexicalizedTreeLSTM(D, D), 2),
+    "gated_head": (lambda: HeadLexicalization(D), 2),
+    "average_head": (lambda: HeadLexicalization(D, "average"), 3),
+    "own": (lambda: Averaged(D), None),
+}
+
+
+def _trees(*ptbs: str) -> Batch:
+    return Batch.from_data_list([from_ptb(p) for p in ptbs])
+
+
+def _dag() -> Data:
+    # 0, 1 -> 2; 1 -> 3; 2, 3 -> 4; 0 -> 4: node 1 has two parents, node 4 children at two levels.
+    edge_index = torch.tensor([[0, 1, 1, 2, 3, 0], [2, 2, 3, 4, 4, 4]])
+    return Data(edge_index=edge_index, num_nodes=5)
+
+
+def families(arity: int | None) -> dict[str, Batch | Data]:
+    rng = random.Random(arity or 7)
+    widest = arity or 4
+    out = {
+        "one node": _trees("(1 a)"),
+        "chain (one-node levels)": _trees(chain_ptb(41)),
+        "trees": _trees(*[random_ptb(rng.randint(1, 14), widest, rng) for _ in range(9)]),
+        "widest arity": _trees("(1 " + " ".join(f"({k % 5} w{k})" for k in range(widest)) + ")"),
+        "mixed depths": _trees("(1 a)", chain_ptb(12), random_ptb(9, widest, rng)),
+    }
+    if arity is None:  # DAGs: cells without fixed positions
+        out["dag"] = _dag()
+    return out
+
+
+def _states_and_grads(cell, x, graph, weights) -> list[torch.Tensor]:
+    x = x.detach().requires_grad_()
+    states = cell(x, graph)
+    states = states if isinstance(states, tuple) else (states,)
+    loss = sum((s * w[:, :s.size(1)]).sum() for s, w in zip(states, weights))
+    params = list(cell.parameters())
+    return [s.detach() for s in states] + list(torch.autograd.grad(loss, [x, *params], allow_unused=True))
+
+
+CASES = [(name, family) for name, (_, arity) in CELLS.items() for family in families(arity)]
+
+
+@pytest.mark.parametrize(("name", "family"), CASES, ids=[f"{n}-{f}" for n, f in CASES])
+def test_the_padded_pass_equals_the_plain_pass(name, family):
+    make, arity = CELLS[name]
+    torch.manual_seed(len(name) + len(family))
+    cell = make().double()
+    graph = families(arity)[family]
+    n = graph.num_nodes
+    x = torch.randn(n, D, dtype=torch.float64)
+    weights = [torch.randn(n, D, dtype=torch.float64) for _ in cell.state_channels]
+    want = _states_and_grads(cell, x, graph, weights)
+
+    padded = pad(graph, Buckets(exact_below=2, level_step=4))  # a coarse grid: many replicas
+    source, real = padded.source, padded.node_weight.bool()
+    assert padded.num_nodes > n
+    # Replicas carry their source's inputs and no weight: the loss of the padded pass is the plain one's.
+    got = _states_and_grads(cell, x[source], padded, [w[source] * real.unsqueeze(1) for w in weights])
+    num_states = len(want) - 1 - len(list(cell.parameters()))
+    for k in range(num_states):
+        # Every row, replicas too, holds the states of the node it copies.
+        torch.testing.assert_close(got[k], want[k][source], rtol=1e-12, atol=1e-12)
+    # The gradient of x: replicas' rows are exact zeros, the nodes' rows the plain pass's.
+    grad_x = torch.zeros_like(x).index_add_(0, source, got[num_states])
+    torch.testing.assert_close(grad_x, want[num_states], rtol=1e-12, atol=1e-12)
+    assert torch.all(got[num_states][~real] == 0)
+    for g, w in zip(got[num_states + 1:], want[num_states + 1:], strict=True):
+        if w is None:
+            assert g is None or torch.all(g == 0)
+        else:
+            torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_bucket_grid_and_shape_by_hand():
+    b = Buckets()  # exact to 8, then doubling; levels in multiples of 8, dyadic segments
+    assert [b.width(n) for n in (0, 1, 7, 8, 9, 16, 17, 100, 129)] == [1, 1, 7, 8, 16, 16, 32, 128, 256]
+    shape = Buckets(level_step=4).shape([10, 5, 3, 2, 1], slots=2)
+    # Segments [0], [1], [2, 3], [4, 7]: widest 10 -> 16, 5, 3, 1 (levels 5-7 are past the batch's top).
+    assert shape.widths == (16, 5, 3, 3, 1, 1, 1, 1)
+    assert shape.slots == 2 and shape.num_nodes == 31
+    with pytest.raises(ReplayError, match="empty"):
+        b.shape([], 0)
+    with pytest.raises(ValueError, match="growth"):
+        Buckets(growth=1.0)
+
+
+def test_replicas_copy_a_node_of_their_level_by_hand():
+    # Leaves a, b, c (level 0), the node over b and c (level 1), the root (level 2).
+    batch = _trees("(1 (2 a) (3 (4 b) (0 c)))")
+    shape, tensors = padded_batch(batch, Buckets(exact_below=2, level_step=4))
+    assert shape.widths == (4, 1, 1, 1)  # 3 leaves -> 4; one node at levels 1 and 2; level 3 past the top
+    source, weight = tensors["source"], tensors["node_weight"]
+    height = batch.height[source]
+    assert height.tolist() == [0, 0, 0, 0, 1, 2, 2]  # level 3 copies the top level's node (the root)
+    assert weight.tolist() == [1, 1, 1, 0, 1, 1, 0]
+    assert source[3] == source[0] and source[6] == source[5]
+    slots = tensors["slots"]
+    assert torch.equal(slots[6], slots[5])  # a replica reads its source's children
+    assert torch.all(slots[:4] == shape.num_nodes)  # leaves read nothing
+
+
+def _classifier(cell: str, vocab: int = 30) -> torch.nn.Module:
+    embedding = NodeEmbedding(vocab, D)
+    if cell == "nary":
+        return TreeClassifier(embedding, NaryTreeLSTM(D, D), 5, dropout=0.0)
+    if cell == "child_sum":
+        return TreeClassifier(embedding, ChildSumTreeLSTM(D, D), 5, dropout=0.0)
+    if cell == "slstm":
+        return TreeClassifier(embedding, SLSTM(D, D, leaf="lstm"), 5, dropout=0.0)
+    if cell == "lstm_rnn":
+        return TreeClassifier(embedding, LSTMRNN(D, D), 5, dropout=0.0)
+    if cell == "own":
+        return TreeClassifier(embedding, Averaged(D), 5, dropout=0.0)
+    return _BiTree(embedding, BiTreeLSTM(D, D, 5, mlp_channels=4, variant=cell))
+
+
+class _BiTree(torch.nn.Module):
+    def __init__(self, embedding, model):
+        super().__init__()
+        self.embedding, self.model = embedding, model
+
+    def forward(self, batch):
+        return self.model(self.embedding(batch.word), batch)
+
+
+def _sentences(count: int, seed: int, vocab: int = 30) -> list[Data]:
+    rng = random.Random(seed)
+    trees = [from_ptb(random_ptb(rng.randint(1, 12), 2, rng)) for _ in range(count)]
+    for tree in trees:
+        tree.word = torch.where(tree.word_pos >= 0, torch.randint(0, vocab, (tree.num_nodes,)), -1)
+    return trees
+
+
+MODELS = ("nary", "child_sum", "slstm", "lstm_rnn", "contree", "contree_lex", "own")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_padded_step_equals_the_plain_step(model):
+    torch.manual_seed(0)
+    plain = _classifier(model).double()
+    padded = copy.deepcopy(plain)
+    plain_opt = torch.optim.Adagrad(plain.parameters(), lr=0.1, foreach=False)
+    step = ReplayedStep(padded, make_optimizer("adagrad", list(padded.parameters()), 0.1, capturable=True))
+    trees = _sentences(24, seed=1)
+    for k in range(0, 24, 6):
+        batch = Batch.from_data_list(trees[k:k + 6])
+        plain_opt.zero_grad()
+        want = node_loss(plain(batch), batch.y)
+        want.backward()
+        plain_opt.step()
+        got = step(batch)
+        torch.testing.assert_close(got, want.detach(), rtol=1e-12, atol=1e-10)
+    assert step.replayable and step.stats.padded_eager == 4 and step.stats.eager == 0
+    for a, b in zip(padded.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_a_model_with_a_top_down_pass_runs_eagerly_and_says_so():
+    torch.manual_seed(0)
+    plain = _classifier("bicontree").double()
+    model = copy.deepcopy(plain)
+    step = ReplayedStep(model, make_optimizer("adagrad", list(model.parameters()), 0.1, capturable=True))
+    plain_opt = CapturableAdagrad(plain.parameters(), lr=0.1)
+    batch = Batch.from_data_list(_sentences(5, seed=2))
+    with pytest.warns(UserWarning, match="top_down pass"):
+        got = step(batch)
+    assert not step.replayable and step.stats.eager == 1
+    want = node_loss(plain(batch), batch.y)
+    want.backward()
+    plain_opt.step()
+    torch.testing.assert_close(got, want.detach())
+    for a, b in zip(model.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+# Operations that make the host wait for the GPU, or give shapes that depend on the data.
+_SYNCING = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_consecutive",
+            "unique_dim", "repeat_interleave", "equal", "is_nonzero", "masked_scatter", "item"}
+
+
+class _SyncSpy(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name in _SYNCING:
+            self.seen.append(name)
+        if name in ("index", "index_put", "index_put_"):  # a boolean mask index is a nonzero in disguise
+            indices = args[1] if len(args) > 1 else []
+            if any(i is not None and i.dtype == torch.bool for i in indices):
+                self.seen.append(f"{name} with a boolean mask")
+        if name in ("_to_copy", "copy_") and any(isinstance(a, torch.Tensor) and a.device.type == "meta"
+                                                  for a in args):
+            self.seen.append(name)
+        return func(*args, **kwargs)
+
+
+def test_the_spy_sees_what_syncs():
+    x = torch.randn(5)
+    with _SyncSpy() as spy:
+        x[x > 0]
+        float(x.sum())
+        x.nonzero()
+    assert spy.seen == ["index with a boolean mask", "_local_scalar_dense", "nonzero"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_padded_step_asks_the_host_for_nothing(model):
+    torch.manual_seed(0)
+    net = _classifier(model)
+    step = ReplayedStep(net, make_optimizer("adagrad", list(net.parameters()), 0.1, capturable=True))
+    batch = Batch.from_data_list(_sentences(6, seed=3))
+    shape, tensors = padded_batch(batch, step.buckets)
+    bucket = step._bucket(shape, tensors)
+    step._fill(bucket, tensors)
+    with _SyncSpy() as spy:
+        step._padded_step(bucket)
+    assert spy.seen == []
+
+
+def test_few_shapes_serve_an_epoch_of_sst_sized_trees():
+    # SST's training split: 8,544 sentences; lengths from its deciles (as benchmarks/tree_lstm.py draws them).
+    deciles = (2, 7, 11, 13, 16, 18, 21, 24, 27, 32, 52)
+    rng = random.Random(0)
+    lengths = [rng.randint(deciles[k], deciles[k + 1]) for k in (rng.randrange(10) for _ in range(8544))]
+    for B, most_shapes in ((25, 64), (256, 16)):
+        shapes, nodes, rows = set(), 0, 0
+        buckets = Buckets()
+        for start in range(0, len(lengths), B):
+            trees = [from_ptb(random_ptb(n, 2, rng)) for n in lengths[start:start + B]]
+            batch = Batch.from_data_list(trees)
+            shape, _ = padded_batch(batch, buckets)
+            shapes.add(shape)
+            nodes += batch.num_nodes
+            rows += shape.num_nodes
+        assert len(shapes) <= most_shapes, (B, len(shapes))
+        assert rows / nodes <= 2.0, (B, rows / nodes)
+        assert len(shapes) < math.ceil(len(lengths) / B) / 2  # a shape serves two batches or more on average
+
+
+def test_capturable_adagrad_is_pytorchs_adagrad():
+    torch.manual_seed(0)
+    a = [torch.randn(4, 3, requires_grad=True), torch.randn(7, requires_grad=True)]
+    b = [p.detach().clone().requires_grad_() for p in a]
+    mine, theirs = CapturableAdagrad(a, lr=0.05), torch.optim.Adagrad(b, lr=0.05, foreach=False)
+    for _ in range(3):
+        grads = [torch.randn_like(p) for p in a]
+        for p, q, g in zip(a, b, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        mine.step()
+        theirs.step()
+    for p, q in zip(a, b):
+        assert torch.equal(p, q)
+
+
+def test_a_replayed_step_needs_its_model_on_a_gpu_for_graphs():
+    net = _classifier("nary")
+    with pytest.raises(ValueError, match="GPU"):
+        ReplayedStep(net, CapturableAdagrad(net.parameters()), graphs=True)
+    assert isinstance(pad(_trees("(1 a)")), PaddedBatch)
+
+
+# --------------------------------------------------------------------------- captured graphs, on a GPU
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+
+
+@cuda
+@pytest.mark.parametrize("model", MODELS)
+def test_the_replayed_step_equals_the_plain_step_on_a_gpu(model):
+    torch.manual_seed(0)
+    device = torch.device("cuda")
+    plain = _classifier(model).double().to(device)
+    replayed = copy.deepcopy(plain)
+    plain_opt = CapturableAdagrad(plain.parameters(), lr=0.1)
+    step = ReplayedStep(replayed, CapturableAdagrad(replayed.parameters(), lr=0.1))
+    trees = _sentences(12, seed=4)
+    # Batches of the same two shapes, again and again: the later ones replay.
+    batches = [Batch.from_data_list(trees[k:k + 3]) for k in (0, 3)] * 3
+    for batch in batches:
+        plain_opt.zero_grad()
+        on_device = batch.to(device)
+        want = node_loss(plain(on_device), on_device.y)
+        want.backward()
+        plain_opt.step()
+        got = step(batch)
+        torch.testing.assert_close(got, want.detach(), rtol=1e-10, atol=1e-10)
+    assert step.replayable
+    assert step.stats.captures == len(step.stats.shapes) and step.stats.replayed == 6 - step.stats.captures
+    for a, b in zip(replayed.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+@cuda
+def test_a_replay_reads_the_new_batch_not_the_captured_one():
+    torch.manual_seed(0)
+    device = torch.device("cuda")
+    net = _classifier("nary").to(device)
+    step = ReplayedStep(net, CapturableAdagrad(net.parameters(), lr=0.0))  # lr 0: the weights stay
+    first = Batch.from_data_list(_sentences(3, seed=5))
+    second = first.clone()
+    second.y = (second.y + 1) % 5  # the same shape, other labels: another loss
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step(first)
+        replayed = step(second)
+    assert step.stats.replayed == 1
+    with torch.no_grad():
+        on_device = second.to(device)
+        want = node_loss(net(on_device), on_device.y)
+    torch.testing.assert_close(replayed, want, rtol=1e-5, atol=1e-5)
