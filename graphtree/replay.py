@@ -309,8 +309,9 @@ class ReplayStats:
 class ReplayedStep:
     """A training step (forward, loss, backward, optimizer step) that replays as a CUDA graph per bucket shape.
 
-    The first batch of a shape runs eagerly on the padded plan (it trains, and warms the step up); then the
-    step is captured, and every later batch of that shape is copied into the graph's fixed tensors and replayed.
+    The first batch runs eagerly on the padded plan (it trains, and warms the step up); then its step is
+    captured. A batch of a shape seen before is copied into that graph's fixed tensors and replayed; one of a new
+    shape is captured first, then replayed.
     Each call returns the batch's loss as a device tensor (no synchronization).
 
     Args:
@@ -334,6 +335,7 @@ class ReplayedStep:
             raise ValueError(f"CUDA graphs need a model on a GPU, this one is on {self.device}")
         self.stats = ReplayStats()
         self.replayable = True
+        self._warm = False
         self._buckets: dict[BucketShape, _Bucket] = {}
         self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
 
@@ -345,11 +347,17 @@ class ReplayedStep:
         if bucket is None:
             bucket = self._bucket(shape, tensors)
         self._fill(bucket, tensors)
+        if bucket.graph is None and self.graphs and self._warm:
+            self._capture(bucket)  # warm already: captured at once, and this batch's step is its first replay
+            if bucket.graph is None:
+                return self._eager(batch)
         if bucket.graph is not None:
             bucket.graph.replay()
             self.stats.replayed += 1
             loss = bucket.loss.clone()  # the graphs share one memory pool: the next replay may reuse the loss's
         else:
+            # The first batch (and on the CPU every batch) runs eagerly on the padded plan: it trains, makes the
+            # optimizer's state and warms the libraries up before any capture.
             try:
                 loss = self._padded_step(bucket)
             except ReplayError as error:
@@ -358,6 +366,7 @@ class ReplayedStep:
                 self._buckets.clear()
                 return self._eager(batch)
             self.stats.padded_eager += 1
+            self._warm = True
             if self.graphs:
                 self._capture(bucket)
         self.stats.nodes += int(batch.num_nodes)
