@@ -24,7 +24,8 @@ whole epoch as a user waits for it, collation and schedules included, the
 first epoch (captures included) and the second, replayed and eager.
 
     python benchmarks/gpu_step.py --device cuda --out benchmarks/results/gpu/step.json
-    python benchmarks/gpu_step.py --device cuda --epoch --out benchmarks/results/gpu/step.json
+    python benchmarks/gpu_step.py --device cuda --no-grid --epoch --out benchmarks/results/gpu/epoch.json
+    python benchmarks/gpu_step.py --table benchmarks/results/gpu/step.json benchmarks/results/gpu/epoch.json
 """
 
 from __future__ import annotations
@@ -247,6 +248,49 @@ def epochs(args: argparse.Namespace, trees: list[Data], vocab_size: int, device:
     return rows
 
 
+CPU_NAMES = {"child_sum": "childsum", "lstm_rnn": "lstmrnn"}  # benchmarks/epoch.py's names of the same models
+
+
+def tables(step: dict, epoch: dict | None, cpu_epoch: dict | None) -> str:
+    """README's tables of a step results file, an epoch results file and the CPU's epoch (benchmarks/epoch.py)."""
+    lines = [f"Training step on {step['machine'].get('gpu', step['machine']['device'])} (torch "
+             f"{step['machine']['torch']}), {step['data']}, embeddings {step['rows'][0]['embedding']}, hidden "
+             f"{HIDDEN} (`{step['command']}`). `× today`: trees/s over the eager rows of "
+             f"`benchmarks/results/cuda-threads1.json`; `shapes`: the bucket shapes the workload's batches took; "
+             "`padding`: rows run over the batches' nodes.", "",
+             "| model | batch | mode | train trees/s | × nn.LSTM | × today | × FLOP bound | shapes | padding |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in step["rows"]:
+        today = f"{r['vs_today']:.2f}" if "vs_today" in r else "—"
+        shapes = str(r["shapes"]) if "shapes" in r else "—"
+        padding = f"{r['padding']:.2f}" if "padding" in r else "—"
+        lines.append(f"| {CELL_NAMES.get(r['model'], r['model'])} | {r['batch']} | {r['mode']} | "
+                     f"{r['train_trees_per_s']:.0f} | {r['vs_lstm']:.2f} | {today} | {r['vs_bound']:.1f} | "
+                     f"{shapes} | {padding} |")
+    if epoch and epoch.get("epochs"):
+        cpu = {}
+        if cpu_epoch is not None:
+            from epoch import timed_epochs
+            cpu = {model: median for model, setup, _, _, median in timed_epochs(cpu_epoch) if setup == "1x2"}
+        rows = epoch["epochs"]
+        lines += ["", f"One SST training epoch ({rows[0]['trees']} trees, batch {rows[0]['batch']}, shuffled; "
+                  f"`{epoch['command']}`), seconds, collation and schedules included; the CPU's epoch at two "
+                  "threads from `benchmarks/results/epoch-cpu.json` (`experiments/sst.py`'s training epoch, "
+                  "its own settings).", "",
+                  "| model | GPU, first epoch | of which captures | GPU, later epoch | shapes | padding | "
+                  "GPU eager | CPU, 2 threads |", "|---|---|---|---|---|---|---|---|"]
+        for model in dict.fromkeys(r["model"] for r in rows):
+            first = next(r for r in rows if r["model"] == model and r["mode"] == "replayed" and r["epoch"] == 1)
+            later = next(r for r in rows if r["model"] == model and r["mode"] == "replayed" and r["epoch"] == 2)
+            eager = next((r for r in rows if r["model"] == model and r["mode"] == "eager"), None)
+            on_cpu = cpu.get(CPU_NAMES.get(model, model))
+            lines.append(f"| {CELL_NAMES.get(model, model)} | {first['seconds']:.2f} | {first['capture_s']:.2f} | "
+                         f"{later['seconds']:.2f} | {first['shapes']} | {first['padding']:.2f} | "
+                         f"{'—' if eager is None else format(eager['seconds'], '.2f')} | "
+                         f"{'—' if on_cpu is None else format(on_cpu, '.2f')} |")
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
@@ -261,11 +305,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epoch-trees", type=int, default=None, help="the epoch's first trees only (a short run)")
     parser.add_argument("--sst", default=str(SST_ZIP))
     parser.add_argument("--out", default=None, help="results file (default: none written)")
+    parser.add_argument("--table", nargs="+", metavar="RESULTS",
+                        help="print README's tables of a step results file (and an epoch results file) and exit")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.table:
+        step, *rest = [json.loads(Path(f).read_text()) for f in args.table]
+        cpu_epoch = RESULTS / "epoch-cpu.json"
+        print(tables(step, rest[0] if rest else None,
+                     json.loads(cpu_epoch.read_text()) if cpu_epoch.is_file() else None))
+        return
     device = torch.device(args.device)
     torch.set_num_threads(1)
     started = time.time()

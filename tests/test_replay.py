@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import random
 import warnings
 
@@ -379,3 +380,39 @@ def test_a_replay_reads_the_new_batch_not_the_captured_one():
         on_device = second.to(device)
         want = node_loss(net(on_device), on_device.y)
     torch.testing.assert_close(replayed, want, rtol=1e-5, atol=1e-5)
+
+
+def test_readmes_gpu_tables_are_what_its_command_prints():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    command = "python benchmarks/gpu_step.py --table benchmarks/results/gpu/step.json benchmarks/results/gpu/epoch.json"
+    assert command in readme
+    printed = subprocess.run([sys.executable, *command.split()[1:]], cwd=root, capture_output=True, text=True,
+                             timeout=300, check=True).stdout
+    got = readme.split("<!-- results:gpu -->\n", 1)[1].split("\n<!-- /results:gpu -->", 1)[0]
+    assert got == printed.strip(), "README's GPU tables differ from the --table of the committed results"
+
+
+def test_the_gpu_benchmark_runs_in_a_short_form_on_the_cpu(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "step.json"
+    subprocess.run([sys.executable, "benchmarks/gpu_step.py", "--device", "cpu", "--cells", "nary,bicontree",
+                    "--batch-sizes", "25", "--workload", "25", "--reps", "1", "--epoch", "--epoch-trees", "50",
+                    "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=600, check=True,
+                   env={**os.environ, "GRAPHTREE_NATIVE": "0"})  # never a kernel build inside this test
+    results = json.loads(out.read_text())
+    rows = {(r["model"], r["mode"]) for r in results["rows"]}
+    # BiConTree has a top-down pass: its replayed contender runs eagerly, so only its eager row is reported.
+    assert rows == {("nary", "eager"), ("nary", "replayed"), ("bicontree", "eager"), ("plain", "eager"),
+                    ("lstm", "eager")}
+    assert {(r["model"], r["mode"], r["epoch"]) for r in results["epochs"]} == {
+        ("nary", "replayed", 1), ("nary", "replayed", 2), ("nary", "eager", 1)}

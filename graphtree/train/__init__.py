@@ -28,6 +28,7 @@ from .transforms import SUPERVISION, recursive_tree, restrict_supervision
 __all__ = [
     "PRESETS",
     "SUPERVISION",
+    "CapturableAdagrad",
     "FitResult",
     "OptimizerSpec",
     "PaperOptimizer",
@@ -39,7 +40,6 @@ __all__ = [
     "distributed",
     "evaluate",
     "get_rng_state",
-    "CapturableAdagrad",
     "make_optimizer",
     "recursive_tree",
     "restrict_supervision",
