@@ -730,6 +730,10 @@ def _accumulate_children(grad_states: list[Tensor], slots: _Slots, grads: Sequen
     for grad_state, g in zip(grad_states, grads):
         if g is not None:
             g = g.reshape(flat_index.numel(), -1)
+            if g.untyped_storage().data_ptr() == grad_state.untyped_storage().data_ptr():
+                # The level's update passed its own rows' gradient through as a view (a sum over one slot, say):
+                # other rows of this very buffer, which the indexed add below refuses to read while it writes.
+                g = g.clone()
             if kernels is not None:  # one pass over the rows; index_put_ with accumulate sorts its indices first
                 kernels.scatter_add_rows_(grad_state, flat_index, g)
             elif grad_state.device.type == "cpu":

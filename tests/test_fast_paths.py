@@ -15,7 +15,7 @@ import random
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
-from trees import random_ptb
+from trees import chain_ptb, random_ptb
 
 import graphtree.engine as engine
 from graphtree.backend import native
@@ -191,3 +191,78 @@ def test_a_cell_that_defines_no_update_says_so():
     cell = Empty(state_channels=(2,))
     with pytest.raises(NotImplementedError, match="must define update"):
         cell(torch.randn(2, 2), Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2))
+
+
+# --------------------------------------------------------------------------- levels of one node
+
+
+def _one_node_levels(arity: int) -> dict[str, Batch]:
+    """Graphs with one node at some or every level, where a level's buffers are single rows."""
+    return {"one node": Batch.from_data_list([from_ptb("(1 a)")]),
+            "one edge": Batch.from_data_list([from_ptb("(1 (2 a))")]),
+            "chain": Batch.from_data_list([from_ptb(chain_ptb(30))]),
+            "leaf under a spine": Batch.from_data_list([from_ptb(chain_ptb(12)), from_ptb(random_ptb(6, arity,
+                                                                                               random.Random(3)))])}
+
+
+def _run_allowing_unused(cell, x, batch, upstream) -> list[torch.Tensor | None]:
+    """:func:`_run`, where a parameter the graph does not use gets ``None``."""
+    x = x.detach().requires_grad_()
+    states = cell(x, batch)
+    states = states if isinstance(states, tuple) else (states,)
+    loss = sum((s * w.to(s.dtype)[:, :s.size(1)]).sum() for s, w in zip(states, upstream))
+    grads = torch.autograd.grad(loss, [x, *cell.parameters()], allow_unused=True)
+    return [s.detach() for s in states] + list(grads)
+
+
+ONE_NODE_CASES = [(name, family) for name in sorted(FAST_CELLS) for family in ("one node", "one edge", "chain",
+                                                                                "leaf under a spine")]
+
+
+@pytest.mark.parametrize(("name", "family"), ONE_NODE_CASES, ids=[f"{n}-{f}" for n, f in ONE_NODE_CASES])
+def test_the_fast_path_computes_the_update_on_one_node_levels(kernels, name, family):
+    make, in_channels, arity = FAST_CELLS[name]
+    torch.manual_seed(4)
+    cell = make()
+    batch = _one_node_levels(arity)[family]
+    x = torch.randn(batch.num_nodes, in_channels)
+    upstream = [torch.randn(batch.num_nodes, 8), torch.randn(batch.num_nodes, 8)]
+    with native.use_native(True):
+        fast = _run_allowing_unused(cell, x, batch, upstream)
+    with native.use_native(False):
+        want = _run_allowing_unused(copy.deepcopy(cell).double(), x.double(), batch, upstream)
+    for got, w in zip(fast, want, strict=True):
+        if w is None:  # a parameter the graph never uses (a leaf alone uses no child weights)
+            assert got is None or not got.any(), name
+            continue
+        scale = max(1.0, float(w.abs().max()))
+        assert float((got.double() - w).abs().max()) <= 1e-5 * scale, name
+
+
+def test_the_general_nary_cell_with_one_child_is_the_standard_lstm_on_a_chain(kernels):
+    # The compiled general N-ary level once added into its bias in place on a level of one node (a view of the
+    # bias was its gates), so every later level read a corrupted bias: off by 0.46 here.
+    torch.manual_seed(0)
+    cell = NaryTreeLSTM(5, 6, n_ary=1, setting="general")
+    chain = torch.stack([torch.arange(49), torch.arange(1, 50)])  # node k is the child of node k + 1
+    x = torch.randn(50, 5)
+    lstm = torch.nn.LSTMCell(5, 6)
+    d = 6
+    W_i, W_o, W_u, W_f = cell.W.weight.split(d)
+    b_i, b_o, b_u, b_f = cell.W.bias.split(d)
+    U_i, U_o, U_u, U_f = cell.U.split(d)
+    bias_U = cell.b_U.sum(0)
+    with torch.no_grad():  # LSTMCell's gate order: i, f, g (= u), o
+        lstm.weight_ih.copy_(torch.cat([W_i, W_f, W_u, W_o]))
+        lstm.bias_ih.copy_(torch.cat([b_i, b_f, b_u, b_o]))
+        lstm.weight_hh.copy_(torch.cat([U_i, U_f, U_u, U_o]))
+        lstm.bias_hh.copy_(torch.cat([bias_U[:d], bias_U[3 * d:], bias_U[2 * d:3 * d], bias_U[d:2 * d]]))
+        h, c = torch.zeros(1, d), torch.zeros(1, d)
+        want = []
+        for k in range(50):
+            h, c = lstm(x[k:k + 1], (h, c))
+            want.append(h)
+        want = torch.cat(want)
+        with native.use_native(True):
+            got = cell(x, chain)[0]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

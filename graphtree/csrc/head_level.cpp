@@ -294,7 +294,10 @@ class LeafSumLevels : public graphtree::LevelKernel {
       if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].add_(grad_total);
       return {torch::Tensor(), torch::Tensor()};
     }
-    auto grad_children = grad_total.unsqueeze(1).expand({n, level.width, grad_total.size(1)}).contiguous();
+    // A copy, never a view: for one child per node expand().contiguous() is grad_total itself, rows of the
+    // gradient buffer that the children's rows are then added into.
+    auto grad_children = grad_total.unsqueeze(1).expand({n, level.width, grad_total.size(1)})
+                             .clone(at::MemoryFormat::Contiguous);
     return {grad_children.view({n * level.width, -1}), torch::Tensor()};
   }
 

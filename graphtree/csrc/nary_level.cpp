@@ -162,7 +162,9 @@ class NaryLevels : public graphtree::LevelKernel {
     auto tanh_c = torch::empty({n, d_}, U_.options());
     torch::Tensor gates, c_children;
     if (level.width == 0) {  // general leaves: a step from zero children
-      gates = gate_bias_.expand({n, rows_}).contiguous();
+      // A copy, never a view: the gates are written in place below, and for one node expand().contiguous() is
+      // the bias itself (a size-1 dimension of stride 0 counts as contiguous), which every later level reads.
+      gates = gate_bias_.expand({n, rows_}).clone(at::MemoryFormat::Contiguous);
       c_children = torch::zeros({n, N_, d_}, U_.options());
     } else {
       gates = at::addmm(gate_bias_, children[0].view({n, N_ * d_}), gate_weights_t_);
