@@ -292,12 +292,12 @@ def test_few_shapes_serve_an_epoch_of_sst_sized_trees():
     deciles = (2, 7, 11, 13, 16, 18, 21, 24, 27, 32, 52)
     rng = random.Random(0)
     lengths = [rng.randint(deciles[k], deciles[k + 1]) for k in (rng.randrange(10) for _ in range(8544))]
+    trees = [from_ptb(random_ptb(n, 2, rng)) for n in lengths]
     for B, most_shapes in ((25, 64), (256, 16)):
         shapes, nodes, rows = set(), 0, 0
         buckets = Buckets()
-        for start in range(0, len(lengths), B):
-            trees = [from_ptb(random_ptb(n, 2, rng)) for n in lengths[start:start + B]]
-            batch = Batch.from_data_list(trees)
+        for start in range(0, len(trees), B):
+            batch = Batch.from_data_list(trees[start:start + B])
             shape, _ = padded_batch(batch, buckets)
             shapes.add(shape)
             nodes += batch.num_nodes
