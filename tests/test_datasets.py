@@ -21,6 +21,7 @@ from corpora import CORPORA, needs_corpora
 from torch_geometric.data import Batch, InMemoryDataset
 from torch_geometric.loader import DataLoader
 
+from graphtree import settings
 from graphtree.data import from_parents
 from graphtree.data.batching import separate_graphs
 from graphtree.datasets import (
@@ -43,6 +44,7 @@ from graphtree.vocab import Vocab
 @pytest.fixture(autouse=True)
 def _no_env_mirror(monkeypatch):
     monkeypatch.delenv(MIRROR_ENV, raising=False)
+    settings.reload()
 
 
 # --------------------------------------------------------------------------- a mirror served over HTTP
@@ -228,9 +230,10 @@ def test_sst_uses_official_url_by_default_and_env_mirror(tmp_path, small_sst, mo
     monkeypatch.setattr(SST, "ARCHIVE", RemoteFile(SST.ARCHIVE.path, "http://127.0.0.1:9/nothing.zip",
                                                    SST.ARCHIVE.sha256))
     monkeypatch.setenv(MIRROR_ENV, url)
+    settings.reload()  # the environment is read once a process; reload reads it again
     assert len(SST(tmp_path / "b", "test")) == 2
-    monkeypatch.setenv(MIRROR_ENV, str(folder))  # a local folder works as well
-    assert len(SST(tmp_path / "c", "test")) == 2
+    with settings.overridden(mirror=str(folder)):  # a local folder works as well, set in code here
+        assert len(SST(tmp_path / "c", "test")) == 2
 
 
 def test_sst_archive_placed_by_hand_is_used(tmp_path, small_sst):

@@ -1,24 +1,36 @@
-"""Every fast path of every cell against that cell's ``update``, and the cells as PyG layers.
+"""Every fast path of every cell against that cell's ``update``, on every family of graphs, and the cells as
+PyG layers.
 
 A paper cell's ``update`` is its definition (checked against the papers' per-node references in
-``test_tai_cells``, ``test_slstm``, ``test_lstm_rnn`` and ``test_teng_zhang``). Its one fast path, the compiled
-level kernel (:mod:`graphtree.backend.compiled`), must compute the same function: here in float32 against
-``update`` in float64 (states, and gradients of the inputs and every parameter), with ``update`` in float32
-beside it as the yardstick of float32 rounding. Skipped where the kernels cannot be built.
+``test_tai_cells``, ``test_slstm``, ``test_lstm_rnn`` and ``test_teng_zhang``). Its fast path, the compiled
+level kernel that :mod:`graphtree.backend.compiled` chooses, is a second program that must compute the same
+function on every shape a batch can take. The differential test runs both on the same weights and inputs:
+the fast path in float32 against ``update`` in float64 (states, and the gradients of the inputs and of every
+parameter), with ``update`` in float32 beside it as the yardstick of float32 rounding, for every setting that
+has a fast path (enumerated from the cells' own settings, so a new fast path without an entry here fails)
+and every graph family below, in training and in inference. Skipped where the kernels cannot be built.
+
+``python tests/test_fast_paths.py`` prints the coverage table: fast path x setting x graph family.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
+import inspect
+import itertools
+import pkgutil
 import random
+import sys
 
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
 from trees import chain_ptb, random_ptb
 
+import graphtree
 import graphtree.engine as engine
-from graphtree.backend import native
+from graphtree.backend import compiled, native
 from graphtree.data import from_ptb
 from graphtree.models.bicontree import _LeafSum
 from graphtree.nn import (
@@ -32,54 +44,176 @@ from graphtree.nn import (
     TreeCell,
 )
 
-# Every cell setting that has a fast path: (make, input width, maximum arity of the trees it takes).
-FAST_CELLS = {
-    "child_sum": (lambda: ChildSumTreeLSTM(7, 6), 7, 3),
-    "nary_constituency": (lambda: NaryTreeLSTM(7, 6), 7, 2),
-    "nary_ternary": (lambda: NaryTreeLSTM(7, 6, n_ary=3), 7, 3),
-    "nary_general": (lambda: NaryTreeLSTM(7, 6, setting="general"), 7, 2),
-    "nary_general_ternary": (lambda: NaryTreeLSTM(7, 6, n_ary=3, setting="general"), 7, 3),
-    "slstm_embedding": (lambda: SLSTM(6, 6), 6, 2),
-    "slstm_lstm_leaf": (lambda: SLSTM(7, 6, leaf="lstm"), 7, 2),
-    "lstm_rnn_tanh": (lambda: LSTMRNN(6, 6), 6, 2),
-    "lstm_rnn_softsign": (lambda: LSTMRNN(6, 6, "softsign"), 6, 2),
-    "lstm_rnn_sigmoid": (lambda: LSTMRNN(6, 6, "sigmoid"), 6, 2),
-    "lexicalized": (lambda: LexicalizedTreeLSTM(7, 6), 7, 2),
-    "contree": (lambda: LexicalizedTreeLSTM(7, 6, lexicalized=False), 7, 2),
-    "lexicalized_ternary": (lambda: LexicalizedTreeLSTM(7, 6, n_ary=3), 7, 3),
-    "top_down": (lambda: TopDownTreeLSTM(7, 6), 7, 2),
-    "top_down_shared": (lambda: TopDownTreeLSTM(7, 6, n_ary=3, share_input_weights=True), 7, 3),
-    "gated_head": (lambda: HeadLexicalization(7), 7, 2),
-    "left_head": (lambda: HeadLexicalization(7, "left"), 7, 3),
-    "right_head": (lambda: HeadLexicalization(7, "right"), 7, 3),
-    "average_head": (lambda: HeadLexicalization(7, "average"), 7, 3),
-    "leaf_sum": (lambda: _LeafSum(7), 7, 2),
+# --------------------------------------------------------------------------- the settings with a fast path
+
+# Every cell setting that has a fast path: (cell class, its settings, input width, maximum arity of the graphs
+# it takes). The channels are small and unequal where the cell allows, so that a transposed weight shows.
+FAST_CELLS: dict[str, tuple[type, dict, int, int]] = {
+    "child_sum": (ChildSumTreeLSTM, {}, 7, 6),
+    "nary_constituency": (NaryTreeLSTM, {}, 7, 2),
+    "nary_unary": (NaryTreeLSTM, {"n_ary": 1}, 7, 1),
+    "nary_ternary": (NaryTreeLSTM, {"n_ary": 3}, 7, 3),
+    "nary_general": (NaryTreeLSTM, {"setting": "general"}, 7, 2),
+    "nary_general_unary": (NaryTreeLSTM, {"n_ary": 1, "setting": "general"}, 7, 1),
+    "nary_general_ternary": (NaryTreeLSTM, {"n_ary": 3, "setting": "general"}, 7, 3),
+    "slstm_embedding": (SLSTM, {}, 6, 2),
+    "slstm_lstm_leaf": (SLSTM, {"leaf": "lstm"}, 7, 2),
+    "lstm_rnn_tanh": (LSTMRNN, {}, 6, 2),
+    "lstm_rnn_softsign": (LSTMRNN, {"activation": "softsign"}, 6, 2),
+    "lstm_rnn_sigmoid": (LSTMRNN, {"activation": "sigmoid"}, 6, 2),
+    "lexicalized": (LexicalizedTreeLSTM, {}, 7, 2),
+    "contree": (LexicalizedTreeLSTM, {"lexicalized": False}, 7, 2),
+    "lexicalized_ternary": (LexicalizedTreeLSTM, {"n_ary": 3}, 7, 3),
+    "contree_ternary": (LexicalizedTreeLSTM, {"n_ary": 3, "lexicalized": False}, 7, 3),
+    "lexicalized_unary": (LexicalizedTreeLSTM, {"n_ary": 1}, 7, 1),
+    "contree_unary": (LexicalizedTreeLSTM, {"n_ary": 1, "lexicalized": False}, 7, 1),
+    "top_down": (TopDownTreeLSTM, {}, 7, 2),
+    "top_down_ternary": (TopDownTreeLSTM, {"n_ary": 3}, 7, 3),
+    "top_down_shared": (TopDownTreeLSTM, {"share_input_weights": True}, 7, 2),
+    "top_down_shared_ternary": (TopDownTreeLSTM, {"n_ary": 3, "share_input_weights": True}, 7, 3),
+    "top_down_unary": (TopDownTreeLSTM, {"n_ary": 1}, 7, 1),
+    "top_down_shared_unary": (TopDownTreeLSTM, {"n_ary": 1, "share_input_weights": True}, 7, 1),
+    "gated_head": (HeadLexicalization, {}, 7, 2),
+    "left_head": (HeadLexicalization, {"method": "left"}, 7, 3),
+    "right_head": (HeadLexicalization, {"method": "right"}, 7, 3),
+    "average_head": (HeadLexicalization, {"method": "average"}, 7, 3),
+    "leaf_sum": (_LeafSum, {}, 7, 2),
+}
+
+# Every setting of every class with a fast path, so that a setting the kernels start to serve fails the
+# enumeration test until it has an entry above. The cells' constructors name these choices.
+SETTINGS: dict[type, list[dict]] = {
+    ChildSumTreeLSTM: [{}],
+    NaryTreeLSTM: [{"n_ary": n, "setting": s, "forget": f} for n, s, f in
+                   itertools.product((1, 2, 3), ("constituency", "general"), ("full", "tied", "zero"))],
+    SLSTM: [{"leaf": leaf} for leaf in ("embedding", "lstm")],
+    LSTMRNN: [{"activation": a} for a in ("tanh", "softsign", "sigmoid")],
+    LexicalizedTreeLSTM: [{"n_ary": n, "lexicalized": lex} for n in (1, 2, 3) for lex in (True, False)],
+    TopDownTreeLSTM: [{"n_ary": n, "share_input_weights": s} for n in (1, 2, 3) for s in (False, True)],
+    # The fixed heads take any number of children, whatever n_ary says.
+    HeadLexicalization: [{"method": "gated", "n_ary": n} for n in (1, 2, 3)] +
+                        [{"method": m} for m in ("left", "right", "average")],
+    _LeafSum: [{}],
 }
 
 
-def _batch(max_arity: int, seed: int) -> Batch:
+def _make(name: str) -> torch.nn.Module:
+    cls, settings, in_channels, _ = FAST_CELLS[name]
+    return _construct(cls, settings, in_channels)
+
+
+def _construct(cls: type, settings: dict, in_channels: int) -> torch.nn.Module:
+    if cls in (HeadLexicalization, _LeafSum):
+        return cls(in_channels, **settings)
+    return cls(in_channels, 6, **settings)
+
+
+def _canonical(cls: type, settings: dict) -> tuple:
+    """A setting with its defaults filled in, so that ``{}`` and ``{"n_ary": 2}`` name the same setting."""
+    parameters = inspect.signature(cls.__init__).parameters
+    full = {k: p.default for k, p in parameters.items() if p.default is not inspect.Parameter.empty}
+    return cls, tuple(sorted({**full, **settings}.items()))
+
+
+# --------------------------------------------------------------------------- the graph families
+
+
+def _plain(data: Data) -> Data:
+    """Only the structure (so that trees from PTB and hand-made DAGs batch together)."""
+    edge_pos = data.edge_pos if "edge_pos" in data else torch.zeros(data.edge_index.size(1), dtype=torch.long)
+    return Data(edge_index=data.edge_index, edge_pos=edge_pos, num_nodes=data.num_nodes)
+
+
+def _tree(ptb: str) -> Data:
+    return _plain(from_ptb(ptb))
+
+
+def _spine(num_leaves: int) -> str:
+    """A right-branching tree: every level above the leaves holds one node, with a leaf and the spine below."""
+    line = f"(0 w{num_leaves - 1})"
+    for k in reversed(range(num_leaves - 1)):
+        line = f"(0 (1 w{k}) {line})"
+    return line
+
+
+def _random_dag(num_nodes: int, arity: int, rng: random.Random) -> Data:
+    """A DAG in which nodes have several parents: each node after the first few takes 1..arity children among
+    the nodes before it (each at its own position), so children are shared and sit at different depths."""
+    sources, targets, positions = [], [], []
+    for node in range(3, num_nodes):
+        children = rng.sample(range(node), rng.randint(1, min(arity, node)))
+        for position, child in enumerate(children):
+            sources.append(child)
+            targets.append(node)
+            positions.append(position)
+    return Data(edge_index=torch.tensor([sources, targets]), edge_pos=torch.tensor(positions), num_nodes=num_nodes)
+
+
+def families(arity: int, seed: int = 0) -> dict[str, Data]:
+    """Every shape class a batch can take, for cells whose nodes have at most ``arity`` children."""
     rng = random.Random(seed)
-    return Batch.from_data_list([from_ptb(random_ptb(rng.randint(1, 12), max_arity, rng)) for _ in range(9)])
+    words = " ".join(f"({k % 5} w{k})" for k in range(arity))
+    out = {
+        "one node": _tree("(1 a)"),
+        "one edge": _tree("(1 (2 a))"),
+        "chain of 2": _tree(chain_ptb(2)),
+        "chain of 7": _tree(chain_ptb(7)),
+        "chain of 50": _tree(chain_ptb(50)),
+        "leaf under a spine": _tree(_spine(12) if arity >= 2 else chain_ptb(12)),
+        "widest node": _tree(f"(1 {words})" if arity >= 2 else "(1 (2 a))"),
+        "random trees": Batch.from_data_list([_tree(random_ptb(rng.randint(1, 12), arity, rng))
+                                              for _ in range(9)] if arity >= 2 else
+                                             [_tree(chain_ptb(rng.randint(1, 12))) for _ in range(9)]),
+        "dag": _random_dag(24, arity, rng),
+    }
+    out["mixed batch"] = Batch.from_data_list([_plain(g) for g in out.values()])
+    out["empty"] = Data(edge_index=torch.zeros(2, 0, dtype=torch.long), edge_pos=torch.zeros(0, dtype=torch.long),
+                        num_nodes=0)
+    return out
 
 
-def _run(cell: torch.nn.Module, x: torch.Tensor, batch: Batch, upstream: list[torch.Tensor]) -> list[torch.Tensor]:
-    """States, then the gradients of a weighted sum of them with respect to ``x`` and every parameter."""
+FAMILIES = list(families(2))
+
+
+def _several_parents(graph: Data) -> bool:
+    return graph.edge_index.size(1) > 0 and bool(torch.bincount(graph.edge_index[0]).max() > 1)
+
+
+def expects_fast_path(name: str, graph: Data) -> bool:
+    """Where the fast path must run: everywhere, but for the top-down kernel where a node has several parents
+    (it covers trees and forests; such DAGs run the cell's ``update``)."""
+    return not (FAST_CELLS[name][0] is TopDownTreeLSTM and _several_parents(graph))
+
+
+# --------------------------------------------------------------------------- running both
+
+
+def _run(cell: torch.nn.Module, x: torch.Tensor, graph: Data, upstream: list[torch.Tensor],
+         grad: bool = True) -> list[torch.Tensor | None]:
+    """States, then the gradients of a weighted sum of them with respect to ``x`` and every parameter
+    (``None`` for a parameter the graph never uses). Without ``grad``, the states under ``no_grad``."""
+    if not grad:
+        with torch.no_grad():
+            states = cell(x, graph)
+        return list(states) if isinstance(states, tuple) else [states]
     x = x.detach().requires_grad_()
-    states = cell(x, batch)
+    states = cell(x, graph)
     states = states if isinstance(states, tuple) else (states,)
     loss = sum((s * w.to(s.dtype)[:, :s.size(1)]).sum() for s, w in zip(states, upstream))
-    params = [p for p in cell.parameters()]
-    return [s.detach() for s in states] + list(torch.autograd.grad(loss, [x, *params]))
+    grads = torch.autograd.grad(loss, [x, *cell.parameters()], allow_unused=True) if loss.requires_grad else \
+        [None] * (1 + len(list(cell.parameters())))
+    return [s.detach() for s in states] + list(grads)
 
 
-@pytest.mark.parametrize("name", sorted(FAST_CELLS))
-def test_the_fast_path_computes_the_update(kernels, name, monkeypatch):
-    make, in_channels, arity = FAST_CELLS[name]
-    torch.manual_seed(0)
-    cell = make()
-    batch = _batch(arity, seed=len(name))
-    x = torch.randn(batch.num_nodes, in_channels)
-    upstream = [torch.randn(batch.num_nodes, 8), torch.randn(batch.num_nodes, 8)]
+def differential(name: str, family: str, seed: int = 0) -> bool:
+    """Run the fast path and the definition on one family, in training and in inference; assert that they agree;
+    return whether the fast path ran."""
+    _, _, in_channels, arity = FAST_CELLS[name]
+    graph = families(arity, seed)[family]
+    torch.manual_seed(seed)
+    cell = _make(name)
+    x = torch.randn(graph.num_nodes, in_channels)
+    upstream = [torch.randn(graph.num_nodes, 8), torch.randn(graph.num_nodes, 8)]
     ran = []
     original = engine.level_kernel
 
@@ -88,37 +222,121 @@ def test_the_fast_path_computes_the_update(kernels, name, monkeypatch):
         ran.append(made is not None)
         return made
 
-    monkeypatch.setattr(engine, "level_kernel", spy)
-    with native.use_native(True):
-        fast = _run(cell, x, batch, upstream)
-    assert ran and all(ran), "the compiled level loop did not run"
-    with native.use_native(False):
-        update32 = _run(cell, x, batch, upstream)
-        update64 = _run(copy.deepcopy(cell).double(), x.double(), batch, upstream)
-    for got, plain, want in zip(fast, update32, update64, strict=True):
-        scale = max(1.0, float(want.abs().max()))
-        # The fast path is as close to float64 as the update in float32 is, within float32 rounding.
-        err_fast = float((got.double() - want).abs().max())
-        err_plain = float((plain.double() - want).abs().max())
-        assert err_fast <= max(4 * err_plain, 1e-5 * scale), (name, err_fast, err_plain)
-
-
-@pytest.mark.parametrize("name", sorted(FAST_CELLS))
-def test_no_grad_fast_path_computes_the_update(kernels, name):
-    make, in_channels, arity = FAST_CELLS[name]
-    torch.manual_seed(1)
-    cell = make()
-    batch = _batch(arity, seed=len(name) + 1)
-    x = torch.randn(batch.num_nodes, in_channels)
-    with torch.no_grad():
+    engine.level_kernel = spy
+    try:
         with native.use_native(True):
-            fast = cell(x, batch)
-        with native.use_native(False):
-            plain = copy.deepcopy(cell).double()(x.double(), batch)
-    fast = fast if isinstance(fast, tuple) else (fast,)
-    plain = plain if isinstance(plain, tuple) else (plain,)
-    for a, b in zip(fast, plain, strict=True):
-        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
+            fast = _run(cell, x, graph, upstream)
+            fast_inference = _run(cell, x, graph, upstream, grad=False)
+    finally:
+        engine.level_kernel = original
+    with native.use_native(False):
+        plain = _run(cell, x, graph, upstream)
+        want = _run(copy.deepcopy(cell).double(), x.double(), graph, upstream)
+    # Inference has the states only: the same references as training's.
+    for k, (got, yardstick, w) in enumerate(itertools.chain(zip(fast, plain, want, strict=True),
+                                                            zip(fast_inference, plain, want))):
+        what = f"{name} on {family}, output {k} ({'training' if k < len(fast) else 'inference'})"
+        if w is None:  # a parameter the graph never uses (a leaf alone uses no child weights)
+            assert got is None or not got.any(), what
+            continue
+        assert got is not None and got.shape == w.shape and got.dtype == torch.float32, what
+        if w.numel() == 0:
+            continue
+        scale = max(1.0, float(w.abs().max()))
+        # The fast path is as close to float64 as the update in float32 is, within float32 rounding.
+        err_fast = float((got.double() - w).abs().max())
+        err_plain = float((yardstick.double() - w).abs().max())
+        assert err_fast <= max(4 * err_plain, 1e-5 * scale), (what, err_fast, err_plain)
+    return bool(ran) and all(ran)
+
+
+CASES = [(name, family) for name in sorted(FAST_CELLS) for family in FAMILIES]
+
+
+@pytest.mark.parametrize(("name", "family"), CASES, ids=[f"{n}-{f.replace(' ', '_')}" for n, f in CASES])
+def test_the_fast_path_computes_the_update(kernels, name, family):
+    graph = families(FAST_CELLS[name][3])[family]
+    ran = differential(name, family)
+    assert ran == expects_fast_path(name, graph), (name, family, "ran" if ran else "did not run")
+
+
+SWEEP = [(name, family, seed) for name in sorted(FAST_CELLS) for family in ("random trees", "dag", "mixed batch")
+         for seed in range(1, 9)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "family", "seed"), SWEEP)
+def test_the_fast_path_computes_the_update_over_seeds(kernels, name, family, seed):
+    differential(name, family, seed)
+
+
+def _cell_classes() -> set[type]:
+    """Every class in the package that names a fast path (every module imported, so none is missed)."""
+    for module in pkgutil.walk_packages(graphtree.__path__, "graphtree."):
+        try:
+            importlib.import_module(module.name)
+        except ImportError:  # an optional dependency that is not installed
+            continue
+
+    def below(cls: type) -> set[type]:
+        return {cls} | set().union(*(below(sub) for sub in cls.__subclasses__()))
+
+    return {cls for cls in below(TreeCell) if cls.__module__.startswith("graphtree.")
+            and vars(cls).get("compiled_levels") is not None}
+
+
+def _kernel_runs(cls: type, settings: dict) -> bool:
+    """Whether the fast path runs for this setting, on a tree that every setting takes."""
+    arity = settings.get("n_ary", 2)
+    cell = _construct(cls, settings, 6)  # square: S-LSTM's embedding leaves take hidden-sized features
+    graph = _tree(_spine(3) if arity >= 2 else chain_ptb(3))
+    ran = []
+    original = engine.level_kernel
+
+    def spy(*args):
+        made = original(*args)
+        ran.append(made is not None)
+        return made
+
+    engine.level_kernel = spy
+    try:
+        with torch.no_grad(), native.use_native(True):
+            cell(torch.randn(graph.num_nodes, 6), graph)
+    finally:
+        engine.level_kernel = original
+    return bool(ran) and all(ran)
+
+
+def test_every_fast_path_and_setting_it_serves_is_tested(kernels):
+    makers = {fn for name, fn in vars(compiled).items() if inspect.isfunction(fn) and fn.__module__ == compiled.__name__
+              and list(inspect.signature(fn).parameters) == ["cell", "kernels", "plan"]}
+    classes = _cell_classes()
+    assert classes == set(SETTINGS), "a class with a fast path has no settings here (or one here no fast path)"
+    assert {cls.compiled_levels for cls in classes} == makers, "a maker in graphtree.backend.compiled is unused"
+    tested = {_canonical(cls, settings) for cls, settings, _, _ in FAST_CELLS.values()}
+    wrong = []
+    for cls, grid in SETTINGS.items():
+        for settings in grid:
+            runs, covered = _kernel_runs(cls, settings), _canonical(cls, settings) in tested
+            if runs != covered:
+                wrong.append(f"{cls.__name__}({settings}): " + ("a fast path without an entry in FAST_CELLS" if runs
+                                                                 else "no fast path, but an entry in FAST_CELLS"))
+    assert not wrong, "\n".join(wrong)
+
+
+def coverage_table() -> str:
+    """Fast path x setting x graph family: "fast" where the kernel ran and equals the update, "update" where the
+    cell's own update ran (no kernel covers that case)."""
+    lines = ["| fast path | setting | " + " | ".join(FAMILIES) + " |", "|---" * (len(FAMILIES) + 2) + "|"]
+    for name in sorted(FAST_CELLS, key=lambda n: (FAST_CELLS[n][0].compiled_levels.__name__, n)):
+        cls, settings, _, _ = FAST_CELLS[name]
+        marks = []
+        for family in FAMILIES:
+            ran = differential(name, family)
+            marks.append("fast" if ran else "update")
+        setting = ", ".join(f"{k}={v!r}" for k, v in settings.items()) or "default"
+        lines.append(f"| `{cls.compiled_levels.__name__}` | {cls.__name__}({setting}) | " + " | ".join(marks) + " |")
+    return "\n".join(lines)
 
 
 def test_a_subclass_with_its_own_update_runs_it(kernels):
@@ -193,50 +411,7 @@ def test_a_cell_that_defines_no_update_says_so():
         cell(torch.randn(2, 2), Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2))
 
 
-# --------------------------------------------------------------------------- levels of one node
-
-
-def _one_node_levels(arity: int) -> dict[str, Batch]:
-    """Graphs with one node at some or every level, where a level's buffers are single rows."""
-    return {"one node": Batch.from_data_list([from_ptb("(1 a)")]),
-            "one edge": Batch.from_data_list([from_ptb("(1 (2 a))")]),
-            "chain": Batch.from_data_list([from_ptb(chain_ptb(30))]),
-            "leaf under a spine": Batch.from_data_list([from_ptb(chain_ptb(12)), from_ptb(random_ptb(6, arity,
-                                                                                               random.Random(3)))])}
-
-
-def _run_allowing_unused(cell, x, batch, upstream) -> list[torch.Tensor | None]:
-    """:func:`_run`, where a parameter the graph does not use gets ``None``."""
-    x = x.detach().requires_grad_()
-    states = cell(x, batch)
-    states = states if isinstance(states, tuple) else (states,)
-    loss = sum((s * w.to(s.dtype)[:, :s.size(1)]).sum() for s, w in zip(states, upstream))
-    grads = torch.autograd.grad(loss, [x, *cell.parameters()], allow_unused=True)
-    return [s.detach() for s in states] + list(grads)
-
-
-ONE_NODE_CASES = [(name, family) for name in sorted(FAST_CELLS) for family in ("one node", "one edge", "chain",
-                                                                                "leaf under a spine")]
-
-
-@pytest.mark.parametrize(("name", "family"), ONE_NODE_CASES, ids=[f"{n}-{f}" for n, f in ONE_NODE_CASES])
-def test_the_fast_path_computes_the_update_on_one_node_levels(kernels, name, family):
-    make, in_channels, arity = FAST_CELLS[name]
-    torch.manual_seed(4)
-    cell = make()
-    batch = _one_node_levels(arity)[family]
-    x = torch.randn(batch.num_nodes, in_channels)
-    upstream = [torch.randn(batch.num_nodes, 8), torch.randn(batch.num_nodes, 8)]
-    with native.use_native(True):
-        fast = _run_allowing_unused(cell, x, batch, upstream)
-    with native.use_native(False):
-        want = _run_allowing_unused(copy.deepcopy(cell).double(), x.double(), batch, upstream)
-    for got, w in zip(fast, want, strict=True):
-        if w is None:  # a parameter the graph never uses (a leaf alone uses no child weights)
-            assert got is None or not got.any(), name
-            continue
-        scale = max(1.0, float(w.abs().max()))
-        assert float((got.double() - w).abs().max()) <= 1e-5 * scale, name
+# --------------------------------------------------------------------------- a known answer: the standard LSTM
 
 
 def test_the_general_nary_cell_with_one_child_is_the_standard_lstm_on_a_chain(kernels):
@@ -266,3 +441,8 @@ def test_the_general_nary_cell_with_one_child_is_the_standard_lstm_on_a_chain(ke
         with native.use_native(True):
             got = cell(x, chain)[0]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+if __name__ == "__main__":
+    print(coverage_table())
+    sys.exit(0)

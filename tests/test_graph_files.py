@@ -199,7 +199,7 @@ GOOD_JSONL = '{"nodes": [{"token": "ok"}], "parents": [-1]}\n'  # line 1
 # (name, file name, text, line, field, message pattern, error class, read_graph_file keywords)
 MALFORMED = [
     ("conllu head out of range", "a.conllu", GOOD_CONLLU + tok(1, "a", 2) + tok(2, "b", 7), 4, "HEAD",
-     r"token 2 has head 7, outside", TreeFormatError, {}),
+     r"HEAD 7 of token 2 is outside 0\.\.2 \(0 for the root", TreeFormatError, {}),
     ("conllu head not a number", "a.conllu", GOOD_CONLLU + tok(1, "a", 0) + tok(2, "b", "_"), 4, "HEAD",
      r"HEAD '_' of token 2 is not a token ID", TreeFormatError, {}),
     ("conllu negative head", "a.conllu", GOOD_CONLLU + tok(1, "a", -1) + tok(2, "b", 0), 3, "HEAD",

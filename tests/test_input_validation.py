@@ -19,7 +19,7 @@ import graphtree.schedule as schedule_module
 from graphtree.data import from_networkx, from_parents, from_ptb
 from graphtree.engine import schedule_of
 from graphtree.errors import ScheduleError, TreeFormatError
-from graphtree.nn import NaryTreeLSTM
+from graphtree.nn import SLSTM, ChildSumTreeLSTM, HeadLexicalization, NaryTreeLSTM
 from graphtree.schedule import Schedule
 
 # Two binary trees with the same node and edge counts (5 and 4) but different shapes. Pre-order numbering:
@@ -328,3 +328,72 @@ def test_edge_index_out_of_range_with_stored_levels_is_named():
              depth=torch.tensor([0, 1, 1]))
     with pytest.raises(ScheduleError, match=r"edge 1 \(3 -> 0\) refers to node 3, but the graph has 3 nodes"):
         schedule_of(d)
+
+
+# --------------------------------------------------------------------------- inputs a cell used to take silently
+
+
+def test_an_edge_given_twice_without_positions_is_named():
+    # Child-Sum summed child 1 twice here; from_networkx refuses the same multigraph.
+    cell = ChildSumTreeLSTM(3, 4)
+    data = Data(edge_index=torch.tensor([[1, 2, 1], [0, 0, 0]]), num_nodes=3)
+    with pytest.raises(ScheduleError, match=r"edge 2 \(1 -> 0\) repeats edge 0"):
+        cell(torch.randn(3, 3), data)
+
+
+def test_one_child_at_two_positions_is_two_inputs():
+    # A gate whose two operands are one wire: edge_pos says so, and the binary cell reads the child twice.
+    torch.manual_seed(0)
+    cell = NaryTreeLSTM(3, 4, setting="general")
+    x = torch.randn(2, 3)
+    twice = Data(edge_index=torch.tensor([[1, 1], [0, 0]]), edge_pos=torch.tensor([0, 1]), num_nodes=2)
+    h, _ = cell(x, twice)
+    with torch.no_grad():  # by hand: the root's gates from the child's h in both slots
+        leaf_h, leaf_c = cell(x[1:], Data(edge_index=torch.zeros(2, 0, dtype=torch.long), num_nodes=1))
+        d = 4
+        U_h = torch.cat([leaf_h, leaf_h], dim=1) @ cell.U.t() + cell.b_U.sum(0)  # rows i, o, u, f_1, f_2
+        Wx = cell.W(x[:1])  # rows i, o, u, f
+        i, o = torch.sigmoid(U_h[:, :d] + Wx[:, :d]), torch.sigmoid(U_h[:, d:2 * d] + Wx[:, d:2 * d])
+        u = torch.tanh(U_h[:, 2 * d:3 * d] + Wx[:, 2 * d:3 * d])
+        f1, f2 = torch.sigmoid(U_h[:, 3 * d:4 * d] + Wx[:, 3 * d:]), torch.sigmoid(U_h[:, 4 * d:] + Wx[:, 3 * d:])
+        c = i * u + f1 * leaf_c + f2 * leaf_c
+        torch.testing.assert_close(h[:1], o * torch.tanh(c))
+
+
+@pytest.mark.parametrize("cell", [ChildSumTreeLSTM(3, 3), SLSTM(3, 3), HeadLexicalization(3),
+                                  HeadLexicalization(3, "left")], ids=repr)
+def test_integer_features_name_the_cell(cell):
+    # S-LSTM's embedding leaves and the head lexicalization cast integers silently; the others failed in a layer.
+    with pytest.raises(TypeError, match=rf"{type(cell).__name__} expects floating-point node features, got "
+                                        r"torch.int64"):
+        cell(torch.ones(3, 3, dtype=torch.long), torch.tensor([[1, 2], [0, 0]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_features_of_another_float_dtype_name_the_cell_and_both_dtypes(dtype):
+    with pytest.raises(TypeError, match=rf"NaryTreeLSTM has torch.float32 parameters but got node features of dtype "
+                                        rf"{dtype}"):
+        NaryTreeLSTM(3, 4)(torch.ones(3, 3, dtype=dtype), torch.tensor([[1, 2], [0, 0]]))
+
+
+def test_too_many_feature_rows_name_x_not_an_internal_input():
+    # Child-Sum hands the engine W x under the name Wx: the error named that, not the x the user passed.
+    data = Data(edge_index=torch.tensor([[1, 2], [0, 0]]), num_nodes=3)
+    with pytest.raises(ScheduleError, match=r"ChildSumTreeLSTM got node features x of 5 rows for a graph of 3 nodes"):
+        ChildSumTreeLSTM(3, 4)(torch.randn(5, 3), data)
+
+
+@pytest.mark.parametrize("parents", [None, 5, torch.tensor(5), {1: 0}], ids=["None", "int", "0-d tensor", "dict"])
+def test_from_parents_says_what_it_expects(parents):
+    with pytest.raises(TypeError, match=r"from_parents expects the head of each token .* got "):
+        from_parents(parents)
+
+
+def test_one_child_too_many_reads_in_the_singular():
+    edges = Data(edge_index=torch.tensor([[1, 2], [0, 0]]), edge_pos=torch.tensor([0, 1]), num_nodes=3)
+    with pytest.raises(ScheduleError, match=r"node 0 has 2 children \(or a child at position 1\), but NaryTreeLSTM "
+                                            r"takes at most 1"):
+        NaryTreeLSTM(3, 4, n_ary=1)(torch.randn(3, 3), edges)
+    one = Data(edge_index=torch.tensor([[1], [0]]), edge_pos=torch.tensor([2]), num_nodes=2)
+    with pytest.raises(ScheduleError, match=r"node 0 has 1 child \(or a child at position 2\)"):
+        NaryTreeLSTM(3, 4)(torch.randn(2, 3), one)

@@ -25,6 +25,7 @@ from torch_geometric.data import Batch, Data
 from trees import random_ptb
 
 import graphtree.backend.native as native
+from graphtree import settings
 from graphtree.backend import compiled as makers
 from graphtree.data import from_ptb
 from graphtree.nn import (
@@ -635,8 +636,8 @@ def test_the_pytorch_path_is_taken_where_the_kernels_do_not_apply(kernels):
 
 def test_the_variable_is_checked(monkeypatch):
     monkeypatch.setenv("GRAPHTREE_NATIVE", "yes")
-    with pytest.raises(ValueError, match="GRAPHTREE_NATIVE must be 0, 1 or auto"):
-        native.native_mode()
+    with pytest.raises(ValueError, match=r"native \(\$GRAPHTREE_NATIVE\) must be 0, 1 or auto, got 'yes'"):
+        settings.reload()
 
 
 def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
@@ -644,7 +645,7 @@ def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
     monkeypatch.setattr(native, "_failed", None)
     monkeypatch.setattr(native, "SOURCES", ("does_not_exist.cpp",))
     monkeypatch.setenv("GRAPHTREE_NATIVE", "auto")
-    monkeypatch.setattr(native, "_env_mode", None)
+    settings.reload()
     with pytest.warns(RuntimeWarning, match="pure-PyTorch path"):
         assert native.native_kernels(torch.zeros(2, 2)) is None
     assert native.native_kernels(torch.zeros(2, 2)) is None  # no second attempt, no second warning

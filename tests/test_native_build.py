@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 import graphtree.backend.native as native
+from graphtree import settings
 
 # Run in a fresh interpreter: a forward and backward pass of one cell, with every build attempt recorded.
 _SCRIPT = textwrap.dedent("""
@@ -123,6 +124,7 @@ def test_the_build_name_depends_on_the_interpreter_and_nothing_else_varies_it():
 
 def test_the_build_folder_follows_sys_prefix_and_the_cache_root(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHTREE_CACHE", str(tmp_path))
+    settings.reload()
     here = native.build_directory()
     assert here.parent == tmp_path and here.name == native._build_name()
     assert native.build_directory() == here
@@ -133,11 +135,14 @@ def test_the_build_folder_follows_sys_prefix_and_the_cache_root(tmp_path, monkey
 def test_the_cache_root(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHTREE_CACHE", str(tmp_path / "mine"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert native.cache_root() == tmp_path / "mine"
+    assert settings.reload() and native.cache_root() == tmp_path / "mine"
     monkeypatch.delenv("GRAPHTREE_CACHE")
-    assert native.cache_root() == tmp_path / "xdg" / "graphtree"
+    assert settings.reload() and native.cache_root() == tmp_path / "xdg" / "graphtree"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert settings.reload() and native.cache_root() == tmp_path / "home" / ".cache" / "graphtree"
+    with settings.overridden(cache=tmp_path / "in-code"):  # and in code, for a block
+        assert native.cache_root() == tmp_path / "in-code"
     assert native.cache_root() == tmp_path / "home" / ".cache" / "graphtree"
 
 
@@ -147,7 +152,9 @@ def stub_build(tmp_path, monkeypatch):
     from torch.utils import cpp_extension
 
     monkeypatch.setenv("GRAPHTREE_CACHE", str(tmp_path))
-    for name, value in [("_kernels", None), ("_failed", None), ("_override", None), ("_env_mode", None)]:
+    monkeypatch.delenv("GRAPHTREE_NATIVE", raising=False)
+    settings.reload()
+    for name, value in [("_kernels", None), ("_failed", None)]:
         monkeypatch.setattr(native, name, value)
     folders: list[Path] = []
 

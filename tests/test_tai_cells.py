@@ -258,7 +258,7 @@ def test_bad_input_is_a_clear_error():
         cell(torch.randn(7, IN), batch)
     with pytest.raises(ValueError, match=r"\[num_nodes, 5\]"):
         cell(torch.randn(4, IN + 1), data)
-    with pytest.raises(ScheduleError, match="3 rows but the batch has 4 nodes"):
+    with pytest.raises(ScheduleError, match="x of 3 rows for a graph of 4 nodes"):
         ChildSumTreeLSTM(IN, HID)(torch.randn(3, IN), data)
     with pytest.raises(ScheduleError, match="edge_index must hold integers"):  # a tensor is read as edge_index
         ChildSumTreeLSTM(IN, HID)(torch.randn(4, IN), torch.zeros(2, 3))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import sys
 import time
@@ -36,6 +35,8 @@ from types import ModuleType
 
 import torch
 from torch import Tensor
+
+from .. import settings
 
 __all__ = ["build_directory", "build_seconds", "cache_root", "cpu_description", "ensure_built", "kernels_loaded",
            "native_kernels", "native_kernels_if_loaded", "native_mode", "use_native"]
@@ -56,30 +57,20 @@ _LIBRARY_SUFFIX = ".pyd" if sys.platform == "win32" else ".so"  # what cpp_exten
 
 _kernels: ModuleType | None = None
 _failed: str | None = None
-_override: bool | None = None
-_env_mode: str | None = None  # GRAPHTREE_NATIVE, read on first use
 _build_seconds = 0.0
 
 
 def native_mode() -> str:
-    """``"auto"``, ``"1"`` or ``"0"``: ``GRAPHTREE_NATIVE``, or what :func:`use_native` set."""
-    if _override is not None:
-        return "1" if _override else "0"
-    mode = os.environ.get("GRAPHTREE_NATIVE", "auto").strip().lower()
-    if mode not in ("0", "1", "auto"):
-        raise ValueError(f"GRAPHTREE_NATIVE must be 0, 1 or auto, got {mode!r}")
-    return mode
+    """``"auto"``, ``"1"`` or ``"0"``: the ``native`` setting (:mod:`graphtree.settings`, ``GRAPHTREE_NATIVE``)."""
+    return settings.current().native
 
 
 @contextmanager
 def use_native(enabled: bool) -> Iterator[None]:
-    """Force the compiled kernels on (a failed build raises) or off inside the ``with`` block."""
-    global _override
-    previous, _override = _override, enabled
-    try:
+    """Force the compiled kernels on (a failed build raises) or off inside the ``with`` block:
+    ``settings.overridden(native="1" or "0")``."""
+    with settings.overridden(native="1" if enabled else "0"):
         yield
-    finally:
-        _override = previous
 
 
 def native_kernels(*tensors: Tensor) -> ModuleType | None:
@@ -88,14 +79,7 @@ def native_kernels(*tensors: Tensor) -> ModuleType | None:
     Builds them on first use: only code that has a compiled kernel of its own calls this. Generic code
     (the engine's backward for any cell) calls :func:`native_kernels_if_loaded`.
     """
-    # Called once or twice per level: kept to plain attribute reads (the variable is read once per process).
-    global _env_mode
-    if _override is not None:
-        mode = "1" if _override else "0"
-    else:
-        if _env_mode is None:
-            _env_mode = native_mode()
-        mode = _env_mode
+    mode = settings.current().native
     if mode == "0":
         return None
     grad = torch.is_grad_enabled()
@@ -139,11 +123,9 @@ def build_seconds() -> float:
 
 
 def cache_root() -> Path:
-    """graphtree's cache folder: ``$GRAPHTREE_CACHE``, else ``$XDG_CACHE_HOME/graphtree`` or ``~/.cache/graphtree``."""
-    explicit = os.environ.get("GRAPHTREE_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphtree"
+    """graphtree's cache folder: the ``cache`` setting (:mod:`graphtree.settings`, ``GRAPHTREE_CACHE``, else
+    ``$XDG_CACHE_HOME/graphtree`` or ``~/.cache/graphtree``)."""
+    return settings.current().cache
 
 
 def cpu_description() -> list[str]:

@@ -51,6 +51,9 @@ def from_parents(
             ``>= -1`` within int64 (with the 1-based token index).
         CycleError: the heads form a cycle (names the 1-based tokens on it).
     """
+    if not isinstance(parents, (str, Sequence, np.ndarray, torch.Tensor)) or getattr(parents, "ndim", 1) != 1:
+        raise TypeError("from_parents expects the head of each token (1-based; 0 for the root, -1 outside the "
+                        f"tree) as a sequence or a whitespace-separated string, got {type(parents).__name__}")
     heads = _parse_ints(parents)
     n = len(heads)
     if n == 0:

@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -21,7 +22,23 @@ from ..data.batching import separate_graphs
 from ..vocab import Vocab
 from .download import DatasetError, RemoteFile, atomic_torch_save, resolve_mirror
 
-__all__ = ["DEFAULT_ROOT", "CorpusDataset", "vocab_tag"]
+__all__ = ["DEFAULT_ROOT", "CorpusDataset", "code_fingerprint", "vocab_tag"]
+
+
+# The modules that turn text and generated structures into graphs: every cache of graphs depends on them.
+_CONVERTERS = ("levels", "networkx", "parents", "ptb", "tree")
+
+
+def code_fingerprint(module: ModuleType) -> str:
+    """A digest of the source of ``module`` and of the graph converters (:mod:`graphtree.data`): a cache of
+    graphs named by it is made anew whenever the code that made them changes, with nobody to remember to bump
+    a version (a comment's edit rebuilds it too: a rebuild costs seconds, a stale cache wrong results)."""
+    import importlib
+
+    digest = hashlib.sha256()
+    for source in (module, *(importlib.import_module(f"graphtree.data.{name}") for name in _CONVERTERS)):
+        digest.update(Path(source.__file__).read_bytes())
+    return digest.hexdigest()[:12]
 
 DEFAULT_ROOT = "datasets"
 """Default data root: ``<root>/<corpus>/raw`` holds the fetched files, ``<root>/<corpus>/processed`` the caches."""

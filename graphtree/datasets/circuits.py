@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from collections.abc import Callable, Sequence
 
 import networkx as nx
@@ -19,7 +20,7 @@ from torch_geometric.data import Data
 
 from ..data.networkx import from_networkx
 from ..errors import TreeFormatError
-from .base import DEFAULT_ROOT, CorpusDataset, generated_split, split_sizes
+from .base import DEFAULT_ROOT, CorpusDataset, code_fingerprint, generated_split, split_sizes
 from .download import DatasetError
 
 __all__ = ["FAN_IN", "NODE_TYPES", "BooleanCircuits", "Circuit", "circuit_data", "evaluate_gate",
@@ -38,8 +39,6 @@ Nodes are numbered inputs first (``0..len(inputs)-1``), then gates in order;
 a gate's operands are earlier nodes, so the numbering is topological. The last
 gate is the output.
 """
-
-_VERSION = 1  # in the cache name: bump it when the generator changes what a seed draws
 
 
 def evaluate_gate(kind: str, values: Sequence[int]) -> int:
@@ -264,7 +263,8 @@ class BooleanCircuits(CorpusDataset):
         super().__init__(root, split, None, None, transform, pre_transform, pre_filter, log, force_reload)
 
     def options_tag(self) -> str:
-        return (f"v{_VERSION}-n{self.sizes['train']}-{self.sizes['dev']}-{self.sizes['test']}-in{self.num_inputs}"
+        return (f"code{code_fingerprint(sys.modules[__name__])}"
+                f"-n{self.sizes['train']}-{self.sizes['dev']}-{self.sizes['test']}-in{self.num_inputs}"
                 f"-gates{self.num_gates}-{'_'.join(self.gates)}-seed{self.seed}")
 
     @property

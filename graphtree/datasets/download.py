@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from .. import settings
 from ..errors import GraphtreeError
 
 __all__ = [
@@ -55,7 +56,7 @@ __all__ = [
     "sha256sum",
 ]
 
-MIRROR_ENV = "GRAPHTREE_MIRROR"
+MIRROR_ENV = settings.ENVIRONMENT["mirror"]
 """Environment variable naming the default mirror (a folder or an http(s) URL)."""
 
 _TIMEOUT_S = 60
@@ -107,7 +108,7 @@ def resolve_mirror(mirror: str | os.PathLike | None = None) -> str | None:
     Raises:
         DownloadError: ``mirror`` names a local folder that does not exist.
     """
-    value = os.fspath(mirror) if mirror is not None else os.environ.get(MIRROR_ENV, "")
+    value = os.fspath(mirror) if mirror is not None else settings.current().mirror
     if not value:
         return None
     if _is_url(value):
@@ -157,7 +158,7 @@ def fetch(remote: RemoteFile, dest: str | os.PathLike, mirror: str | os.PathLike
             raise DownloadError(
                 f"the mirror {base} lacks {remote.path} (looked for {source}); add the file there, "
                 f"or point mirror= / ${MIRROR_ENV} at a folder laid out like the data folder")
-    if log and "PYTEST_CURRENT_TEST" not in os.environ:
+    if log:
         print(f"Fetching {source}", file=sys.stderr)
 
     with atomic_path(dest) as tmp:

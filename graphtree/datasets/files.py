@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+import sys
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from ..data.parents import from_parents
 from ..data.ptb import from_ptb
 from ..data.tree import NO_LABEL, NO_WORD, Vocabulary, lookup_words
 from ..errors import CycleError, TreeFormatError
-from .base import DEFAULT_ROOT, CorpusDataset
+from .base import DEFAULT_ROOT, CorpusDataset, code_fingerprint
 from .download import DatasetError
 
 __all__ = ["FORMATS", "GraphFiles", "read_graph_file", "split_indices"]
@@ -44,7 +45,6 @@ _SUFFIXES = {".conllu": "conllu", ".conll": "conllu", ".jsonl": "jsonl", ".ndjso
              ".mrg": "ptb"}
 _SPLITS = ("train", "dev", "test")
 _INT64_MAX = 2**63 - 1  # class labels become an int64 tensor
-_VERSION = 1  # part of every cache name: bump it when the reading below changes what a file turns into
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")  # ASCII digits only, as the converters: int() also takes '٣'
 _FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -270,7 +270,7 @@ class GraphFiles(CorpusDataset):
 
     def _options_digest(self) -> str:
         options = {
-            "version": _VERSION,
+            "code": code_fingerprint(sys.modules[__name__]),  # the reading's own code
             "format": self.format,
             "data": hashlib.sha256(self._contents[self.data_path]).hexdigest(),
             "labels": hashlib.sha256(self._contents[self.labels_path]).hexdigest() if self.labels_path else None,
@@ -573,6 +573,10 @@ def _conllu_sentence(block: list[tuple[int, str]], path: str, vocab: Vocabulary 
         if label_text is not None:
             raise _located(path, label_text[0], "label", "a '# label =' comment with no sentence under it")
         return []  # comments only, e.g. '# newdoc' before a blank line
+    for k, head in enumerate(heads):  # from_parents' own range, -1..n, admits the -1 that CoNLL-U does not have
+        if int(head) > len(forms):
+            raise _located(path, token_lines[k], "HEAD", f"HEAD {head} of token {k + 1} is outside 0..{len(forms)} "
+                           f"(0 for the root, 1..{len(forms)} for the sentence's tokens)")
     try:
         data = from_parents(heads, forms, vocab=vocab)
     except CycleError as err:

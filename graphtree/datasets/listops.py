@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..data.parents import from_parents
 from ..data.tree import NO_LABEL, NO_WORD, Vocabulary, lookup_words, tree_data
 from ..errors import TreeFormatError
 from ..vocab import Vocab
-from .base import DEFAULT_ROOT, CorpusDataset, generated_split, split_sizes
+from .base import DEFAULT_ROOT, CorpusDataset, code_fingerprint, generated_split, split_sizes
 from .download import DatasetError
 
 __all__ = ["DIGITS", "END", "LISTOPS_VOCAB", "OPERATORS", "TOKENS", "TREES", "ListOps", "apply_operator",
@@ -40,8 +41,6 @@ TOKENS = DIGITS + OPERATORS + (END,)
 
 LISTOPS_VOCAB = Vocab(TOKENS)
 """The vocabulary :class:`ListOps` fills ``word`` and ``word_flat`` with (id 0, ``<unk>``, is never used)."""
-
-_VERSION = 1  # in the cache name: bump it when the generator changes what a seed draws
 
 
 def apply_operator(operator: str, args: Sequence[int]) -> int:
@@ -363,7 +362,8 @@ class ListOps(CorpusDataset):
 
     def options_tag(self) -> str:
         s = self.settings
-        return (f"v{_VERSION}-n{self.sizes['train']}-{self.sizes['dev']}-{self.sizes['test']}-depth{s['max_depth']}"
+        return (f"code{code_fingerprint(sys.modules[__name__])}"
+                f"-n{self.sizes['train']}-{self.sizes['dev']}-{self.sizes['test']}-depth{s['max_depth']}"
                 f"-args{s['min_args']}-{s['max_args']}-p{s['list_prob']}-len{s['max_length']}-seed{self.seed}-{self.tree}")
 
     @property

@@ -10,7 +10,7 @@ from torch.nn import Linear
 
 from ..backend import compiled
 from ..engine import Children, propagate_side_by_side, schedule_of
-from ..nn.cell import TreeCell
+from ..nn.cell import TreeCell, first_state
 from ..nn.functional import dropout
 from ..nn.head_lexicalization import HeadLexicalization
 from ..nn.lexicalized import LexicalizedTreeLSTM
@@ -152,8 +152,8 @@ class BiTreeLSTM(torch.nn.Module):
             (h_up, _), (h_down, _) = propagate_side_by_side([self.bottom_up.pass_of(batch, x=lexical),
                                                              self.top_down.pass_of(batch, x=lexical)])
         else:
-            h_up = self.bottom_up(lexical, batch)[0] if self.bottom_up is not None else None
-            h_down = self.top_down(lexical, batch)[0] if self.top_down is not None else None
+            h_up = first_state(self.bottom_up(lexical, batch)) if self.bottom_up is not None else None
+            h_down = first_state(self.top_down(lexical, batch)) if self.top_down is not None else None
         parts = [h_up] if h_up is not None else []
         if self.top_down is not None:
             parts.append(h_down)

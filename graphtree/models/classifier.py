@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.nn import Embedding, Linear
 
 from ..data.tree import NO_LABEL, NO_WORD
-from ..nn.cell import TreeCell
+from ..nn.cell import TreeCell, first_state
 from ..nn.functional import dropout
 
 __all__ = ["NodeEmbedding", "TreeClassifier", "node_loss"]
@@ -87,7 +87,7 @@ class TreeClassifier(torch.nn.Module):
             raise ValueError("the batch has no word ids: build the trees with a vocabulary "
                              "(e.g. graphtree.datasets.SST or from_ptb(line, vocab=...))")
         x = dropout(self.embedding(batch.word), self.input_dropout, self.training)
-        h = self.cell(x, batch)[0]
+        h = first_state(self.cell(x, batch))
         return self.classifier(dropout(h, self.dropout, self.training))
 
     def __repr__(self) -> str:

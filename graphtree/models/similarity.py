@@ -24,7 +24,7 @@ from torch.nn import Linear
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from ..data.tree import NO_WORD
-from ..nn.cell import TreeCell
+from ..nn.cell import TreeCell, first_state
 from ..nn.functional import dropout
 from .classifier import NodeEmbedding
 
@@ -100,7 +100,7 @@ class TreeEncoder(torch.nn.Module):
 
     def forward(self, batch: Any) -> Tensor:
         x = dropout(self.embedding(batch.word), self.input_dropout, self.training)
-        return self.cell(x, batch)[0][roots_of(batch)]
+        return first_state(self.cell(x, batch))[roots_of(batch)]
 
 
 class SequenceEncoder(torch.nn.Module):

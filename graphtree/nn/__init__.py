@@ -1,6 +1,6 @@
 """Tree-structured recurrent cells, all run by the shared level engine."""
 
-from .cell import TreeCell
+from .cell import TreeCell, first_state
 from .child_sum import ChildSumTreeLSTM
 from .head_lexicalization import HeadLexicalization, head_leaves, head_words
 from .lexicalized import LexicalizedTreeLSTM
@@ -18,6 +18,7 @@ __all__ = [
     "NaryTreeLSTM",
     "TopDownTreeLSTM",
     "TreeCell",
+    "first_state",
     "head_leaves",
     "head_words",
 ]

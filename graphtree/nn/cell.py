@@ -11,8 +11,9 @@ from torch_geometric.nn import MessagePassing
 
 from ..backend.compiled import Maker
 from ..engine import Children, Pass, propagate, schedule_of
+from ..errors import ScheduleError
 
-__all__ = ["TreeCell"]
+__all__ = ["TreeCell", "first_state"]
 
 
 class TreeCell(MessagePassing):
@@ -41,9 +42,22 @@ class TreeCell(MessagePassing):
 
     * ``state_channels``: the width of each state component, e.g.
       ``(hidden, hidden)`` for :math:`(h, c)`, given to ``__init__``;
-    * ``update(self, children, **inputs)``: one level, in plain PyTorch
-      (autograd differentiates it);
-    * ``forward``, which calls ``self.propagate(edge_index, **inputs)``.
+    * ``update(self, children, x)``: one level, in plain PyTorch (autograd
+      differentiates it), returning a tuple of ``[n, d]`` states (a single
+      tensor is read as a tuple of one). ``children`` is a
+      :class:`~graphtree.engine.Children`: at the leaves its slots are empty,
+      ``K = 0``, and elsewhere empty slots hold zeros, so reduce over children
+      with ``children.sum()``, ``.mean()``, ``.max()`` or ``.softmax(scores)``,
+      which see only the filled slots. In a top-down pass the slots hold each
+      node's parents.
+
+    The default ``forward(x, edge_index)`` runs ``update`` over the graph and
+    returns the tuple of states, as :meth:`propagate` does. A cell whose
+    ``update`` takes other inputs than ``x`` defines ``forward`` and calls
+    ``self.propagate(edge_index, name=tensor, ...)``. A state of the wrong
+    width, inputs passed to ``propagate`` by position, or an override of
+    ``message`` or ``aggregate`` (which a tree cell never calls) is an error
+    naming the cell.
 
     Optional: ``max_children`` (a fixed arity: exactly that many slots; a node
     with more children is an error naming it), ``direction`` and
@@ -64,6 +78,11 @@ class TreeCell(MessagePassing):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        for name in ("message", "aggregate", "message_and_aggregate"):
+            if name in cls.__dict__:
+                raise TypeError(f"{cls.__name__} overrides {name}, which a tree cell never calls: the engine "
+                                "gathers each node's children's states into slots itself; compute from "
+                                "children.states (or children.sum/mean/max/softmax) in update")
         if "compiled_levels" in cls.__dict__:
             # The kernel is the compiled form of this very update: a subclass that replaces update loses it.
             cls._compiled_update = cls.__dict__.get("update", cls.update)
@@ -88,11 +107,31 @@ class TreeCell(MessagePassing):
         pass
 
     def reset_parameters(self) -> None:
-        """Uniform in :math:`\\pm 1/\\sqrt{d}` for every parameter (``d``: the first state's width), as
-        ``torch.nn.LSTM`` initializes."""
+        """Each layer inside the cell by its own ``reset_parameters`` (``torch.nn.Linear``'s, say), and the
+        parameters the cell holds itself uniform in :math:`\\pm 1/\\sqrt{d}` (``d``: the first state's
+        width), as ``torch.nn.LSTM`` initializes. The paper cells override this (each docstring says how)."""
+        for module in self.modules():
+            if module is not self and callable(getattr(module, "reset_parameters", None)):
+                module.reset_parameters()
         bound = 1.0 / math.sqrt(self.state_channels[0])
+        for param in self._parameters.values():
+            if param is not None:
+                torch.nn.init.uniform_(param, -bound, bound)
+
+    def _uniform_everywhere(self, channels: int) -> None:
+        """Every parameter, the layers' inside the cell too, uniform in :math:`\\pm 1/\\sqrt{d}`, as
+        ``torch.nn.LSTM`` initializes its weights and biases: the paper cells' initialization."""
+        bound = 1.0 / math.sqrt(channels)
         for param in self.parameters():
             torch.nn.init.uniform_(param, -bound, bound)
+
+    def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> tuple[Tensor, ...]:
+        """The states of every node, one ``[num_nodes, d]`` tensor per returned state component, with ``x``
+        handed to :meth:`update` as ``x``. ``edge_index``: child -> parent edges (with ``edge_pos``, each
+        child's position) or the ``Data``/``Batch``. A cell whose ``update`` takes other inputs defines its own
+        ``forward``, which calls ``self.propagate(edge_index, name=tensor, ...)``."""
+        self._check_features(x, None, edge_index)
+        return self.propagate(edge_index, x=x, edge_pos=edge_pos)
 
     def propagate(self, edge_index: Any, size: None = None, *, edge_pos: Tensor | None = None,
                   **inputs: Tensor) -> tuple[Tensor, ...]:
@@ -112,6 +151,9 @@ class TreeCell(MessagePassing):
         Returns:
             One ``[num_nodes, d]`` tensor per returned state component.
         """
+        if isinstance(size, Tensor):
+            raise TypeError(f"{type(self).__name__}.propagate takes update's inputs by name, as PyG's layers do: "
+                            "self.propagate(edge_index, x=x)")
         if size is not None:
             raise ValueError(f"{type(self).__name__} maps a graph's nodes onto themselves; size must be None")
         return propagate(*self.pass_of(edge_index, edge_pos=edge_pos, **inputs))
@@ -129,8 +171,36 @@ class TreeCell(MessagePassing):
         """The new states of one level's nodes from their children's (see the class docstring)."""
         raise NotImplementedError(f"{type(self).__name__} must define update(self, children, **inputs)")
 
-    def _check_features(self, x: Tensor, channels: int) -> None:
-        if not isinstance(x, Tensor) or x.dim() != 2 or x.size(-1) != channels:
+    def _check_features(self, x: Tensor, channels: int | None, graph: Any = None) -> None:
+        """``x`` must be ``[num_nodes, channels]`` floats of the cell's own dtype, with one row per node of
+        ``graph`` where it says how many nodes it has: each mismatch named here, where the user passed ``x``,
+        rather than as a dtype or broadcast error from inside a layer or as an error naming an internal input.
+        Under autocast the layers choose their own dtypes, so another float dtype is let through."""
+        name = type(self).__name__
+        if not isinstance(x, Tensor) or x.dim() != 2 or (channels is not None and x.size(-1) != channels):
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"{type(self).__name__} expects node features of shape [num_nodes, {channels}], "
+            raise ValueError(f"{name} expects node features of shape [num_nodes, {channels or 'channels'}], "
                              f"got {shape}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} expects floating-point node features, got {x.dtype}; convert them with "
+                            ".float() (integer ids go through an embedding first)")
+        own = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
+        if own is not None and x.dtype != own and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(f"{name} has {own} parameters but got node features of dtype {x.dtype}; convert "
+                            f"one to the other (x.to({own}) or cell.to({x.dtype}))")
+        num_nodes = getattr(graph, "num_nodes", None) if graph is not None and not isinstance(graph, Tensor) \
+            else None
+        if isinstance(num_nodes, int) and x.size(0) != num_nodes:
+            raise ScheduleError(f"{name} got node features x of {x.size(0)} rows for a graph of {num_nodes} nodes "
+                                "(one row per node)")
+
+    def __repr__(self) -> str:
+        extra = f", max_children={self.max_children}" if self.max_children is not None else ""
+        extra += f", direction={self.direction!r}" if self.direction != "bottom_up" else ""
+        return f"{type(self).__name__}(state_channels={self.state_channels}{extra})"
+
+
+def first_state(states: Tensor | tuple[Tensor, ...]) -> Tensor:
+    """The first state component of what a cell returned: ``h`` of ``(h, c, ...)``, or a single tensor itself
+    (taking ``[0]`` of a bare ``[n, d]`` tensor would silently give the first node's row)."""
+    return states if isinstance(states, Tensor) else states[0]

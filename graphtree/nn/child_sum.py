@@ -69,9 +69,14 @@ class ChildSumTreeLSTM(TreeCell):
 
     compiled_levels = compiled.child_sum  # the fast path: graphtree/backend/compiled.py
 
+    def reset_parameters(self) -> None:
+        """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
+        (``d = hidden_channels``), as ``torch.nn.LSTM`` initializes."""
+        self._uniform_everywhere(self.hidden_channels)
+
     def forward(self, x: Tensor, edge_index: Any) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node; ``edge_index``: child -> parent edges, or the ``Data``/``Batch``."""
-        self._check_features(x, self.in_channels)
+        self._check_features(x, self.in_channels, edge_index)
         return self.propagate(edge_index, Wx=self.W(x))  # W x_j + b for all nodes and gates: one product
 
     def update(self, children: Children, Wx: Tensor) -> tuple[Tensor, Tensor]:

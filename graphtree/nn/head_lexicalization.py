@@ -86,10 +86,15 @@ class HeadLexicalization(TreeCell):
 
     compiled_levels = compiled.head_lexicalization  # the fast path: graphtree/backend/compiled.py
 
+    def reset_parameters(self) -> None:
+        """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
+        (``d = channels``), as ``torch.nn.LSTM`` initializes."""
+        self._uniform_everywhere(self.channels)
+
     def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> Tensor:
         """Return the head vector of every node; ``edge_index``: child -> parent edges (with ``edge_pos``, each
         child's position) or the ``Data``/``Batch``."""
-        self._check_features(x, self.channels)
+        self._check_features(x, self.channels, edge_index)
         (x_head,) = self.propagate(edge_index, x=x, edge_pos=edge_pos)
         return x_head
 

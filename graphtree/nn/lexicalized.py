@@ -102,10 +102,15 @@ class LexicalizedTreeLSTM(TreeCell):
 
     compiled_levels = compiled.lexicalized  # the fast path: graphtree/backend/compiled.py
 
+    def reset_parameters(self) -> None:
+        """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
+        (``d = hidden_channels``), as ``torch.nn.LSTM`` initializes."""
+        self._uniform_everywhere(self.hidden_channels)
+
     def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node; ``x``: the head vectors :math:`x_t` (the word vectors at the leaves);
         ``edge_index``: child -> parent edges (with ``edge_pos``, each child's position) or the ``Data``/``Batch``."""
-        self._check_features(x, self.in_channels)
+        self._check_features(x, self.in_channels, edge_index)
         return self.propagate(edge_index, x=x, edge_pos=edge_pos)
 
     def update(self, children: Children, x: Tensor) -> tuple[Tensor, Tensor]:

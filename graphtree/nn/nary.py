@@ -98,10 +98,15 @@ class NaryTreeLSTM(TreeCell):
 
     compiled_levels = compiled.nary  # the fast path (forget="full"): graphtree/backend/compiled.py
 
+    def reset_parameters(self) -> None:
+        """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
+        (``d = hidden_channels``), as ``torch.nn.LSTM`` initializes."""
+        self._uniform_everywhere(self.hidden_channels)
+
     def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node; ``edge_index``: child -> parent edges (with ``edge_pos``, each
         child's position ℓ - 1) or the ``Data``/``Batch``."""
-        self._check_features(x, self.in_channels)
+        self._check_features(x, self.in_channels, edge_index)
         # Constituency: only leaves read x (the leaf unit, in their level). General: W x_j + b for all nodes.
         return self.propagate(edge_index, x=x if self.setting == "constituency" else self.W(x), edge_pos=edge_pos)
 

@@ -110,10 +110,15 @@ class TopDownTreeLSTM(TreeCell):
 
     compiled_levels = compiled.top_down  # the fast path (trees and forests): graphtree/backend/compiled.py
 
+    def reset_parameters(self) -> None:
+        """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
+        (``d = hidden_channels``), as ``torch.nn.LSTM`` initializes."""
+        self._uniform_everywhere(self.hidden_channels)
+
     def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Return ``(h, c)`` for every node; ``x``: the head vectors; ``edge_index``: child -> parent edges (with
         ``edge_pos``, each child's position, which picks its parameter set) or the ``Data``/``Batch``."""
-        self._check_features(x, self.in_channels)
+        self._check_features(x, self.in_channels, edge_index)
         return self.propagate(edge_index, x=x, edge_pos=edge_pos)
 
     def pass_of(self, edge_index: Any, *, edge_pos: Tensor | None = None, **inputs: Tensor) -> Pass:
@@ -122,9 +127,10 @@ class TopDownTreeLSTM(TreeCell):
         self._check_positions(made.schedule)
         return made
 
-    def update(self, children: Children, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Eq 13 for one level's nodes, from each parent (the mean over several parents)."""
-        h_par, c_par = children.states  # [n, K, d]: the parents' states, zeros in empty slots
+    def update(self, parents: Children, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Eq 13 for one level's nodes, from each parent (the mean over several parents); in this top-down pass
+        the slots hold each node's parents."""
+        h_par, c_par = parents.states  # [n, K, d]: the parents' states, zeros in empty slots
         n, K, d = h_par.shape
         if K == 0:  # a root: zero predecessor, parameter set U_L (position 0)
             zeros = x.new_zeros(n, d)
@@ -132,18 +138,18 @@ class TopDownTreeLSTM(TreeCell):
         # One row per (node, parent) slot, run in groups by the node's position under that parent, each group with
         # its position's parameter set. The group sizes come from the schedule on the host (position_counts; an
         # empty slot counts as position 0 and drops out of the mean below), so a GPU never waits to learn them.
-        order = torch.argsort(children.position.clamp(min=0).reshape(-1), stable=True)
+        order = torch.argsort(parents.position.clamp(min=0).reshape(-1), stable=True)
         x_rows = x.unsqueeze(1).expand(n, K, x.size(1)).reshape(n * K, -1)
         h_rows, c_rows = h_par.reshape(n * K, d), c_par.reshape(n * K, d)
         steps, start = [], 0
-        for p, count in enumerate(children.position_counts):
+        for p, count in enumerate(parents.position_counts):
             rows = order[start:start + count]
             steps.append(self._step(p, x_rows[rows], h_rows[rows], c_rows[rows]))
             start += count
         back = torch.argsort(order)  # each slot's row among the groups
         h = torch.cat([s[0] for s in steps])[back].view(n, K, d)
         c = torch.cat([s[1] for s in steps])[back].view(n, K, d)
-        mask = children.mask.unsqueeze(-1).to(h.dtype)
+        mask = parents.mask.unsqueeze(-1).to(h.dtype)
         share = mask / mask.sum(dim=1, keepdim=True)  # 1 / P for each of a node's P parents
         return (share * h).sum(dim=1), (share * c).sum(dim=1)
 

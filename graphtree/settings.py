@@ -1,0 +1,118 @@
+"""graphtree's settings, in one place: read from the environment once, overridable in code.
+
+===========================  ==============================  ==================================================
+setting                      environment variable            meaning
+===========================  ==============================  ==================================================
+``native``                   ``GRAPHTREE_NATIVE``            ``"auto"`` (default: the compiled CPU kernels where
+                                                             they build, else PyTorch), ``"1"`` (they must
+                                                             build), ``"0"`` (PyTorch only)
+``cache``                    ``GRAPHTREE_CACHE``             the cache folder (kernels, word vectors); default
+                                                             ``$XDG_CACHE_HOME/graphtree`` or
+                                                             ``~/.cache/graphtree``
+``mirror``                   ``GRAPHTREE_MIRROR``            a folder or URL laid out like the data folder,
+                                                             where the datasets are fetched from instead of
+                                                             their official sites (``""``: none)
+``flush_denormals``          ``GRAPHTREE_FLUSH_DENORMALS``   the trainer flushes subnormal floats to zero
+                                                             while it trains (default ``True``; ``0`` leaves
+                                                             the processor's setting alone)
+===========================  ==============================  ==================================================
+
+The environment is read the first time a setting is asked for (:func:`current`). In code::
+
+    from graphtree import settings
+
+    with settings.overridden(native="0"):  # for the duration of the block
+        ...
+    settings.configure(mirror="/data/mirror")  # for the rest of the process
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["ENVIRONMENT", "Settings", "configure", "current", "overridden", "reload"]
+
+# Each setting's environment variable.
+ENVIRONMENT = {"native": "GRAPHTREE_NATIVE", "cache": "GRAPHTREE_CACHE", "mirror": "GRAPHTREE_MIRROR",
+               "flush_denormals": "GRAPHTREE_FLUSH_DENORMALS"}
+NATIVE_MODES = ("auto", "1", "0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """One value of every setting (see the module's table)."""
+
+    native: str = "auto"
+    cache: Path = dataclasses.field(default_factory=lambda: _default_cache(os.environ))
+    mirror: str = ""
+    flush_denormals: bool = True
+
+    def __post_init__(self) -> None:
+        native = str(self.native).strip().lower()
+        if native not in NATIVE_MODES:
+            raise ValueError(f"native (${ENVIRONMENT['native']}) must be 0, 1 or auto, got {self.native!r}")
+        object.__setattr__(self, "native", native)
+        object.__setattr__(self, "cache", Path(self.cache).expanduser())
+        object.__setattr__(self, "mirror", os.fspath(self.mirror))
+        if not isinstance(self.flush_denormals, bool):
+            raise TypeError(f"flush_denormals must be True or False, got {self.flush_denormals!r}")
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Settings:
+        """The settings that ``environ`` gives (the defaults where a variable is unset or empty)."""
+        values: dict[str, object] = {}
+        if environ.get(ENVIRONMENT["native"]):
+            values["native"] = environ[ENVIRONMENT["native"]]
+        values["cache"] = Path(environ[ENVIRONMENT["cache"]]) if environ.get(ENVIRONMENT["cache"]) else \
+            _default_cache(environ)
+        values["mirror"] = environ.get(ENVIRONMENT["mirror"], "")
+        flush = environ.get(ENVIRONMENT["flush_denormals"], "1").strip()
+        if flush not in ("0", "1"):
+            raise ValueError(f"${ENVIRONMENT['flush_denormals']} must be 0 or 1, got {flush!r}")
+        values["flush_denormals"] = flush == "1"
+        return cls(**values)
+
+
+def _default_cache(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphtree"
+
+
+_current: Settings | None = None
+
+
+def current() -> Settings:
+    """The settings in force: the environment's, read on the first call, with what code changed since."""
+    global _current
+    if _current is None:
+        _current = Settings.from_environment()
+    return _current
+
+
+def configure(**changes: object) -> Settings:
+    """Change settings for the rest of the process (e.g. ``configure(native="0")``); the new settings."""
+    global _current
+    _current = dataclasses.replace(current(), **changes)
+    return _current
+
+
+@contextmanager
+def overridden(**changes: object) -> Iterator[Settings]:
+    """Change settings for the duration of a ``with`` block, then put the previous ones back."""
+    global _current
+    previous = current()
+    _current = dataclasses.replace(previous, **changes)
+    try:
+        yield _current
+    finally:
+        _current = previous
+
+
+def reload() -> Settings:
+    """Read the environment again (after changing it in the same process), dropping changes made in code."""
+    global _current
+    _current = Settings.from_environment()
+    return _current
