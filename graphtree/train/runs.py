@@ -36,9 +36,9 @@ from ..errors import GraphtreeError
 from . import distributed
 from .provenance import code_state, provenance
 
-__all__ = ["RunError", "RunPaths", "add_run_arguments", "check_embeddings", "default_mirror", "fail",
-           "finished_run", "machine_description", "main_guard", "note", "quick_sample", "recorded_command",
-           "resolve_device", "run_record"]
+__all__ = ["QUICK_EPOCHS", "RunError", "RunPaths", "add_run_arguments", "at_least_one", "check_embeddings",
+           "default_mirror", "epochs_of", "fail", "finished_run", "machine_description", "main_guard", "note",
+           "quick_sample", "recorded_command", "resolve_device", "run_record", "start_process"]
 
 T = TypeVar("T")
 
@@ -79,18 +79,47 @@ def main_guard(main: Callable[[], T], prog: str) -> T:
         raise SystemExit(130) from None
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, epochs_help: str, quick_help: str) -> None:
-    """The flags every experiment has: seeds, epochs, quick mode, output folder, threads, data root, progress bar."""
+QUICK_EPOCHS = 2   # --quick trains this many epochs in every experiment: a smoke run of the whole pipeline
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (epochs, threads), else argparse's one-line error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, default_epochs: int | str,
+                      quick_sample: str) -> None:
+    """The flags every experiment has: seeds, epochs, quick mode, output folder, threads, data root, progress bar.
+    ``quick_sample`` says what ``--quick`` keeps of the data (e.g. "1000 / 300 / 500 sentences")."""
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
-    parser.add_argument("--epochs", type=int, default=None, help=epochs_help)
-    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--epochs", type=at_least_one, default=None, help=f"at least 1 (default: {default_epochs})")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a smoke run: a fixed sample ({quick_sample}), {QUICK_EPOCHS} epochs; results under "
+                             "OUT/quick/")
     parser.add_argument("--out", default=str(repo / "runs"),
                         help="output folder: results in OUT/<task>/, checkpoints in OUT/checkpoints/<task>/ "
                              "(default: runs/ beside the experiments, ignored by git)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=at_least_one, default=1, help="CPU threads per process (default 1)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the same code runs on either)")
     parser.add_argument("--data-root", default=str(repo / "datasets"))
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (one line per epoch stays)")
+
+
+def epochs_of(args: argparse.Namespace, default: int) -> int:
+    """The epochs a run trains: ``--epochs``, else :data:`QUICK_EPOCHS` under ``--quick``, else ``default``."""
+    return args.epochs or (QUICK_EPOCHS if args.quick else default)
+
+
+def start_process(args: argparse.Namespace) -> torch.device:
+    """Threads and device of this process (one, or this one of ``torchrun``'s): the device it trains on."""
+    torch.set_num_threads(args.threads)
+    return distributed.setup(resolve_device(args.device))
 
 
 @dataclass(frozen=True)
