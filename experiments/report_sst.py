@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import re
 import statistics
-import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 import scipy.stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sst import MODELS, PRESETS, SETTINGS_MODEL  # the paper's epochs and optimizer per model
-
+from graphtree.experiments.scripts import load_script
 from graphtree.train.report import (
     Provenance,
     compute_used,
@@ -42,6 +39,10 @@ from graphtree.train.report import (
     target_line,
     write_readme_section,
 )
+
+# experiments/sst.py's settings tables: the paper's epochs and optimizer per model
+_SST = load_script(Path(__file__).with_name("sst.py"))
+MODELS, PRESETS, SETTINGS_MODEL = _SST.MODELS, _SST.PRESETS, _SST.SETTINGS_MODEL
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md

@@ -53,6 +53,7 @@ from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, distributed
 from graphtree.train.pairs import PairTrainer, pearson_by_length
 from graphtree.train.runs import (
+    ArgumentParser,
     add_run_arguments,
     check_embeddings,
     default_mirror,
@@ -84,7 +85,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Train a relatedness model on SICK (see the module docstring).")
+    p = ArgumentParser(description="Train a relatedness model on SICK (see the module docstring).")
     p.add_argument("--model", choices=list(MODELS), default="dependency")
     p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
     add_run_arguments(p, REPO, EPOCHS, quick_sample="300 / 100 / 200 pairs")
@@ -136,8 +137,9 @@ def build_model(model: str, vocab_size: int, dim: int, pretrained: torch.Tensor 
     return PairSimilarity(encoder, SIM_HIDDEN, NUM_CLASSES)
 
 
-def main(args: argparse.Namespace, argv: list[str]) -> None:
+def main(argv: list[str]) -> None:
     """Train, select on dev Pearson r and test one model per seed; write the JSON and CSV of each run."""
+    args = parse_args(argv)
     device = start_process(args)
     spec = MODELS[args.model]
     vectors = load_glove(None if args.embeddings == "glove50" else args.embeddings, verbose=False)
@@ -186,4 +188,4 @@ def main(args: argparse.Namespace, argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main_guard(lambda: main(parse_args(sys.argv[1:]), sys.argv[1:]), "sick.py")
+    main_guard(lambda: main(sys.argv[1:]), "sick.py")

@@ -54,6 +54,7 @@ from graphtree.train import (
     restrict_supervision,
 )
 from graphtree.train.runs import (
+    ArgumentParser,
     add_run_arguments,
     check_embeddings,
     default_mirror,
@@ -98,7 +99,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         description="Train a tree LSTM on SST (see the module docstring).",
         epilog=f"To classify a sentence with a trained model: {PREDICT_USAGE} (a checkpoint of a finished or "
                "running run, e.g. runs/checkpoints/sst/<run>.pt; --help after predict for its options)")

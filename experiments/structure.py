@@ -55,7 +55,7 @@ from graphtree.experiments.seeds import Outcome, count_parameters, train_seeds
 from graphtree.models import NodeEmbedding
 from graphtree.train import PRESETS, PaperOptimizer, distributed
 from graphtree.train.own_data import MODELS, NodeInputs, Task, TaskTrainer, build_model, model_settings
-from graphtree.train.runs import add_run_arguments, epochs_of, main_guard, note, start_process
+from graphtree.train.runs import ArgumentParser, add_run_arguments, epochs_of, main_guard, note, start_process
 from graphtree.train.structure import (
     SequenceLSTM,
     accuracy_by,
@@ -80,7 +80,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="ListOps and Boolean circuits (see the module docstring).")
+    p = ArgumentParser(description="ListOps and Boolean circuits (see the module docstring).")
     p.add_argument("--task", choices=list(TASKS), required=True)
     p.add_argument("--model", choices=[*MODELS, "lstm"], default="childsum",
                    help="a tree cell on the gold structure, or lstm: nn.LSTM over the sequence")
@@ -124,8 +124,9 @@ def build(args: argparse.Namespace, splits: dict[str, list], task: Task) -> tupl
     return build_model(settings, task, inputs, DROPOUT), settings, embedding
 
 
-def train(args: argparse.Namespace, argv: list[str]) -> None:
+def main(argv: list[str]) -> None:
     """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
+    args = parse_args(argv)
     device = start_process(args)
     epochs = epochs_of(args, EPOCHS)
     began = time.perf_counter()
@@ -178,4 +179,4 @@ def train(args: argparse.Namespace, argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main_guard(lambda: train(parse_args(sys.argv[1:]), sys.argv[1:]), "structure.py")
+    main_guard(lambda: main(sys.argv[1:]), "structure.py")

@@ -51,6 +51,7 @@ from graphtree.train.own_data import (
     write_predictions,
 )
 from graphtree.train.runs import (
+    ArgumentParser,
     add_run_arguments,
     check_embeddings,
     epochs_of,
@@ -69,7 +70,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Train a tree or DAG LSTM on your own data (see the module docstring).")
+    p = ArgumentParser(description="Train a tree or DAG LSTM on your own data (see the module docstring).")
     p.add_argument("--data", required=True, help="a data file, or a folder with train, dev and test files")
     p.add_argument("--format", choices=["conllu", "ptb", "jsonl"], default=None,
                    help="default: from the suffix (.conllu/.conll, .ptb/.mrg, .jsonl/.ndjson)")

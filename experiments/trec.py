@@ -45,6 +45,7 @@ from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer, WordInputModel, distributed
 from graphtree.train.runs import (
+    ArgumentParser,
     add_run_arguments,
     check_embeddings,
     default_mirror,
@@ -74,7 +75,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Train a question classifier on TREC (see the module docstring).")
+    p = ArgumentParser(description="Train a question classifier on TREC (see the module docstring).")
     p.add_argument("--model", choices=[*MODELS, "svm"], default="bicontree",
                    help="a tree or sequence LSTM, or svm: a linear SVM on word 1-2-grams")
     p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from graphtree.experiments.scripts import load_script
 from graphtree.train.runs import RunPaths, finished_run, main_guard
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "experiments"))
-import sick  # noqa: E402
-import sst  # noqa: E402
-import trec  # noqa: E402
+sick, sst, trec = (load_script(REPO / "experiments" / f"{name}.py") for name in ("sick", "sst", "trec"))
 
 
 def one_line_error(run, capsys) -> str:
@@ -34,8 +31,8 @@ def test_an_unknown_embeddings_name_is_told_in_command_line_terms(module, capsys
 
 def test_a_missing_mirror_is_named(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GRAPHTREE_MIRROR", str(tmp_path / "no-such-mirror"))
-    args = sick.parse_args(["--model", "mean", "--data-root", str(tmp_path / "data"), "--out", str(tmp_path)])
-    err = one_line_error(lambda: sick.main(args), capsys)
+    argv = ["--model", "mean", "--data-root", str(tmp_path / "data"), "--out", str(tmp_path)]
+    err = one_line_error(lambda: sick.main(argv), capsys)
     assert str(tmp_path / "no-such-mirror") in err
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-report_sst = pytest.importorskip("report_sst")
+from graphtree.experiments.scripts import load_script
+
+pytest.importorskip("scipy")
+report_sst = load_script(Path(__file__).resolve().parent.parent / "experiments" / "report_sst.py")
 
 
 def run(model: str, fine: bool, root: float, dev: float | None = None, **config) -> dict:

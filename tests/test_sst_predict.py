@@ -1,21 +1,20 @@
 """``experiments/sst.py predict``: clear errors for bad files, and every node of the parse classified by the
 checkpoint's best-dev model (not its last one)."""
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from graphtree.data import from_ptb
+from graphtree.experiments.scripts import load_script
 from graphtree.models import NodeEmbedding, TreeClassifier
 from graphtree.nn import NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer
 from graphtree.train.runs import main_guard
 from graphtree.vocab import Vocab
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-import sst
+sst = load_script(Path(__file__).resolve().parent.parent / "experiments" / "sst.py")
 
 CLASSES = ["negative", "positive"]
 

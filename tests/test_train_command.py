@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from graphtree.datasets.files import split_indices
+from graphtree.experiments.scripts import load_script
 from graphtree.train.own_data import TaskTrainer
 from graphtree.train.runs import main_guard
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
-sys.path.insert(0, str(REPO / "experiments"))
-import train  # noqa: E402
+train = load_script(REPO / "experiments" / "train.py")
 
 SMALL = ["--dim", "8", "--hidden", "8", "--no-progress", "--threads", "1"]
 PTB_SPLIT = ["--split", "0.6", "0.2", "0.2", "--split-seed", "1"]  # dev and test trees with labels

@@ -7,7 +7,6 @@ stored in the checkpoint, with the vocabulary and classes stored beside them.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable, Container
@@ -16,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..train.runs import RunPaths, fail
+from ..train.runs import ArgumentParser, RunPaths, fail
 from ..train.transforms import recursive_tree
 from ..vocab import Vocab
 
@@ -50,7 +49,7 @@ def predict(argv: list[str], build_model: Callable[..., tuple[torch.nn.Module, A
     names the experiment's models, ``out`` is the default output folder."""
     from ..parse import parse
 
-    p = argparse.ArgumentParser(prog="sst.py predict", usage=PREDICT_USAGE,
+    p = ArgumentParser(prog="sst.py predict", usage=PREDICT_USAGE,
                                 description="Parse a sentence with spaCy and classify every node of its binarized "
                                             "tree with a checkpoint's best-dev model; print the tree and draw it.")
     p.add_argument("checkpoint", help="a checkpoint of experiments/sst.py, e.g. runs/checkpoints/sst/<run>.pt")

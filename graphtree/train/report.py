@@ -3,7 +3,6 @@ numbers (which commit made them, and whether they still hold at the current nume
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from .checkpoint import atomic_write_text
 from .provenance import NUMERICS_VERSION
+from .runs import ArgumentParser
 
 __all__ = ["CHECKS_FILE", "STALE_MARK", "Provenance", "Standing", "compute_used", "duration", "git_added",
            "hardware", "load_checks", "load_runs", "mean_std", "minutes", "provenance_lines", "results_folder",
@@ -332,11 +332,13 @@ def results_folder(description: str, committed: Path, argv: Sequence[str] | None
     """The ``--results DIR`` argument of a report script: the folder holding ``<task>/*.json``, and whether it is the
     committed one (only a report on the committed results may rewrite the README; any other goes into DIR itself,
     so a report on one's own runs never writes into committed files)."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = ArgumentParser(description=description)
     parser.add_argument("--results", type=Path, default=committed,
                         help="folder holding <task>/*.json; the report is written there (default: the committed "
                              "experiments/results, which also updates README.md)")
     results = parser.parse_args(argv).results
+    if not results.is_dir():
+        parser.error(f"--results {results}: no such folder; give the folder that holds <task>/*.json (e.g. runs)")
     return results, results.resolve() == committed.resolve()
 
 

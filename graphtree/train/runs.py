@@ -36,9 +36,9 @@ from ..errors import GraphtreeError
 from . import distributed
 from .provenance import code_state, provenance
 
-__all__ = ["QUICK_EPOCHS", "RunError", "RunPaths", "add_run_arguments", "at_least_one", "check_embeddings",
-           "default_mirror", "epochs_of", "fail", "finished_run", "machine_description", "main_guard", "note",
-           "quick_sample", "recorded_command", "resolve_device", "run_record", "start_process"]
+__all__ = ["QUICK_EPOCHS", "ArgumentParser", "RunError", "RunPaths", "add_run_arguments", "at_least_one",
+           "check_embeddings", "default_mirror", "epochs_of", "fail", "finished_run", "machine_description",
+           "main_guard", "note", "quick_sample", "recorded_command", "resolve_device", "run_record", "start_process"]
 
 T = TypeVar("T")
 
@@ -77,6 +77,14 @@ def main_guard(main: Callable[[], T], prog: str) -> T:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; the same command resumes from the last finished epoch", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, ``prog: error: ...`` with exit status 2, as :func:`main_guard`'s
+    (argparse prints its usage first, many lines for a script with many flags, which buries the error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (--help lists the flags)\n")
 
 
 QUICK_EPOCHS = 2   # --quick trains this many epochs in every experiment: a smoke run of the whole pipeline
