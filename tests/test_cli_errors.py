@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from graphtree.experiments.scripts import load_script
-from graphtree.train.runs import RunPaths, finished_run, main_guard
+from graphtree.train.runs import RunPaths, finished_run, main_guard, resolve_device
 
 REPO = Path(__file__).resolve().parent.parent
 sick, sst, trec = (load_script(REPO / "experiments" / f"{name}.py") for name in ("sick", "sst", "trec"))
@@ -37,7 +37,7 @@ def test_a_missing_mirror_is_named(tmp_path, monkeypatch, capsys):
 
 
 def test_a_bad_device_is_named(capsys):
-    assert "--device gpu7" in one_line_error(lambda: sick.resolve_device("gpu7"), capsys)
+    assert "--device gpu7" in one_line_error(lambda: resolve_device("gpu7"), capsys)
 
 
 def test_a_run_with_other_settings_under_the_same_name_points_to_out(tmp_path, capsys):
