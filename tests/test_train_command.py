@@ -35,14 +35,18 @@ def keep_threads():
 
 
 def run(argv: list[str], out: Path, capsys) -> tuple[dict, list[dict], str]:
-    """Run the command in this process; its results JSON, predictions rows and stderr."""
+    """Run the command in this process; its results JSON, predictions rows and stderr (the run's line, on stdout,
+    checked here)."""
     main_guard(lambda: train.main([*argv, *SMALL, "--out", str(out), "--data-root", str(out / "data")]), "train.py")
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
     (path,) = (out / "train").glob("*.json")
     record = json.loads(path.read_text())
+    (line,) = captured.out.splitlines()  # the results: one line for the one seed
+    assert line.startswith(f"{record['run']}: best dev epoch {record['best_epoch']}, ") and (
+        f"predictions in {record['predictions']}" in line), line
     with open(path.parent / record["predictions"], newline="") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t"))
-    return record, rows, err
+    return record, rows, captured.err + line
 
 
 def one_error_line(argv: list[str], out: Path, capsys) -> str:

@@ -7,8 +7,10 @@ stored in the checkpoint, with the vocabulary and classes stored beside them.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
@@ -137,9 +139,19 @@ def _span(node: int, children: dict, tree: Any) -> list[int]:
 
 def draw_tree(nodes: list[dict], classes: list[str], title: str, path: str | os.PathLike) -> None:
     """Leaves in word order, parents above the middle of their children, coloured red (negative) to green."""
+    # matplotlib's own notices (a temporary font cache where the home folder is read-only, a character the font
+    # lacks, drawn as a box; the printed tree has the word) are no news to the user of predict: kept off stderr.
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        _draw(plt, nodes, classes, title, path)
+
+
+def _draw(plt: Any, nodes: list[dict], classes: list[str], title: str, path: str | os.PathLike) -> None:
 
     cmap = plt.get_cmap("RdYlGn")
     x = {n["node"]: (sum(n["span"]) / len(n["span"]) if n["span"] else 0.0) for n in nodes}

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,27 @@ def note(message: str) -> None:
         print(message, file=sys.stderr)
 
 
+# graphtree's errors name the Python arguments (a dataset's mirror=, format=, root=); the scripts' users set them
+# with $GRAPHTREE_MIRROR, --format and --data-root, so main_guard says those instead.
+COMMAND_LINE_TERMS = (
+    (re.compile(rf"pass mirror= \(or set \${MIRROR_ENV}\)"), f"set ${MIRROR_ENV}"),
+    (re.compile(rf"(use another |point )mirror= / \${MIRROR_ENV}"), rf"\1${MIRROR_ENV}"),
+    (re.compile(r"pass it as mirror="), f"set ${MIRROR_ENV} to it"),
+    (re.compile(r"(?<![\w$])mirror=(?=')"), f"${MIRROR_ENV}="),
+    (re.compile(r"pass format="), "give --format"),
+    (re.compile(r"(?<![\w-])root='([^']*)'"), r"--data-root \1"),
+    (re.compile(r"give root "), "give --data-root "),
+    (re.compile(r"^root "), "--data-root "),
+)
+
+
+def in_command_line_terms(message: str) -> str:
+    """``message`` with graphtree's Python argument names replaced by the flags and variables of the scripts."""
+    for pattern, replacement in COMMAND_LINE_TERMS:
+        message = pattern.sub(replacement, message)
+    return message
+
+
 def main_guard(main: Callable[[], T], prog: str) -> T:
     """Run ``main`` and return what it returns; a user error ends it with one line ``prog: error: ...`` and exit
     status 2, no traceback. The code's commit is read first, before the run (see
@@ -72,7 +94,7 @@ def main_guard(main: Callable[[], T], prog: str) -> T:
     except (GraphtreeError, FileNotFoundError) as error:
         text = str(error) if not isinstance(error, FileNotFoundError) or not error.filename else (
             f"no such file: {error.filename}")
-        print(f"{prog}: error: {' '.join(text.split())}", file=sys.stderr)
+        print(f"{prog}: error: {in_command_line_terms(' '.join(text.split()))}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; the same command resumes from the last finished epoch", file=sys.stderr)
