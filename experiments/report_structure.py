@@ -157,6 +157,8 @@ def main(argv: list[str]) -> Path:
     p.add_argument("--quick", action="store_true", help="tabulate the --quick runs instead of the full ones")
     args = p.parse_args(argv)
     results = Path(args.results)
+    if not results.is_dir():
+        p.error(f"--results {results}: no such folder; give the folder of the runs' JSON files (e.g. runs/structure)")
     runs = load(results, args.quick)
     if not runs:
         p.error(f"no {'quick' if args.quick else 'full'} structure runs in {results}")
