@@ -33,13 +33,15 @@ import torch
 
 from ..collector import exit_without_collecting, startup_frozen
 from ..datasets import MIRROR_ENV
+from ..datasets.download import DatasetError, RemoteFile, fetch
 from ..errors import GraphtreeError
 from . import distributed
 from .provenance import code_state, provenance
 
 __all__ = ["QUICK_EPOCHS", "ArgumentParser", "RunError", "RunPaths", "add_run_arguments", "at_least_one",
-           "check_embeddings", "default_mirror", "epochs_of", "fail", "finished_run", "machine_description",
-           "main_guard", "note", "quick_sample", "recorded_command", "resolve_device", "run_record", "start_process"]
+           "check_embeddings", "corpus_file", "default_mirror", "epochs_of", "fail", "finished_run",
+           "machine_description", "main_guard", "note", "quick_sample", "recorded_command", "resolve_device",
+           "run_record", "start_process"]
 
 T = TypeVar("T")
 
@@ -185,6 +187,21 @@ def default_mirror(repo: Path) -> str | None:
         return os.environ[MIRROR_ENV]
     shared = repo.parent / "shared" / "data"
     return str(shared) if shared.is_dir() else None
+
+
+def corpus_file(remote: RemoteFile, repo: Path) -> Path | None:
+    """A corpus file where the experiments find it, for the scripts that read the raw file (the benchmarks): in the
+    mirror of :func:`default_mirror` where that is a folder (read in place), else fetched from the mirror's URL or
+    the official one into ``datasets/`` beside the experiments' data; ``None`` where it cannot be had."""
+    mirror = default_mirror(repo)
+    if mirror is not None and not mirror.startswith(("http://", "https://")):
+        local = Path(mirror).expanduser() / remote.path
+        return local if local.is_file() else None
+    dest = repo / "datasets" / "raw" / remote.path
+    try:
+        return dest if dest.is_file() else fetch(remote, dest, mirror, log=True)
+    except DatasetError:
+        return None
 
 
 def check_embeddings(name: str, allowed: tuple[str, ...]) -> None:
