@@ -37,7 +37,7 @@ import torch
 
 from graphtree.datasets import SST
 from graphtree.embeddings import embedding_matrix, load_glove
-from graphtree.experiments.baselines import grid_search, phrase_texts, write_baseline
+from graphtree.experiments.baselines import sst_phrase_baseline
 from graphtree.experiments.seeds import Outcome, count_parameters, train_seeds
 from graphtree.experiments.sst_predict import PREDICT_USAGE, predict
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier
@@ -56,6 +56,7 @@ from graphtree.train import (
 from graphtree.train.runs import (
     ArgumentParser,
     add_run_arguments,
+    at_least_one,
     check_embeddings,
     default_mirror,
     epochs_of,
@@ -119,7 +120,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="paper: the paper's update (graphtree.train.PRESETS); teng_code: that of Teng & Zhang's "
                         "released code (Adam after every sentence, lazy Adam on the embeddings, decay 1e-6), "
                         "Teng & Zhang's models only; listed apart in sst.md")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=at_least_one, default=None,
                    help="default: the optimizer's (graphtree.train.PRESETS)")
     p.add_argument("--dropout", type=float, default=None,
                    help="dropout probability, default: the paper's (MODELS); another value is not a reproduction "
@@ -331,44 +332,6 @@ def train(args: argparse.Namespace, argv: list[str]) -> None:
                 train=train_set, dev=dev_set, checkpoint_config={"data": data_id}, device=device)
 
 
-def train_baseline(args: argparse.Namespace, argv: list[str]) -> None:
-    """Naive Bayes or linear SVM on binary bag-of-words features of every labelled phrase (as Socher et al.
-    2013), one model per value of ``BASELINE_GRID``; the best on dev root accuracy is tested."""
-    cfg = dict(model=args.model, embeddings=None, fine_grained=args.fine_grained, supervision="all",
-               structure="gold", head=None, activation=None, paper="socher", epochs=None, quick=args.quick,
-               ngrams="unigrams", grid=list(BASELINE_GRID))
-    splits = {}
-    for split in ("train", "dev", "test"):
-        data = list(SST(args.data_root, split, fine_grained=args.fine_grained, mirror=default_mirror(REPO),
-                        log=False))
-        data = quick_sample(data, QUICK[split]) if args.quick else data
-        texts = [t for d in data for t in phrase_texts(d)]
-        labels, is_root = torch.cat([d.y for d in data]), torch.cat([d.is_root for d in data])
-        keep = labels >= 0
-        splits[split] = ([t for t, k in zip(texts, keep.tolist()) if k], labels[keep], is_root[keep])
-
-    def accuracy(predict_labels) -> dict[str, dict]:
-        scores = {}
-        for split in ("dev", "test"):
-            texts, y, roots = splits[split]
-            hit = torch.from_numpy(predict_labels(texts)) == y
-            scores[split] = dict(root=100.0 * float(hit[roots].float().mean()),
-                                 phrase=100.0 * float(hit.float().mean()), root_total=int(roots.sum()),
-                                 phrase_total=len(y))
-        return scores
-
-    result = grid_search(args.model, BASELINE_GRID, args.seeds[0], splits["train"][0], splits["train"][1].numpy(),
-                         accuracy, lambda scores: scores["dev"]["root"])
-    history = [{"epoch": k + 1, "value": value, "dev_root": s["dev"]["root"], "dev_phrase": s["dev"]["phrase"]}
-               for k, (value, s) in enumerate(zip(result.values, result.scores))]
-    best = result.scores[result.best - 1]
-    name = f"{args.model}_unigrams_{'fine' if args.fine_grained else 'binary'}_s{args.seeds[0]}"
-    write_baseline("sst", name, args, argv, cfg, result, history, best["dev"], best["test"])
-    print(f"{name}: best {'alpha' if args.model == 'nb' else 'C'} {BASELINE_GRID[result.best - 1]}, dev root "
-          f"{best['dev']['root']:.2f}, test root {best['test']['root']:.2f}, test phrase "
-          f"{best['test']['phrase']:.2f}, {result.seconds:.0f} s")
-
-
 def main(argv: list[str]) -> None:
     if argv[:1] == ["predict"]:
         predict(argv[1:], build_model, MODELS, REPO / "runs")
@@ -376,7 +339,13 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)
     if args.model in BASELINES and distributed.launched():
         fail(f"--model {args.model} trains in one process (scikit-learn); run it without torchrun")
-    train_baseline(args, argv) if args.model in BASELINES else train(args, argv)
+    if args.model in BASELINES:  # every labelled phrase of the treebank an example
+        splits = {s: SST(args.data_root, s, fine_grained=args.fine_grained, mirror=default_mirror(REPO), log=False)
+                  for s in ("train", "dev", "test")}
+        sst_phrase_baseline(args, argv, {s: quick_sample(list(d), QUICK[s]) if args.quick else list(d)
+                                         for s, d in splits.items()}, BASELINE_GRID)
+    else:
+        train(args, argv)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from torch.nn import Linear
 from graphtree.data.tree import lookup_words
 from graphtree.datasets import TREC
 from graphtree.embeddings import embedding_matrix, load_glove
-from graphtree.experiments.baselines import grid_search, write_baseline
+from graphtree.experiments.baselines import trec_question_baseline
 from graphtree.experiments.seeds import Outcome, count_parameters, train_seeds
 from graphtree.models import BiTreeLSTM, NodeEmbedding
 from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
@@ -169,33 +169,14 @@ def train(args: argparse.Namespace, argv: list[str]) -> None:
                 checkpoint_config={"data": data_id}, device=device)
 
 
-def train_svm(args: argparse.Namespace, argv: list[str]) -> None:
-    """Linear SVM on binary word uni- and bigram features of the question; C chosen on dev accuracy."""
-    splits = load_splits(args, "dependency")
-    texts = {s: [" ".join(d.tokens) for d in data] for s, data in splits.items()}
-    labels = {s: [int(d.coarse) for d in data] for s, data in splits.items()}
-
-    def accuracy(predict) -> dict[str, float]:
-        return {s: 100.0 * float((predict(texts[s]) == labels[s]).mean()) for s in ("dev", "test")}
-
-    result = grid_search("svm", SVM_GRID, args.seeds[0], texts["train"], labels["train"], accuracy,
-                         lambda acc: acc["dev"], ngrams=(1, 2))
-    history = [{"epoch": k + 1, "C": c, "dev_root": acc["dev"]} for k, (c, acc) in
-               enumerate(zip(result.values, result.scores))]
-    best = result.scores[result.best - 1]
-    name = f"svm_ngrams_s{args.seeds[0]}"
-    cfg = dict(model="svm", features="binary word 1-2-grams, lowercased", grid=list(SVM_GRID), quick=args.quick)
-    write_baseline("trec", name, args, argv, cfg, result, history, {"accuracy": best["dev"]},
-                   {"accuracy": best["test"]})
-    print(f"{name}: best C {SVM_GRID[result.best - 1]}, dev {best['dev']:.2f}, test {best['test']:.2f}, "
-          f"{result.seconds:.1f} s")
-
-
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
     if args.model == "svm" and distributed.launched():
         fail("--model svm trains in one process (scikit-learn); run it without torchrun")
-    train_svm(args, argv) if args.model == "svm" else train(args, argv)
+    if args.model == "svm":  # on the questions' words: the dependency trees' tokens, parsed once for every model
+        trec_question_baseline(args, argv, load_splits(args, "dependency"), SVM_GRID)
+    else:
+        train(args, argv)
 
 
 if __name__ == "__main__":
