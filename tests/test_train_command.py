@@ -219,6 +219,6 @@ def test_a_folder_without_a_dev_file_is_told(tmp_path, capsys):
 
 def test_a_file_of_fewer_graphs_than_splits_trains_on_the_whole_file_and_says_so(tmp_path, capsys):
     # examples/trees.conllu: two sentences, no split leaves one in each of train, dev and test.
-    record, rows, err = run(["--data", str(REPO / "examples" / "trees.conllu"), "--epochs", "1"], tmp_path, capsys)
+    _, rows, err = run(["--data", str(REPO / "examples" / "trees.conllu"), "--epochs", "1"], tmp_path, capsys)
     assert "2 graph(s), too few to split into train, dev and test: each of the three is the whole file" in err
     assert [r["graph"] for r in rows] == ["0", "1"]  # the test split: both graphs
