@@ -40,7 +40,7 @@ from graphtree.data.tree import lookup_words
 from graphtree.datasets import SICK
 from graphtree.datasets.sick import TREE_KEYS, make_pair
 from graphtree.embeddings import embedding_matrix, load_glove
-from graphtree.experiments.seeds import Outcome, count_parameters, train_seeds
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
 from graphtree.models import NodeEmbedding
 from graphtree.models.similarity import (
     MeanEncoder,
@@ -163,11 +163,7 @@ def main(argv: list[str]) -> None:
                    sample="random-0" if args.quick else "all")
     vectors_name = args.embeddings if args.embeddings == "glove50" else Path(args.embeddings).stem
 
-    def run_name(seed: int) -> str:
-        return f"{args.model}_{vectors_name}" + (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + (
-            f"_s{seed}")
-
-    def build(run) -> PairTrainer:
+    def build(run: SeedRun) -> PairTrainer:
         model = build_model(args.model, len(vocab), vectors.dim, embedding_matrix(vocab, vectors, missing="mean"))
         model.to(device)
         optimizer = PaperOptimizer.for_model(model, model.encoder.embedding, OPTIMIZER)
@@ -183,6 +179,7 @@ def main(argv: list[str]) -> None:
             "num_parameters_without_embeddings": count_parameters(
                 trainer.model, lambda name: name.startswith("encoder.embedding."))})
 
+    run_name = seed_names(f"{args.model}_{vectors_name}", epochs, EPOCHS, args.quick)
     train_seeds("sick", args, argv, cfg, run_name=run_name, build=build, score=score, train=train_set,
                 dev=dev_set, checkpoint_config={"data": data_id}, device=device)
 

@@ -38,7 +38,7 @@ import torch
 from graphtree.datasets import SST
 from graphtree.embeddings import embedding_matrix, load_glove
 from graphtree.experiments.baselines import sst_phrase_baseline
-from graphtree.experiments.seeds import Outcome, count_parameters, train_seeds
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, train_seeds
 from graphtree.experiments.sst_predict import PREDICT_USAGE, predict
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier
 from graphtree.models.spans import SpanLSTMClassifier
@@ -305,7 +305,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> None:
     data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
                    sample="random-0" if args.quick else "all")
 
-    def build(run) -> Trainer:
+    def build(run: SeedRun) -> Trainer:
         if vectors is not None:
             pretrained = embedding_matrix(vocab, vectors, missing="mean")
         else:

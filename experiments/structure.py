@@ -51,7 +51,7 @@ import torch
 from graphtree.datasets import BooleanCircuits, ListOps
 from graphtree.datasets.circuits import FAN_IN, NODE_TYPES
 from graphtree.datasets.listops import LISTOPS_VOCAB, TREES
-from graphtree.experiments.seeds import Outcome, count_parameters, train_seeds
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
 from graphtree.models import NodeEmbedding
 from graphtree.train import PRESETS, PaperOptimizer, distributed
 from graphtree.train.own_data import MODELS, NodeInputs, Task, TaskTrainer, build_model, model_settings
@@ -150,11 +150,7 @@ def main(argv: list[str]) -> None:
     depths = [depth_of(args.task, g) for g in splits["test"]]
     settings = {}
 
-    def run_name(seed: int) -> str:
-        return (f"{args.task}_{args.model}" + ("_flat" if cfg.get("tree") == "flat" else "")
-                + (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + f"_s{seed}")
-
-    def build_trainer(run) -> TaskTrainer:
+    def build_trainer(run: SeedRun) -> TaskTrainer:
         model, settings_, embedding = build(args, splits, task)
         settings.update(settings_)
         model.to(device)
@@ -174,8 +170,9 @@ def main(argv: list[str]) -> None:
             out_of_range_depths=sorted({d for d in depths if d > train_depths[-1]}), data_seconds=data_seconds,
             num_parameters=count_parameters(trainer.model)))
 
-    train_seeds("structure", args, argv, cfg, run_name=run_name, build=build_trainer, score=score,
-                train=splits["train"], dev=splits["dev"], device=device)
+    stem = f"{args.task}_{args.model}" + ("_flat" if cfg.get("tree") == "flat" else "")
+    train_seeds("structure", args, argv, cfg, run_name=seed_names(stem, epochs, EPOCHS, args.quick),
+                build=build_trainer, score=score, train=splits["train"], dev=splits["dev"], device=device)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from graphtree.embeddings import embedding_matrix, load_glove
-from graphtree.experiments.seeds import Outcome, count_parameters, train_seeds
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
 from graphtree.models import NodeEmbedding
 from graphtree.train import PRESETS, PaperOptimizer, distributed
 from graphtree.train.own_data import (
@@ -108,12 +108,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run_name(data: str, model: str, task: str, embeddings: str, epochs: int, quick: bool, seed: int) -> str:
-    """File name of a run: data, model, task, vectors, epochs where not the default, seed."""
-    vectors = embeddings if embeddings in ("random", "glove50") else Path(embeddings).stem
-    return f"{data}_{model}_{task}_{vectors}" + (f"_ep{epochs}" if epochs != EPOCHS and not quick else "") + f"_s{seed}"
-
-
 def main(argv: list[str]) -> None:
     """Train, select on dev and test one model per seed; write the JSON, CSV and predictions of each run."""
     args = parse_args(argv)
@@ -144,7 +138,7 @@ def main(argv: list[str]) -> None:
     note(f"{splits.name} ({splits.format}): {sizes} graphs, {task.name} with {task.out_channels} outputs, "
          f"vocabulary {len(vocab) if vocab is not None else 0}, {features} node features")
 
-    def build(run) -> TaskTrainer:
+    def build(run: SeedRun) -> TaskTrainer:
         embedding = None
         if vocab is not None:   # GloVe's vectors where there are some (the mean for the rest), else random ones
             pretrained = embedding_matrix(vocab, vectors, missing="mean") if vectors is not None else None
@@ -166,9 +160,11 @@ def main(argv: list[str]) -> None:
         return Outcome(fit.best_dev, test, f"{scores}; predictions in {name}.predictions.tsv",
                        {"predictions": f"{name}.predictions.tsv", "num_parameters": count_parameters(trainer.model)})
 
-    train_seeds("train", args, argv, cfg, run_name=lambda seed: run_name(
-        splits.name, args.model, task.name, args.embeddings, epochs, args.quick, seed), build=build, score=score,
-        train=splits.graphs["train"], dev=splits.graphs["dev"], device=device)
+    # Run names: data, model, task, vectors, epochs where not the default, seed.
+    vectors_name = args.embeddings if args.embeddings in ("random", "glove50") else Path(args.embeddings).stem
+    run_name = seed_names(f"{splits.name}_{args.model}_{task.name}_{vectors_name}", epochs, EPOCHS, args.quick)
+    train_seeds("train", args, argv, cfg, run_name=run_name, build=build, score=score, train=splits.graphs["train"],
+                dev=splits.graphs["dev"], device=device)
 
 
 if __name__ == "__main__":

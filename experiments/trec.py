@@ -39,7 +39,7 @@ from graphtree.data.tree import lookup_words
 from graphtree.datasets import TREC
 from graphtree.embeddings import embedding_matrix, load_glove
 from graphtree.experiments.baselines import trec_question_baseline
-from graphtree.experiments.seeds import Outcome, count_parameters, train_seeds
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
 from graphtree.models import BiTreeLSTM, NodeEmbedding
 from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
@@ -147,11 +147,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> None:
                    sample="random-0" if args.quick else "all")
     vectors_name = args.embeddings if args.embeddings == "glove50" else Path(args.embeddings).stem
 
-    def run_name(seed: int) -> str:
-        return f"{args.model}_{vectors_name}" + (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + (
-            f"_s{seed}")
-
-    def build(run) -> Trainer:
+    def build(run: SeedRun) -> Trainer:
         model, embedding = build_model(args.model, len(vocab), vectors.dim, len(TREC.COARSE_CLASSES),
                                        embedding_matrix(vocab, vectors, missing="mean"))
         model.to(device)
@@ -165,6 +161,7 @@ def train(args: argparse.Namespace, argv: list[str]) -> None:
                        {"num_parameters_without_embeddings": count_parameters(trainer.model,
                                                                               lambda name: "embedding." in name)})
 
+    run_name = seed_names(f"{args.model}_{vectors_name}", epochs, EPOCHS, args.quick)
     train_seeds("trec", args, argv, cfg, run_name=run_name, build=build, score=score, train=train_set, dev=dev_set,
                 checkpoint_config={"data": data_id}, device=device)
 

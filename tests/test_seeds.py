@@ -10,7 +10,7 @@ import json
 import pytest
 
 from graphtree.data import from_ptb
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, train_seeds
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
 from graphtree.models import NodeEmbedding, TreeClassifier
 from graphtree.nn import NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer
@@ -83,3 +83,9 @@ def test_a_run_killed_after_training_resumes_from_its_checkpoint(tmp_path, capsy
     (line,) = capsys.readouterr().out.splitlines()
     assert resumed.built == [1] and line.endswith("(resumed after epoch 2)")
     assert (tmp_path / "toy" / "toy_s1.json").is_file()
+
+
+def test_run_names_name_the_epochs_only_where_they_are_not_the_experiments_own():
+    assert seed_names("mean_glove50", 10, 10, quick=False)(3) == "mean_glove50_s3"
+    assert seed_names("mean_glove50", 20, 10, quick=False)(3) == "mean_glove50_ep20_s3"
+    assert seed_names("mean_glove50", 2, 10, quick=True)(1) == "mean_glove50_s1"  # OUT/quick/ tells it apart

@@ -28,7 +28,7 @@ from ..train.checkpoint import atomic_write_text, seed_everything
 from ..train.runs import RunPaths, finished_run, note, recorded_command, run_record
 from ..train.trainer import FitResult, Trainer
 
-__all__ = ["Outcome", "SeedRun", "count_parameters", "train_seeds"]
+__all__ = ["Outcome", "SeedRun", "count_parameters", "seed_names", "train_seeds"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,13 @@ class Outcome:
     test: dict[str, Any]
     scores: str
     fields: dict[str, Any] = field(default_factory=dict)
+
+
+def seed_names(stem: str, epochs: int, default_epochs: int, quick: bool) -> Callable[[int], str]:
+    """Run names ``<stem>[_ep<epochs>]_s<seed>``: the epochs are named where they are not the experiment's own
+    (a quick run is told apart by its folder, ``OUT/quick/``)."""
+    length = f"_ep{epochs}" if epochs != default_epochs and not quick else ""
+    return lambda seed: f"{stem}{length}_s{seed}"
 
 
 def count_parameters(model: torch.nn.Module, leave_out: Callable[[str], bool] = lambda name: False) -> int:
