@@ -11,9 +11,14 @@ The committed reference results (``experiments/results``) have the same
 layout, so ``--out experiments/results`` adds a run to them; no ordinary run
 writes there.
 
+Output: each finished run's line (its dev and test scores) goes to stdout; the
+progress bar, the line per epoch and the notes go to stderr, so ``> FILE`` keeps
+the results.
+
 Errors: :func:`main_guard` turns the errors a user can act on (graphtree's input
 errors, a missing file, an unknown name) into one line on stderr and exit status
-2, as argparse does for a bad flag.
+2, as :class:`ArgumentParser` does for a bad flag (argparse's usage left out:
+``--help`` prints it). :data:`QUICK_EPOCHS`: what ``--quick`` trains everywhere.
 """
 
 from __future__ import annotations
