@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from graphtree.backend.native import ensure_built  # noqa: E402
+from graphtree.datasets import SST  # noqa: E402
 from graphtree.nn.functional import dropout  # noqa: E402
+from graphtree.train.runs import corpus_file  # noqa: E402
 
 REPS, CALLS = 7, 20
 
@@ -75,9 +77,12 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=150, help="width of the hidden states (default 150)")
     parser.add_argument("--embedding", type=int, default=300, help="width of the word vectors (default 300)")
     parser.add_argument("--p", type=float, default=0.5, help="dropout rate (default 0.5)")
-    parser.add_argument("--sst", type=Path, default=REPO.parent / "shared/data/sst/trainDevTestTrees_PTB.zip",
-                        help="SST's trainDevTestTrees_PTB.zip (default ../shared/data/sst/ beside the repository)")
+    parser.add_argument("--sst", type=Path, default=None,
+                        help="SST's trainDevTestTrees_PTB.zip (default: where the experiments read SST, "
+                             "$GRAPHTREE_MIRROR or ../shared/data beside the repository)")
     args = parser.parse_args()
+    if args.sst is None:
+        args.sst = corpus_file(SST.ARCHIVE, REPO) or Path("")  # no file: random tree sizes
     torch.set_num_threads(args.threads)
     if not ensure_built():
         raise SystemExit("the compiled kernels are not available here: graphtree's dropout would be F.dropout")

@@ -58,7 +58,6 @@ from tree_lstm import (
     LEARNING_RATE,
     NUM_CLASSES,
     RESULTS,
-    SST_ZIP,
     SequenceLSTM,
     TreeStats,
     forward_flops,
@@ -68,6 +67,7 @@ from tree_lstm import (
     median,
     padded_words,
     random_trees,
+    sst_archive,
     synchronize,
     timed,
     tree_model,
@@ -303,11 +303,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epoch-batch", type=int, default=25)
     parser.add_argument("--no-grid", action="store_true", help="only the epochs")
     parser.add_argument("--epoch-trees", type=int, default=None, help="the epoch's first trees only (a short run)")
-    parser.add_argument("--sst", default=str(SST_ZIP))
+    parser.add_argument("--sst", default=None, help="trainDevTestTrees_PTB.zip (default: where the experiments read "
+                                                    "SST, $GRAPHTREE_MIRROR or ../shared/data beside the repository)")
     parser.add_argument("--out", default=None, help="results file (default: none written)")
     parser.add_argument("--table", nargs="+", metavar="RESULTS",
                         help="print README's tables of a step results file (and an epoch results file) and exit")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.sst = sst_archive() if args.sst is None else args.sst
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:

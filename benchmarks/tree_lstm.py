@@ -59,12 +59,14 @@ from torch_geometric.data import Batch, Data
 from graphtree.backend import native
 from graphtree.data import NO_WORD, from_ptb
 from graphtree.data.tree import tree_data
+from graphtree.datasets import SST
 from graphtree.engine import schedule_of
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.schedule import Schedule
 from graphtree.train import make_optimizer
 from graphtree.train.provenance import code_state, processor_name
+from graphtree.train.runs import corpus_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plain_level_loop import PlainLevelTreeLSTM
@@ -73,8 +75,7 @@ from recursive_reference import RecursiveTreeLSTM, tree_from_data
 # --------------------------------------------------------------------------- configuration
 
 REPO = Path(__file__).resolve().parent.parent
-SST_ZIP = REPO.parent / "shared" / "data" / "sst" / "trainDevTestTrees_PTB.zip"
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results"   # the committed results files, written only when --out names one
 
 HIDDEN = 150
 NUM_CLASSES = 5  # SST fine-grained labels, on every node
@@ -1061,8 +1062,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer settings and repetitions (under two minutes)")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--sst", default=str(SST_ZIP), help="trainDevTestTrees_PTB.zip (random trees if absent)")
-    parser.add_argument("--out", default=None, help="results JSON (default benchmarks/results/<device>[-quick].json)")
+    parser.add_argument("--sst", default=None,
+                        help="trainDevTestTrees_PTB.zip (default: where the experiments read SST, $GRAPHTREE_MIRROR "
+                             "or ../shared/data beside the repository; random trees without it)")
+    parser.add_argument("--out", default=None,
+                        help="write the results JSON here, e.g. benchmarks/results/cpu.json (default: no file, the "
+                             "tables on stdout only)")
     parser.add_argument("--reps", type=int, default=None, help="timed repetitions per setting")
     parser.add_argument("--cells", default=None, help=f"comma-separated subset of {','.join(CELLS)}")
     parser.add_argument("--embeddings", type=int, nargs="+", default=None,
@@ -1074,14 +1079,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="print a torch.profiler table of one cell's training (default: nary)")
     parser.add_argument("--count-ops", action="store_true",
                         help="count ATen operator calls per batch and level of every model (no timing); "
-                             "writes benchmarks/results/operator-calls.json unless --out is given")
+                             "--out benchmarks/results/operator-calls.json writes the committed file")
     parser.add_argument("--native-ab", action="store_true",
                         help="only time the cells with and without their compiled level kernels (and nn.LSTM); "
-                             "writes "
-                             "benchmarks/results/native-kernels.json unless --out is given")
+                             "--out benchmarks/results/native-kernels.json writes the committed file")
     parser.add_argument("--memory-probe", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--scaling-probe", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.sst = sst_archive() if args.sst is None else args.sst  # once here: the probes get the same file
+    return args
+
+
+def sst_archive() -> str:
+    """SST's archive where the experiments read it (:func:`graphtree.train.runs.corpus_file`); "" without one."""
+    found = corpus_file(SST.ARCHIVE, REPO)
+    return str(found) if found is not None else ""
+
+
+def write_results(out: str | None, text: str) -> None:
+    """The results JSON to ``--out``; without it nothing is written (the committed files change only when asked)."""
+    if out is None:
+        print("results file not written (--out FILE writes one)", file=sys.stderr)
+        return
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    print(f"wrote {path.resolve().relative_to(REPO) if path.resolve().is_relative_to(REPO) else path}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -1116,12 +1139,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.count_ops:
         rows = count_operator_calls(trees, vocab_size, device)
-        out = Path(args.out) if args.out else RESULTS / "operator-calls.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
         command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
-        out.write_text(json.dumps(dict(command=command, data=source, torch=torch.__version__, rows=rows),
-                                  indent=1) + "\n")
-        print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+        write_results(args.out, json.dumps(dict(command=command, data=source, torch=torch.__version__, rows=rows),
+                                           indent=1) + "\n")
         return
     info = machine(device, args.threads)
     if args.native_ab:
@@ -1129,11 +1149,10 @@ def main(argv: list[str] | None = None) -> None:
         rows = native_kernels_ab(config, trees, vocab_size, device)
         if not rows:
             raise SystemExit("the native kernels are not available here (see graphtree.backend.native)")
-        out = Path(args.out) if args.out else RESULTS / "native-kernels.json"
-        out.write_text(json.dumps(dict(command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), data=source,
-                                       machine=info, config={k: list(v) if isinstance(v, tuple) else v
-                                                             for k, v in config.items()}, rows=rows), indent=1))
-        print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
+        write_results(args.out, json.dumps(dict(command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                                                data=source, machine=info,
+                                                config={k: list(v) if isinstance(v, tuple) else v
+                                                        for k, v in config.items()}, rows=rows), indent=1))
         return
     print(f"torch {info['torch']}, {info['torch_threads']} threads (interop {info['torch_interop_threads']}), "
           f"{info['device']}, {info['processor']}")
@@ -1183,8 +1202,6 @@ def main(argv: list[str] | None = None) -> None:
     if device.type == "cpu":
         print("GPU speed: not measured in this run (use --device cuda on a machine with a GPU).")
 
-    out = Path(args.out) if args.out else RESULTS / f"{device.type}{'-quick' if args.quick else ''}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     config_out = {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
     # A pinned GRAPHTREE_NATIVE changes which kernels run: it is part of the command.
     pinned = {k: os.environ[k] for k in ("GRAPHTREE_NATIVE",) if k in os.environ}
@@ -1194,9 +1211,8 @@ def main(argv: list[str] | None = None) -> None:
                   reference_max_logit_difference=difference, rows=rows, node_scaling=nodes, memory=memory,
                   chain=chain, native_kernels=kernels, targets=checks,
                   seconds=time.perf_counter() - started)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out} "
-          f"({time.perf_counter() - started:.0f} s)")
+    write_results(args.out, json.dumps(result, indent=1))
+    print(f"[{time.perf_counter() - started:.0f} s]")
 
 
 if __name__ == "__main__":

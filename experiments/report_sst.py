@@ -16,32 +16,37 @@ from __future__ import annotations
 
 import re
 import statistics
-import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-import scipy.stats
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sst import MODELS, PRESETS, SETTINGS_MODEL  # the paper's epochs and optimizer per model
-
+from graphtree.experiments.scripts import load_script
 from graphtree.train.report import (
     Provenance,
     compute_used,
     duration,
+    format_p,
+    format_seeds,
     hardware,
     load_runs,
+    mean_interval,
     mean_std,
     minutes,
+    pooled_std,
     provenance_lines,
     results_folder,
+    seeds_to_separate,
     shown,
     stale_footnote,
     stale_mark,
     target_line,
+    welch_p,
     write_readme_section,
 )
+
+# experiments/sst.py's settings tables: the paper's epochs and optimizer per model
+_SST = load_script(Path(__file__).with_name("sst.py"))
+MODELS, PRESETS, SETTINGS_MODEL = _SST.MODELS, _SST.PRESETS, _SST.SETTINGS_MODEL
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
@@ -445,58 +450,6 @@ def target_lines(runs: list[dict], prov: Provenance | None = None) -> list[str]:
         lines.append(f"| {title} | {order} | {kept} | {'; '.join(reversed_pairs) or 'none'} | {verdict} "
                      f"| {power} |")
     return lines + [""]
-
-
-SEEDS_CAP = 1000  # beyond this, "more than 1000"
-
-
-def pooled_std(a: Sequence[float], b: Sequence[float]) -> float:
-    """The pooled sample standard deviation of two rows' seeds."""
-    df = len(a) + len(b) - 2
-    return (((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b)) / df) ** 0.5
-
-
-def seeds_to_separate(gap: float, std: float, power: float = 0.8, alpha: float = ORDER_P) -> int:
-    """Seeds per row for a two-sided two-sample t-test at ``alpha`` to find a true difference ``gap`` between
-    rows whose seeds have standard deviation ``std`` with probability ``power`` (the noncentral t
-    distribution; ``SEEDS_CAP + 1`` when even ``SEEDS_CAP`` seeds would not)."""
-    if std == 0:
-        return 2
-    for n in range(2, SEEDS_CAP + 1):
-        df = 2 * n - 2
-        critical = scipy.stats.t.ppf(1 - alpha / 2, df)
-        shift = gap / (std * (2 / n) ** 0.5)
-        found = scipy.stats.nct.sf(critical, df, shift) + scipy.stats.nct.cdf(-critical, df, shift)
-        if found >= power:
-            return n
-    return SEEDS_CAP + 1
-
-
-def format_seeds(n: int) -> str:
-    return f"more than {SEEDS_CAP}" if n > SEEDS_CAP else str(n)
-
-
-def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
-    """Student's t confidence interval of the mean of ``values`` (``None`` for fewer than two)."""
-    if len(values) < 2:
-        return None
-    half = scipy.stats.t.ppf((1 + level) / 2, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
-    return statistics.mean(values) - half, statistics.mean(values) + half
-
-
-def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided p of Welch's t-test that two rows' seeds share one mean (1.0 when either has one seed, or
-    both have no spread and the same mean)."""
-    if len(a) < 2 or len(b) < 2:
-        return 1.0
-    if statistics.stdev(a) == 0 and statistics.stdev(b) == 0:
-        return 1.0 if statistics.mean(a) == statistics.mean(b) else 0.0
-    return float(scipy.stats.ttest_ind(a, b, equal_var=False).pvalue)
-
-
-def format_p(p: float) -> str:
-    """A p-value as its comparison: "= 0.07" or "< 0.01"."""
-    return f"= {p:.2f}" if p >= 0.01 else "< 0.01"
 
 
 def vectors_gain_lines(runs: list[dict]) -> list[str]:

@@ -15,7 +15,6 @@ keeps (``../shared/papers``), so none can be checked here.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from graphtree.train import atomic_write_text
 from graphtree.train.report import mean_std, write_readme_section
+from graphtree.train.runs import ArgumentParser
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL_NAMES = {"childsum": "Child-Sum Tree-LSTM", "nary": "N-ary Tree-LSTM", "slstm": "S-LSTM", "lstmrnn": "LSTM-RNN",
@@ -151,12 +151,14 @@ def report(runs: dict[tuple[str, str], list[dict]]) -> str:
 
 
 def main(argv: list[str]) -> Path:
-    p = argparse.ArgumentParser(description="Tabulate the structure benchmarks' runs (see the module docstring).")
+    p = ArgumentParser(description="Tabulate the structure benchmarks' runs (see the module docstring).")
     p.add_argument("--results", default=str(REPO / "experiments" / "results" / "structure"),
                    help="folder of the runs' JSON files; the table goes to <results>/structure.md")
     p.add_argument("--quick", action="store_true", help="tabulate the --quick runs instead of the full ones")
     args = p.parse_args(argv)
     results = Path(args.results)
+    if not results.is_dir():
+        p.error(f"--results {results}: no such folder; give the folder of the runs' JSON files (e.g. runs/structure)")
     runs = load(results, args.quick)
     if not runs:
         p.error(f"no {'quick' if args.quick else 'full'} structure runs in {results}")

@@ -14,13 +14,10 @@ carries a stale mark.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trec import EPOCHS  # the default number of epochs
-
+from graphtree.experiments.scripts import load_script
 from graphtree.train.report import (
     Provenance,
     compute_used,
@@ -36,6 +33,8 @@ from graphtree.train.report import (
     target_line,
     write_readme_section,
 )
+
+EPOCHS = load_script(Path(__file__).with_name("trec.py")).EPOCHS  # the default number of epochs
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md

@@ -21,7 +21,6 @@ shown to reproduce there.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import subprocess
@@ -32,7 +31,7 @@ from pathlib import Path
 from graphtree.train import atomic_write_text
 from graphtree.train.provenance import NUMERICS_VERSION, code_state, processor
 from graphtree.train.report import Provenance
-from graphtree.train.runs import fail, main_guard
+from graphtree.train.runs import ArgumentParser, fail, main_guard
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = REPO / "experiments" / "results" / "reproduced.json"
@@ -85,7 +84,7 @@ def record_check(entry: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description="Rerun a committed run with its recorded command and compare every "
+    p = ArgumentParser(description="Rerun a committed run with its recorded command and compare every "
                                             "epoch's metrics exactly (see the module docstring).")
     p.add_argument("result", help="a results file, e.g. experiments/results/sick/dependency_glove50_s1.json")
     p.add_argument("--epochs", type=int, default=None, help="compare only the first N epochs (default: all)")
@@ -94,8 +93,12 @@ def main(argv: list[str]) -> int:
     path = Path(args.result)
     if not path.is_file():
         fail(f"no results file at {path}; give one of experiments/results/<task>/<run>.json")
-    record = json.loads(path.read_text())
-    if not {"experiment", "run", "seed", "command", "history"} <= record.keys():
+    try:
+        record = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        fail(f"{path} is not a results file of experiments/*.py (not JSON); give one of "
+             "experiments/results/<task>/<run>.json")
+    if not isinstance(record, dict) or not {"experiment", "run", "seed", "command", "history"} <= record.keys():
         fail(f"{path} is not a results file of experiments/*.py (no command, seed or per-epoch history)")
     committed = record["history"]
     if args.epochs is not None and not 1 <= args.epochs <= len(committed):

@@ -28,9 +28,7 @@ repository, else the official URLs) into ``datasets/``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,6 +40,7 @@ from graphtree.data.tree import lookup_words
 from graphtree.datasets import SICK
 from graphtree.datasets.sick import TREE_KEYS, make_pair
 from graphtree.embeddings import embedding_matrix, load_glove
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
 from graphtree.models import NodeEmbedding
 from graphtree.models.similarity import (
     MeanEncoder,
@@ -51,20 +50,18 @@ from graphtree.models.similarity import (
     similarity_loss,
 )
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
-from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, distributed, seed_everything
+from graphtree.train import PRESETS, PaperOptimizer, distributed
 from graphtree.train.pairs import PairTrainer, pearson_by_length
 from graphtree.train.runs import (
-    RunPaths,
+    ArgumentParser,
     add_run_arguments,
     check_embeddings,
     default_mirror,
-    finished_run,
+    epochs_of,
     main_guard,
     note,
     quick_sample,
-    recorded_command,
-    resolve_device,
-    run_record,
+    start_process,
 )
 from graphtree.vocab import Vocab
 
@@ -83,16 +80,15 @@ NUM_CLASSES = 5          # ratings 1..5
 EPOCHS = 10              # Tai et al.'s code trains relatedness models for 10 epochs
 # Tai's AdaGrad 0.05, minibatch 25, per-minibatch L2 1e-4; embedding_lr 0: the word vectors are held fixed.
 OPTIMIZER = replace(PRESETS["tai"], embedding_lr=0.0)
-QUICK = dict(train=300, dev=100, test=200, epochs=2)   # --quick: a smoke run of the whole pipeline
+QUICK = dict(train=300, dev=100, test=200)   # --quick: a fixed sample of each split
 REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Train a relatedness model on SICK (see the module docstring).")
+    p = ArgumentParser(description="Train a relatedness model on SICK (see the module docstring).")
     p.add_argument("--model", choices=list(MODELS), default="dependency")
     p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
-    add_run_arguments(p, REPO, epochs_help=f"default {EPOCHS}",
-                      quick_help="small subset, 2 epochs; results under OUT/quick/")
+    add_run_arguments(p, REPO, EPOCHS, quick_sample="300 / 100 / 200 pairs")
     args = p.parse_args(argv)
     check_embeddings(args.embeddings, ("glove50",))
     return args
@@ -141,21 +137,19 @@ def build_model(model: str, vocab_size: int, dim: int, pretrained: torch.Tensor 
     return PairSimilarity(encoder, SIM_HIDDEN, NUM_CLASSES)
 
 
-def main(args: argparse.Namespace) -> None:
+def main(argv: list[str]) -> None:
     """Train, select on dev Pearson r and test one model per seed; write the JSON and CSV of each run."""
-    torch.set_num_threads(args.threads)
-    device = distributed.setup(resolve_device(args.device))  # one process, or this one of torchrun's
+    args = parse_args(argv)
+    device = start_process(args)
     spec = MODELS[args.model]
     vectors = load_glove(None if args.embeddings == "glove50" else args.embeddings, verbose=False)
-    epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
+    epochs = epochs_of(args, EPOCHS)
     cfg = dict(model=args.model, trees=spec["trees"], parses="stanford", embeddings=args.embeddings,
                freeze_embeddings=True, dim=vectors.dim, hidden=spec["hidden"], sim_hidden=SIM_HIDDEN,
                epochs=epochs, optimizer=OPTIMIZER.as_dict(), quick=args.quick)
-    paths = RunPaths.under(args.out, "sick", args.quick)
-
-    mirror = default_mirror(REPO)
     with distributed.main_first():  # the first run processes the corpus into datasets/ for the others
-        raw = {s: list(SICK(args.data_root, s, mirror=mirror, log=False)) for s in ("train", "dev", "test")}
+        raw = {s: list(SICK(args.data_root, s, mirror=default_mirror(REPO), log=False))
+               for s in ("train", "dev", "test")}
     # Every SICK word with a GloVe vector (as written or lowercased); the others share <unk>, the mean vector.
     vocab = Vocab.build([d.tokens_a for s in raw.values() for d in s] + [d.tokens_b for s in raw.values() for d in s],
                         pretrained=vectors)
@@ -167,44 +161,28 @@ def main(args: argparse.Namespace) -> None:
          f"vocabulary {len(vocab)}")
     data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
                    sample="random-0" if args.quick else "all")
-    for seed in args.seeds:
-        name = f"{args.model}_{args.embeddings if args.embeddings == 'glove50' else Path(args.embeddings).stem}"
-        name += (f"_ep{epochs}" if epochs != EPOCHS and not args.quick else "") + f"_s{seed}"
-        if finished_run(paths.results, name, cfg) is not None:
-            note(f"{name}: finished earlier ({paths.results / name}.json), skipped")
-            continue
-        seed_everything(seed)
+    vectors_name = args.embeddings if args.embeddings == "glove50" else Path(args.embeddings).stem
+
+    def build(run: SeedRun) -> PairTrainer:
         model = build_model(args.model, len(vocab), vectors.dim, embedding_matrix(vocab, vectors, missing="mean"))
         model.to(device)
         optimizer = PaperOptimizer.for_model(model, model.encoder.embedding, OPTIMIZER)
-        trainer = PairTrainer(model, optimizer, epochs=epochs, batch_size=OPTIMIZER.batch_size, seed=seed,
-                              loss_fn=similarity_loss, checkpoint=paths.checkpoints / f"{name}.pt",
-                              metrics_csv=paths.results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
-                              progress=not args.no_progress, desc=name, device=device)
-        fit = trainer.fit(train_set, dev_set)
+        return PairTrainer(model, optimizer, epochs=epochs, batch_size=OPTIMIZER.batch_size,
+                           loss_fn=similarity_loss, **run.trainer_options())
+
+    def score(trainer: PairTrainer, fit) -> Outcome:
         test, pred, gold = trainer.evaluate(test_set)
-        if not distributed.is_main():  # rank 0 writes the results
-            continue
-        record = {
-            "experiment": "sick", "run": name, "seed": seed, "config": cfg,
-            "command": recorded_command("sick.py", sys.argv[1:]),
-            "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test, "history": fit.history,
+        return Outcome(fit.best_dev, test, f"dev r {fit.best_dev['pearson']:.4f}, test r {test['pearson']:.4f}, "
+                                           f"ρ {test['spearman']:.4f}, MSE {test['mse']:.4f}", {
             # Only the statistic: gold ratings are corpus data and stay out of the results.
             "test_by_length": pearson_by_length(pred, gold, [mean_length(d) for d in raw["test"]]),
-            "wall_time_s": fit.seconds, "seconds_per_epoch": fit.seconds / len(fit.history),
-            "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
-            "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
-                                                     if not n.startswith("encoder.embedding.")),
-            **run_record(args.threads, device),
-        }
-        atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
-        began = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
-        print(f"{name}: best dev epoch {fit.best_epoch}, dev r {fit.best_dev['pearson']:.4f}, test r "
-              f"{test['pearson']:.4f}, ρ {test['spearman']:.4f}, MSE {test['mse']:.4f}, {fit.seconds:.0f} s{began}",
-              file=sys.stderr)
+            "num_parameters_without_embeddings": count_parameters(
+                trainer.model, lambda name: name.startswith("encoder.embedding."))})
+
+    run_name = seed_names(f"{args.model}_{vectors_name}", epochs, EPOCHS, args.quick)
+    train_seeds("sick", args, argv, cfg, run_name=run_name, build=build, score=score, train=train_set,
+                dev=dev_set, checkpoint_config={"data": data_id}, device=device)
 
 
 if __name__ == "__main__":
-    start = time.perf_counter()
-    main_guard(lambda: main(parse_args(sys.argv[1:])), "sick.py")
-    note(f"wall time {time.perf_counter() - start:.0f} s")
+    main_guard(lambda: main(sys.argv[1:]), "sick.py")

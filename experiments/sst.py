@@ -27,9 +27,7 @@ the repository, else the official URL) into ``datasets/``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +37,9 @@ import torch
 
 from graphtree.datasets import SST
 from graphtree.embeddings import embedding_matrix, load_glove
+from graphtree.experiments.baselines import sst_phrase_baseline
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, train_seeds
+from graphtree.experiments.sst_predict import PREDICT_USAGE, predict
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier
 from graphtree.models.spans import SpanLSTMClassifier
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
@@ -48,25 +49,22 @@ from graphtree.train import (
     PaperOptimizer,
     Trainer,
     WordInputModel,
-    atomic_write_text,
     distributed,
     recursive_tree,
     restrict_supervision,
-    seed_everything,
 )
 from graphtree.train.runs import (
-    RunPaths,
+    ArgumentParser,
     add_run_arguments,
+    at_least_one,
     check_embeddings,
     default_mirror,
+    epochs_of,
     fail,
-    finished_run,
     main_guard,
     note,
     quick_sample,
-    recorded_command,
-    resolve_device,
-    run_record,
+    start_process,
 )
 from graphtree.vocab import Vocab
 
@@ -97,13 +95,12 @@ BASELINE_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)   # NB smoothing alpha / SVM C,
 MLP_CHANNELS = 128            # Teng & Zhang's output hidden size for sentiment
 RANDOM_INIT = 0.05            # random vectors ~ U(-0.05, 0.05), as Tai et al.'s code initializes unknown words
 # --random-init normal: N(0, 1), the default initialization of Torch7's nn.LookupTable (the papers give none)
-QUICK = dict(train=1000, dev=300, test=500, epochs=3)   # --quick: a smoke run of the whole pipeline
+QUICK = dict(train=1000, dev=300, test=500)   # --quick: a fixed sample of each split
 REPO = Path(__file__).resolve().parent.parent
-PREDICT_USAGE = 'python experiments/sst.py predict CHECKPOINT "a sentence" [--png tree.png]'
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         description="Train a tree LSTM on SST (see the module docstring).",
         epilog=f"To classify a sentence with a trained model: {PREDICT_USAGE} (a checkpoint of a finished or "
                "running run, e.g. runs/checkpoints/sst/<run>.pt; --help after predict for its options)")
@@ -118,13 +115,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--head", choices=["gated", "left", "right", "average"], default="gated",
                    help="head lexicalization (contree_lex, topdown, bicontree)")
     p.add_argument("--activation", choices=["tanh", "softsign", "sigmoid"], default="tanh", help="lstmrnn only")
-    add_run_arguments(p, REPO, epochs_help="default: the paper's (see MODELS)",
-                      quick_help="small subset, 3 epochs; results under OUT/quick/")
+    add_run_arguments(p, REPO, "the paper's, see MODELS", quick_sample="1000 / 300 / 500 sentences")
     p.add_argument("--optimizer", choices=["paper", "teng_code"], default="paper",
                    help="paper: the paper's update (graphtree.train.PRESETS); teng_code: that of Teng & Zhang's "
                         "released code (Adam after every sentence, lazy Adam on the embeddings, decay 1e-6), "
                         "Teng & Zhang's models only; listed apart in sst.md")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=at_least_one, default=None,
                    help="default: the optimizer's (graphtree.train.PRESETS)")
     p.add_argument("--dropout", type=float, default=None,
                    help="dropout probability, default: the paper's (MODELS); another value is not a reproduction "
@@ -261,16 +257,15 @@ def build_model(cfg: dict, vocab_size: int, num_classes: int, pretrained: torch.
         cell = SLSTM(dim, hidden, leaf="embedding" if dim == hidden else "lstm")
     else:
         if dim != hidden:
-            raise SystemExit(f"lstmrnn: a leaf's output is its word vector, so the memory size is the vector "
-                             f"size; these vectors have {dim} dimensions, the model {hidden}")
+            fail(f"lstmrnn: a leaf's output is its word vector, so the memory size is the vector size; these "
+                 f"vectors have {dim} dimensions, the model {hidden}")
         cell = LSTMRNN(dim, hidden, activation=cfg["activation"])
     return TreeClassifier(embedding, cell, num_classes, dropout=dropout), embedding
 
 
-def train(args: argparse.Namespace) -> None:
+def train(args: argparse.Namespace, argv: list[str]) -> None:
     """Train, select on dev and test one model per seed; write the JSON and CSV of each run."""
-    torch.set_num_threads(args.threads)
-    device = distributed.setup(resolve_device(args.device))  # one process, or this one of torchrun's
+    device = start_process(args)
     paper = paper_settings(dict(model=args.model, settings_of=args.settings_of))
     vectors = load_vectors(args.embeddings) if args.embeddings != "random" else None
     preset = PRESETS[paper["paper"] if args.optimizer == "paper" else args.optimizer]
@@ -281,7 +276,7 @@ def train(args: argparse.Namespace) -> None:
                paper=paper["paper"], dim=vectors.dim if vectors is not None else paper["dim"],
                hidden=paper["hidden"] if args.model != "lstmrnn" or vectors is None else vectors.dim,
                dropout=paper["dropout"] if args.dropout is None else args.dropout,
-               epochs=args.epochs or (QUICK["epochs"] if args.quick else paper["epochs"]),
+               epochs=epochs_of(args, paper["epochs"]),
                optimizer=replace(preset, batch_size=args.batch_size or preset.batch_size,
                                  l2=preset.l2 if args.l2 is None else args.l2,
                                  lr=args.lr or preset.lr, embedding_lr=args.lr or preset.embedding_lr).as_dict(),
@@ -294,8 +289,6 @@ def train(args: argparse.Namespace) -> None:
         cfg["share_input_weights"] = True
     if args.settings_of is not None and paper["paper"] != MODELS[args.model]["paper"]:
         cfg["settings_of"] = args.settings_of
-    paths = RunPaths.under(args.out, "sst", args.quick)
-
     mirror = default_mirror(REPO)
     with distributed.main_first():  # the first run processes the corpus into datasets/ for the others
         vocab = build_vocab(cfg, args.data_root, mirror, vectors)
@@ -311,16 +304,12 @@ def train(args: argparse.Namespace) -> None:
     # Stored with the checkpoint so that a resumed run is sure to continue on the very same data.
     data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
                    sample="random-0" if args.quick else "all")
-    for seed in args.seeds:
-        name = run_name(cfg, seed)
-        if finished_run(paths.results, name, cfg) is not None:
-            note(f"{name}: finished earlier ({paths.results / name}.json), skipped")
-            continue
-        seed_everything(seed)
+
+    def build(run: SeedRun) -> Trainer:
         if vectors is not None:
             pretrained = embedding_matrix(vocab, vectors, missing="mean")
         else:
-            generator = torch.Generator().manual_seed(seed)
+            generator = torch.Generator().manual_seed(run.seed)
             if args.random_init == "normal":
                 pretrained = torch.randn(len(vocab), cfg["dim"], generator=generator)
             else:
@@ -328,235 +317,36 @@ def train(args: argparse.Namespace) -> None:
         model, embedding = build_model(cfg, len(vocab), len(classes), pretrained)
         model.to(device)
         spec = OptimizerSpec(**cfg["optimizer"])
-        trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, spec), epochs=cfg["epochs"],
-                          batch_size=spec.batch_size, seed=seed, checkpoint=paths.checkpoints / f"{name}.pt",
-                          metrics_csv=paths.results / f"{name}.csv", config={**cfg, "seed": seed, "data": data_id},
-                          progress=not args.no_progress, desc=name, device=device,
-                          extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": list(classes)})
-        fit = trainer.fit(train_set, dev_set)
+        return Trainer(model, PaperOptimizer.for_model(model, embedding, spec), epochs=cfg["epochs"],
+                       batch_size=spec.batch_size, **run.trainer_options(),
+                       extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": list(classes)})
+
+    def score(trainer: Trainer, fit) -> Outcome:
         test = trainer.test(test_set)
-        if not distributed.is_main():
-            continue
-        record = {
-            "experiment": "sst", "run": name, "seed": seed, "config": cfg,
-            "command": recorded_command("sst.py", sys.argv[1:]),
-            "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test.as_dict(), "history": fit.history,
-            "wall_time_s": fit.seconds, "seconds_per_epoch": fit.seconds / len(fit.history),
-            "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
-            "num_parameters": sum(p.numel() for p in model.parameters()),
-            "num_parameters_without_embeddings": sum(p.numel() for n, p in model.named_parameters()
-                                                     if not n.startswith("embedding.")),
-            **run_record(args.threads, device),
-        }
-        atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
-        done = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
-        print(f"{name}: best dev epoch {fit.best_epoch}, dev root {fit.best_dev['root']:.2f}, test root "
-              f"{test.root:.2f}, test phrase {test.phrase:.2f}, {fit.seconds:.0f} s{done}", file=sys.stderr)
+        return Outcome(fit.best_dev, test.as_dict(), f"dev root {fit.best_dev['root']:.2f}, test root "
+                                                     f"{test.root:.2f}, test phrase {test.phrase:.2f}",
+                       {"num_parameters": count_parameters(trainer.model), "num_parameters_without_embeddings":
+                        count_parameters(trainer.model, lambda name: name.startswith("embedding."))})
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# n-gram baselines: every labelled training phrase is an example (as in Socher et al. 2013); one model per
-# smoothing / C value, the best on dev root accuracy is tested.
-
-def phrases(data) -> list[str]:
-    """The words under every node of a tree, as one string per node (node order)."""
-    parent = {c: p for c, p in zip(*data.edge_index.tolist())}
-    words: list[list[str]] = [[] for _ in range(data.num_nodes)]
-    for node, pos in enumerate(data.word_pos.tolist()):
-        if pos >= 0:
-            up = node
-            while up is not None:  # add the word to the node and every ancestor, left to right
-                words[up].append(data.tokens[pos])
-                up = parent.get(up)
-    return [" ".join(w) for w in words]
-
-
-def train_baseline(args: argparse.Namespace) -> None:
-    """Naive Bayes or linear SVM on binary bag-of-words features of every labelled phrase."""
-    from sklearn.feature_extraction.text import CountVectorizer
-    from sklearn.naive_bayes import MultinomialNB
-    from sklearn.svm import LinearSVC
-
-    cfg = dict(model=args.model, embeddings=None, fine_grained=args.fine_grained, supervision="all",
-               structure="gold", head=None, activation=None, paper="socher", epochs=None, quick=args.quick,
-               ngrams="unigrams", grid=list(BASELINE_GRID))
-    mirror = default_mirror(REPO)
-    splits = {}
-    for split in ("train", "dev", "test"):
-        data = list(SST(args.data_root, split, fine_grained=args.fine_grained, mirror=mirror, log=False))
-        if args.quick:
-            data = quick_sample(data, QUICK[split])
-        texts, labels, is_root = [], [], []
-        for d in data:
-            texts += phrases(d)
-            labels += d.y.tolist()
-            is_root += d.is_root.tolist()
-        keep = [k for k, y in enumerate(labels) if y >= 0]
-        splits[split] = ([texts[k] for k in keep], torch.tensor([labels[k] for k in keep]),
-                         torch.tensor([is_root[k] for k in keep]))
-    vectorizer = CountVectorizer(lowercase=True, token_pattern=r"\S+", binary=True)
-    x_train = vectorizer.fit_transform(splits["train"][0])
-    began = time.perf_counter()
-    history, best = [], None
-    for value in BASELINE_GRID:
-        clf = MultinomialNB(alpha=value) if args.model == "nb" else LinearSVC(C=value, random_state=args.seeds[0])
-        clf.fit(x_train, splits["train"][1].numpy())
-        accs = {}
-        for split in ("dev", "test"):
-            texts, y, roots = splits[split]
-            pred = torch.from_numpy(clf.predict(vectorizer.transform(texts)))
-            hit = pred == y
-            accs[split] = dict(root=100.0 * float(hit[roots].float().mean()), phrase=100.0 * float(hit.float().mean()),
-                               root_total=int(roots.sum()), phrase_total=len(y))
-        history.append({"epoch": len(history) + 1, "value": value, "dev_root": accs["dev"]["root"],
-                        "dev_phrase": accs["dev"]["phrase"]})
-        if best is None or accs["dev"]["root"] > best[1]["dev"]["root"]:
-            best = (len(history), accs)
-    seconds = time.perf_counter() - began
-    name = f"{args.model}_unigrams_{'fine' if args.fine_grained else 'binary'}_s{args.seeds[0]}"
-    paths = RunPaths.under(args.out, "sst", args.quick)
-    record = {"experiment": "sst", "run": name, "seed": args.seeds[0], "config": cfg,
-              "command": recorded_command("sst.py", sys.argv[1:]), "best_epoch": best[0],
-              "dev": best[1]["dev"], "test": best[1]["test"], "history": history, "wall_time_s": seconds,
-              "seconds_per_epoch": seconds / len(history), "train_seconds_per_epoch": seconds / len(history),
-              **run_record(args.threads)}
-    atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
-    print(f"{name}: best {'alpha' if args.model == 'nb' else 'C'} {BASELINE_GRID[best[0] - 1]}, dev root "
-          f"{best[1]['dev']['root']:.2f}, test root {best[1]['test']['root']:.2f}, test phrase "
-          f"{best[1]['test']['phrase']:.2f}, {seconds:.0f} s", file=sys.stderr)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# predict: python experiments/sst.py predict CHECKPOINT "sentence" [--png tree.png]
-
-def predict(argv: list[str]) -> None:
-    """Parse a sentence with spaCy, classify every node with a checkpoint's best model, print and draw it."""
-    from graphtree.parse import parse
-
-    p = argparse.ArgumentParser(prog="sst.py predict", usage=PREDICT_USAGE,
-                                description="Parse a sentence with spaCy and classify every node of its binarized "
-                                            "tree with a checkpoint's best-dev model; print the tree and draw it.")
-    p.add_argument("checkpoint", help="a checkpoint of experiments/sst.py, e.g. runs/checkpoints/sst/<run>.pt")
-    p.add_argument("text", help="the sentence, in quotes")
-    p.add_argument("--png", default="sst-tree.png", help="where to save the tree picture (default: sst-tree.png)")
-    p.add_argument("--out", default=str(REPO / "runs"), help="output folder of the runs, to list their checkpoints "
-                                                             "when CHECKPOINT is missing (default: runs/)")
-    args = p.parse_args(argv)
-    state = load_checkpoint(args.checkpoint, RunPaths.under(args.out, "sst").checkpoints)
-    if not args.text.strip():
-        fail('the sentence is empty; give one in quotes, e.g. "A gorgeous, witty film."')
-    if not Path(args.png).resolve().parent.is_dir():
-        fail(f"--png {args.png}: the folder {Path(args.png).parent} does not exist; create it or choose another path")
-    cfg, extra = state["config"], state["extra"]
-    vocab, classes = Vocab(extra["vocab"], lowercase=extra["lowercase"]), extra["classes"]
-    model, _ = build_model(cfg, len(vocab), len(classes), None)
-    model.load_state_dict(state["best"]["model"] if state["best"]["model"] is not None else state["model"])
-    model.eval()
-    tree = parse(args.text, vocab=vocab).binary
-    if cfg["structure"] != "gold":
-        tree = recursive_tree(tree, cfg["structure"], vocab)
-    with torch.no_grad():
-        probs = torch.softmax(model(tree), dim=-1)
-    lines, picture = render_tree(tree, probs, classes)
-    print("\n".join(lines))
-    draw_tree(picture, classes, args.text, args.png)
-    print(f"saved {args.png}", file=sys.stderr)
-
-
-def load_checkpoint(path: str, saved_in: Path) -> dict:
-    """The checkpoint of an SST run at ``path``; a user error naming the problem when it is not one."""
-    if not Path(path).is_file():
-        saved = sorted(saved_in.glob("*.pt"))
-        hint = (f"; {len(saved)} in {saved_in}, e.g. {saved[-1].name}" if saved else
-                f"; training writes one per run to {saved_in}/<run>.pt")
-        fail(f"no checkpoint at {path}{hint}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # a pickle, zip or torch error: all mean "not a checkpoint"
-        fail(f"{path} is not a checkpoint of experiments/sst.py (it does not load: {type(error).__name__})")
-    if not isinstance(state, dict) or not {"config", "extra", "best"} <= state.keys():
-        fail(f"{path} is not a checkpoint of experiments/sst.py (no config, vocabulary or best model)")
-    cfg = state["config"]
-    if not {"structure", "model"} <= cfg.keys() or cfg["model"] not in MODELS or not (
-            {"classes", "vocab"} <= state["extra"].keys()):
-        fail(f"{path} is a checkpoint of another experiment (model {cfg.get('model')!r}, settings "
-             f"{', '.join(sorted(cfg)[:6])}, ...), not of experiments/sst.py; give one from runs/checkpoints/sst/")
-    return state
-
-
-def render_tree(tree, probs: torch.Tensor, classes: list[str]) -> tuple[list[str], list[dict]]:
-    """Indented text of the tree (class and span of every node) and the node list for the picture."""
-    children: dict[int, list[tuple[int, int]]] = {}
-    for child, parent, pos in zip(*tree.edge_index.tolist(), tree.edge_pos.tolist()):
-        children.setdefault(parent, []).append((pos, child))
-    root = int(tree.is_root.nonzero()[0])
-    words, lines, nodes = tree.tokens, [], []
-    stack = [(root, 0)]
-    while stack:
-        node, indent = stack.pop()
-        kids = [c for _, c in sorted(children.get(node, []))]
-        span = _span(node, children, tree)
-        label = int(probs[node].argmax())
-        text = " ".join(words[i] for i in span)
-        lines.append(f"{'  ' * indent}[{label} {classes[label]} {100 * float(probs[node, label]):.0f}%] {text}")
-        nodes.append(dict(node=node, kids=kids, label=label, depth=indent, span=span,
-                          word=words[int(tree.word_pos[node])] if int(tree.word_pos[node]) >= 0 else None))
-        stack.extend((c, indent + 1) for c in reversed(kids))
-    return lines, nodes
-
-
-def _span(node: int, children: dict, tree) -> list[int]:
-    out, stack = [], [node]
-    while stack:
-        n = stack.pop()
-        if int(tree.word_pos[n]) >= 0:
-            out.append(int(tree.word_pos[n]))
-        stack.extend(c for _, c in children.get(n, []))
-    return sorted(out)
-
-
-def draw_tree(nodes: list[dict], classes: list[str], title: str, path: str) -> None:
-    """Leaves in word order, parents above the middle of their children, coloured red (negative) to green."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cmap = plt.get_cmap("RdYlGn")
-    x = {n["node"]: (sum(n["span"]) / len(n["span"]) if n["span"] else 0.0) for n in nodes}
-    by_id = {n["node"]: n for n in nodes}
-    width = max(6.0, 0.7 * (1 + max((max(n["span"]) for n in nodes if n["span"]), default=0)))
-    height = max(3.0, 0.55 * (1 + max(n["depth"] for n in nodes)))
-    fig, ax = plt.subplots(figsize=(width, height))
-    for n in nodes:
-        for kid in n["kids"]:
-            ax.plot([x[n["node"]], x[kid]], [-n["depth"], -by_id[kid]["depth"]], color="0.6", lw=0.8, zorder=1)
-    for n in nodes:
-        colour = cmap(n["label"] / max(1, len(classes) - 1))
-        ax.scatter([x[n["node"]]], [-n["depth"]], s=260, color=colour, edgecolors="0.3", zorder=2)
-        ax.text(x[n["node"]], -n["depth"], str(n["label"]), ha="center", va="center", fontsize=8, zorder=3)
-        if n["word"] is not None:
-            ax.text(x[n["node"]], -n["depth"] - 0.45, n["word"], ha="center", va="top", fontsize=9, rotation=30)
-    handles = [plt.Line2D([], [], marker="o", ls="", color=cmap(k / max(1, len(classes) - 1)), label=f"{k} {c}")
-               for k, c in enumerate(classes)]
-    ax.legend(handles=handles, loc="upper right", fontsize=7, frameon=False)
-    ax.set_title(title, fontsize=9)
-    ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    train_seeds("sst", args, argv, cfg, run_name=lambda seed: run_name(cfg, seed), build=build, score=score,
+                train=train_set, dev=dev_set, checkpoint_config={"data": data_id}, device=device)
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["predict"]:
-        predict(argv[1:])
+        predict(argv[1:], build_model, MODELS, REPO / "runs")
+        return
+    args = parse_args(argv)
+    if args.model in BASELINES and distributed.launched():
+        fail(f"--model {args.model} trains in one process (scikit-learn); run it without torchrun")
+    if args.model in BASELINES:  # every labelled phrase of the treebank an example
+        splits = {s: SST(args.data_root, s, fine_grained=args.fine_grained, mirror=default_mirror(REPO), log=False)
+                  for s in ("train", "dev", "test")}
+        sst_phrase_baseline(args, argv, {s: quick_sample(list(d), QUICK[s]) if args.quick else list(d)
+                                         for s, d in splits.items()}, BASELINE_GRID)
     else:
-        args = parse_args(argv)
-        if args.model in BASELINES and distributed.launched():
-            fail(f"--model {args.model} trains in one process (scikit-learn); run it without torchrun")
-        train_baseline(args) if args.model in BASELINES else train(args)
+        train(args, argv)
 
 
 if __name__ == "__main__":
-    start = time.perf_counter()
     main_guard(lambda: main(sys.argv[1:]), "sst.py")
-    note(f"wall time {time.perf_counter() - start:.0f} s")

@@ -42,7 +42,6 @@ up to ``TRAIN_MAX_DEPTH``, test keeps all, so deeper circuits are never seen in 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -52,19 +51,11 @@ import torch
 from graphtree.datasets import BooleanCircuits, ListOps
 from graphtree.datasets.circuits import FAN_IN, NODE_TYPES
 from graphtree.datasets.listops import LISTOPS_VOCAB, TREES
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
 from graphtree.models import NodeEmbedding
-from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, distributed, seed_everything
+from graphtree.train import PRESETS, PaperOptimizer, distributed
 from graphtree.train.own_data import MODELS, NodeInputs, Task, TaskTrainer, build_model, model_settings
-from graphtree.train.runs import (
-    RunPaths,
-    add_run_arguments,
-    finished_run,
-    main_guard,
-    note,
-    recorded_command,
-    resolve_device,
-    run_record,
-)
+from graphtree.train.runs import ArgumentParser, add_run_arguments, epochs_of, main_guard, note, start_process
 from graphtree.train.structure import (
     SequenceLSTM,
     accuracy_by,
@@ -84,19 +75,18 @@ DIM, HIDDEN, DROPOUT, EPOCHS = 64, 128, 0.0, 20   # DIM: ListOps token vectors (
 OPTIMIZER = PRESETS["teng"]   # Adam, lr 0.001, minibatch 25
 MAX_OFFSET = 32   # circuits' sequence model: operand distances one-hot up to this
 QUICK = dict(listops=dict(train_size=300, dev_size=100, test_size=100),
-             circuits=dict(train_size=400, dev_size=100, test_size=150, num_inputs=4, num_gates=12), epochs=2)
+             circuits=dict(train_size=400, dev_size=100, test_size=150, num_inputs=4, num_gates=12))
 REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="ListOps and Boolean circuits (see the module docstring).")
+    p = ArgumentParser(description="ListOps and Boolean circuits (see the module docstring).")
     p.add_argument("--task", choices=list(TASKS), required=True)
     p.add_argument("--model", choices=[*MODELS, "lstm"], default="childsum",
                    help="a tree cell on the gold structure, or lstm: nn.LSTM over the sequence")
     p.add_argument("--listops-tree", choices=TREES, default="paper",
                    help="ListOps: the paper's gold parse (default), or flat: one node per list")
-    add_run_arguments(p, REPO, epochs_help=f"default {EPOCHS}",
-                      quick_help="a few hundred graphs, 2 epochs; results under OUT/quick/")
+    add_run_arguments(p, REPO, EPOCHS, quick_sample="a few hundred graphs")
     return p.parse_args(argv)
 
 
@@ -134,11 +124,11 @@ def build(args: argparse.Namespace, splits: dict[str, list], task: Task) -> tupl
     return build_model(settings, task, inputs, DROPOUT), settings, embedding
 
 
-def train(args: argparse.Namespace) -> None:
+def main(argv: list[str]) -> None:
     """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
-    torch.set_num_threads(args.threads)
-    device = distributed.setup(resolve_device(args.device))  # one process, or this one of torchrun's
-    epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
+    args = parse_args(argv)
+    device = start_process(args)
+    epochs = epochs_of(args, EPOCHS)
     began = time.perf_counter()
     with distributed.main_first():  # the first run generates the graphs into datasets/ for the others
         sizes, splits = load_splits(args)
@@ -155,54 +145,35 @@ def train(args: argparse.Namespace) -> None:
                train_max_depth=TRAIN_MAX_DEPTH if args.task == "circuits" else None)
     if args.task == "listops" and args.model != "lstm":
         cfg["tree"] = args.listops_tree
-    paths = RunPaths.under(args.out, "structure", args.quick)
     note(f"{args.task}: {' / '.join(str(len(splits[s])) for s in ('train', 'dev', 'test'))} graphs, training "
          f"depths {train_depths[0]}-{train_depths[-1]} ({data_seconds:.1f} s to generate)")
-    for seed in args.seeds:
-        name = f"{args.task}_{args.model}" + ("_flat" if cfg.get("tree") == "flat" else "")
-        name += f"_ep{epochs}" if epochs != EPOCHS and not args.quick else ""
-        name += f"_s{seed}"
-        if finished_run(paths.results, name, cfg) is not None:
-            note(f"{name}: finished earlier ({paths.results / name}.json), skipped")
-            continue
-        seed_everything(seed)
-        model, settings, embedding = build(args, splits, task)
+    depths = [depth_of(args.task, g) for g in splits["test"]]
+    settings = {}
+
+    def build_trainer(run: SeedRun) -> TaskTrainer:
+        model, settings_, embedding = build(args, splits, task)
+        settings.update(settings_)
         model.to(device)
-        trainer = TaskTrainer(model, PaperOptimizer.for_model(model, embedding, OPTIMIZER), task=task,
-                              epochs=epochs, batch_size=OPTIMIZER.batch_size, seed=seed,
-                              checkpoint=paths.checkpoints / f"{name}.pt", metrics_csv=paths.results / f"{name}.csv",
-                              config={**cfg, "settings": settings, "seed": seed}, progress=not args.no_progress,
-                              desc=name, device=device)
-        fit = trainer.fit(splits["train"], splits["dev"])
+        return TaskTrainer(model, PaperOptimizer.for_model(model, embedding, OPTIMIZER), task=task, epochs=epochs,
+                           batch_size=OPTIMIZER.batch_size, **run.trainer_options(settings=settings))
+
+    def score(trainer: TaskTrainer, fit) -> Outcome:
         test, predictions = trainer.evaluate(splits["test"])
-        if not distributed.is_main():  # rank 0 writes the results
-            continue
         correct = [bool(p.pred.eq(p.gold).all()) for p in predictions]
-        depths = [depth_of(args.task, g) for g in splits["test"]]
         test["by_depth"] = accuracy_by(depths, correct)
         if args.task == "circuits":
             test["by_size"] = accuracy_by([int(g.circuit_size) for g in splits["test"]], correct)
             deeper = accuracy_by([int(d > train_depths[-1]) for d in depths], correct)
             test["in_training_depths"], test["deeper_than_training"] = deeper.get("0"), deeper.get("1")
-        record = {
-            "experiment": "structure", "run": name, "seed": seed, "config": cfg, "settings": settings,
-            "command": recorded_command("structure.py", sys.argv[1:]),
-            "sizes": {s: len(g) for s, g in splits.items()}, "train_depths": train_depths,
-            "out_of_range_depths": sorted({d for d in depths if d > train_depths[-1]}),
-            "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test, "history": fit.history,
-            "data_seconds": data_seconds, "wall_time_s": fit.seconds,
-            "seconds_per_epoch": fit.seconds / len(fit.history),
-            "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
-            "num_parameters": sum(p.numel() for p in model.parameters()),
-            **run_record(args.threads, device),
-        }
-        atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
-        resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
-        note(f"{name}: best dev epoch {fit.best_epoch}, dev {fit.best_dev['accuracy']:.2f}, test "
-             f"{test['accuracy']:.2f}, {fit.seconds:.1f} s{resumed}")
+        return Outcome(fit.best_dev, test, f"dev {fit.best_dev['accuracy']:.2f}, test {test['accuracy']:.2f}", dict(
+            settings=settings, sizes={s: len(g) for s, g in splits.items()}, train_depths=train_depths,
+            out_of_range_depths=sorted({d for d in depths if d > train_depths[-1]}), data_seconds=data_seconds,
+            num_parameters=count_parameters(trainer.model)))
+
+    stem = f"{args.task}_{args.model}" + ("_flat" if cfg.get("tree") == "flat" else "")
+    train_seeds("structure", args, argv, cfg, run_name=seed_names(stem, epochs, EPOCHS, args.quick),
+                build=build_trainer, score=score, train=splits["train"], dev=splits["dev"], device=device)
 
 
 if __name__ == "__main__":
-    start = time.perf_counter()
-    main_guard(lambda: train(parse_args(sys.argv[1:])), "structure.py")
-    note(f"wall time {time.perf_counter() - start:.0f} s")
+    main_guard(lambda: main(sys.argv[1:]), "structure.py")

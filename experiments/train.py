@@ -28,17 +28,14 @@ node features ``x`` of JSON Lines, side by side where a file has both.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from graphtree.embeddings import embedding_matrix, load_glove
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
 from graphtree.models import NodeEmbedding
-from graphtree.train import PRESETS, PaperOptimizer, atomic_write_text, distributed, seed_everything
+from graphtree.train import PRESETS, PaperOptimizer, distributed
 from graphtree.train.own_data import (
     MODELS,
     SPLITS,
@@ -54,28 +51,26 @@ from graphtree.train.own_data import (
     write_predictions,
 )
 from graphtree.train.runs import (
-    RunPaths,
+    ArgumentParser,
     add_run_arguments,
     check_embeddings,
+    epochs_of,
     fail,
-    finished_run,
     main_guard,
     note,
-    recorded_command,
-    resolve_device,
-    run_record,
+    start_process,
 )
 
 # ----------------------------------------------------------------------------------------------------------------
 # Defaults: word vectors of 100 (random) or GloVe's 50, memories of 100, no dropout, 10 epochs, and Teng & Zhang's
 # update (Adam, learning rate 0.001, minibatches of 25; graphtree.train.PRESETS["teng"]).
 DIM, HIDDEN, DROPOUT, EPOCHS, OPTIMIZER = 100, 100, 0.0, 10, "teng"
-QUICK = dict(train=200, dev=50, test=50, epochs=2)   # --quick: a smoke run of the whole pipeline
+QUICK = dict(train=200, dev=50, test=50)   # --quick: at most this many graphs of each split
 REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Train a tree or DAG LSTM on your own data (see the module docstring).")
+    p = ArgumentParser(description="Train a tree or DAG LSTM on your own data (see the module docstring).")
     p.add_argument("--data", required=True, help="a data file, or a folder with train, dev and test files")
     p.add_argument("--format", choices=["conllu", "ptb", "jsonl"], default=None,
                    help="default: from the suffix (.conllu/.conll, .ptb/.mrg, .jsonl/.ndjson)")
@@ -97,8 +92,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--split", type=float, nargs=3, default=[0.8, 0.1, 0.1], metavar=("TRAIN", "DEV", "TEST"),
                    help="fractions of one file for train, dev and test (default 0.8 0.1 0.1)")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the split of one file (default 0)")
-    add_run_arguments(p, REPO, epochs_help=f"default {EPOCHS}",
-                      quick_help="small subset, 2 epochs; results under OUT/quick/")
+    add_run_arguments(p, REPO, EPOCHS, quick_sample="at most 200 / 50 / 50 graphs")
     args = p.parse_args(argv)
     check_embeddings(args.embeddings, ("random", "glove50"))
     if args.task == "node" and args.target == "regression":
@@ -114,17 +108,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run_name(data: str, model: str, task: str, embeddings: str, epochs: int, quick: bool, seed: int) -> str:
-    """File name of a run: data, model, task, vectors, epochs where not the default, seed."""
-    vectors = embeddings if embeddings in ("random", "glove50") else Path(embeddings).stem
-    return f"{data}_{model}_{task}_{vectors}" + (f"_ep{epochs}" if epochs != EPOCHS and not quick else "") + f"_s{seed}"
-
-
 def main(argv: list[str]) -> None:
     """Train, select on dev and test one model per seed; write the JSON, CSV and predictions of each run."""
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    device = distributed.setup(resolve_device(args.device))  # one process, or this one of torchrun's
+    device = start_process(args)
     with distributed.main_first():  # the first run converts the files into datasets/ for the others
         splits = load_graph_splits(args.data, format=args.format, labels=args.labels, target=args.target,
                                    ratios=args.split, seed=args.split_seed, root=args.data_root)
@@ -142,58 +129,43 @@ def main(argv: list[str]) -> None:
     preset = PRESETS[args.optimizer]
     spec = replace(preset, lr=args.lr or preset.lr, embedding_lr=args.lr or preset.embedding_lr,
                    batch_size=args.batch_size or preset.batch_size)
-    epochs = args.epochs or (QUICK["epochs"] if args.quick else EPOCHS)
+    epochs = epochs_of(args, EPOCHS)
     cfg = dict(data=splits.identity(), format=splits.format, task=task.name, classes=task.num_classes,
                **settings, embeddings=args.embeddings, dim=dim, features=features, dropout=args.dropout,
                epochs=epochs, optimizer=spec.as_dict(),
                split=dict(ratios=args.split, seed=args.split_seed) if splits.one_file else None, quick=args.quick)
-    paths = RunPaths.under(args.out, "train", args.quick)
     sizes = " / ".join(str(len(splits.graphs[s])) for s in SPLITS)
     note(f"{splits.name} ({splits.format}): {sizes} graphs, {task.name} with {task.out_channels} outputs, "
          f"vocabulary {len(vocab) if vocab is not None else 0}, {features} node features")
 
-    for seed in args.seeds:
-        name = run_name(splits.name, args.model, task.name, args.embeddings, epochs, args.quick, seed)
-        if finished_run(paths.results, name, cfg) is not None:
-            note(f"{name}: finished earlier ({paths.results / name}.json), skipped")
-            continue
-        seed_everything(seed)
+    def build(run: SeedRun) -> TaskTrainer:
         embedding = None
         if vocab is not None:   # GloVe's vectors where there are some (the mean for the rest), else random ones
             pretrained = embedding_matrix(vocab, vectors, missing="mean") if vectors is not None else None
             embedding = NodeEmbedding(len(vocab), dim, pretrained)
-        inputs = NodeInputs(embedding, features)
-        model = build_model(settings, task, inputs, args.dropout).to(device)
-        trainer = TaskTrainer(model, PaperOptimizer.for_model(model, embedding, spec), task=task,
-                              epochs=epochs, batch_size=spec.batch_size, seed=seed,
-                              checkpoint=paths.checkpoints / f"{name}.pt", metrics_csv=paths.results / f"{name}.csv",
-                              config={**cfg, "seed": seed}, progress=not args.no_progress, desc=name, device=device,
-                              extra={"vocab": vocab.itos[1:] if vocab is not None else None})
-        fit = trainer.fit(splits.graphs["train"], splits.graphs["dev"])
+        model = build_model(settings, task, NodeInputs(embedding, features), args.dropout).to(device)
+        return TaskTrainer(model, PaperOptimizer.for_model(model, embedding, spec), task=task, epochs=epochs,
+                           batch_size=spec.batch_size, extra={"vocab": vocab.itos[1:] if vocab is not None else None},
+                           **run.trainer_options())
+
+    def score(trainer: TaskTrainer, fit) -> Outcome:
         test, predictions = trainer.evaluate(splits.graphs["test"])
-        if not distributed.is_main():  # rank 0 writes the results
-            continue
-        write_predictions(paths.results / f"{name}.predictions.tsv", task, splits, "test", predictions)
-        record = {
-            "experiment": "train", "run": name, "seed": seed, "config": cfg,
-            "command": recorded_command("train.py", argv),
-            "best_epoch": fit.best_epoch, "dev": fit.best_dev, "test": test, "history": fit.history,
-            "predictions": f"{name}.predictions.tsv",
-            "wall_time_s": fit.seconds, "seconds_per_epoch": fit.seconds / len(fit.history),
-            "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / len(fit.history),
-            "num_parameters": sum(p.numel() for p in model.parameters()),
-            **run_record(args.threads, device),
-        }
-        atomic_write_text(json.dumps(record, indent=1) + "\n", paths.results / f"{name}.json")
-        score = (f"test accuracy {test['accuracy']:.2f}" if task.kind == "class" and test["accuracy"] is not None
-                 else f"test MSE {test['mse']:.4g}, r {test['pearson']:.4f}" if test.get("mse") is not None
-                 else "no test labels")
-        resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"
-        note(f"{name}: best dev epoch {fit.best_epoch}, {score}, {fit.seconds:.1f} s{resumed}; predictions in "
-             f"{paths.results / name}.predictions.tsv")
+        name = trainer.desc
+        if distributed.is_main():  # the first process writes the files
+            write_predictions(trainer.metrics_csv.with_name(f"{name}.predictions.tsv"), task, splits, "test",
+                              predictions)
+        scores = (f"test accuracy {test['accuracy']:.2f}" if task.kind == "class" and test["accuracy"] is not None
+                  else f"test MSE {test['mse']:.4g}, r {test['pearson']:.4f}" if test.get("mse") is not None
+                  else "no test labels")
+        return Outcome(fit.best_dev, test, f"{scores}; predictions in {name}.predictions.tsv",
+                       {"predictions": f"{name}.predictions.tsv", "num_parameters": count_parameters(trainer.model)})
+
+    # Run names: data, model, task, vectors, epochs where not the default, seed.
+    vectors_name = args.embeddings if args.embeddings in ("random", "glove50") else Path(args.embeddings).stem
+    run_name = seed_names(f"{splits.name}_{args.model}_{task.name}_{vectors_name}", epochs, EPOCHS, args.quick)
+    train_seeds("train", args, argv, cfg, run_name=run_name, build=build, score=score, train=splits.graphs["train"],
+                dev=splits.graphs["dev"], device=device)
 
 
 if __name__ == "__main__":
-    start = time.perf_counter()
     main_guard(lambda: main(sys.argv[1:]), "train.py")
-    note(f"wall time {time.perf_counter() - start:.0f} s")

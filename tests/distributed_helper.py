@@ -18,13 +18,9 @@ import json
 import os
 import random
 import signal
-import sys
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from trees import random_ptb
 
 from graphtree.data import from_ptb

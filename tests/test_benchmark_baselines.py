@@ -59,3 +59,19 @@ def test_plain_level_loop_and_recursive_reference_match_the_nary_cell():
             assert len(outputs) == tree.num_nodes
             for row in torch.cat(outputs):
                 assert torch.isclose(logits, row, rtol=0, atol=1e-12).all(dim=1).any()
+
+
+def test_the_benchmark_writes_a_results_file_only_where_asked(tmp_path, monkeypatch, capsys):
+    tree_lstm = module("tree_lstm")
+    (tmp_path / "mirror" / "sst").mkdir(parents=True)
+    (tmp_path / "mirror" / "sst" / "trainDevTestTrees_PTB.zip").write_bytes(b"")
+    monkeypatch.setenv("GRAPHTREE_MIRROR", str(tmp_path / "mirror"))
+    args = tree_lstm.parse_args(["--count-ops"])
+    assert args.out is None  # no default file: the committed results change only with --out
+    assert args.sst == str(tmp_path / "mirror" / "sst" / "trainDevTestTrees_PTB.zip")  # where the experiments read
+    monkeypatch.setenv("GRAPHTREE_MIRROR", str(tmp_path))  # a mirror without SST: random trees
+    assert tree_lstm.parse_args([]).sst == ""
+    tree_lstm.write_results(None, "{}")
+    assert "not written" in capsys.readouterr().err and not list(tmp_path.rglob("*.json"))
+    tree_lstm.write_results(str(tmp_path / "out" / "ops.json"), "{}")
+    assert (tmp_path / "out" / "ops.json").read_text() == "{}"

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from graphtree.train.runs import RunPaths, finished_run, main_guard
+from graphtree.experiments.scripts import load_script
+from graphtree.train.runs import RunPaths, finished_run, in_command_line_terms, main_guard, resolve_device
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "experiments"))
-import sick  # noqa: E402
-import sst  # noqa: E402
-import trec  # noqa: E402
+sick, sst, trec = (load_script(REPO / "experiments" / f"{name}.py") for name in ("sick", "sst", "trec"))
 
 
 def one_line_error(run, capsys) -> str:
@@ -34,13 +31,13 @@ def test_an_unknown_embeddings_name_is_told_in_command_line_terms(module, capsys
 
 def test_a_missing_mirror_is_named(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GRAPHTREE_MIRROR", str(tmp_path / "no-such-mirror"))
-    args = sick.parse_args(["--model", "mean", "--data-root", str(tmp_path / "data"), "--out", str(tmp_path)])
-    err = one_line_error(lambda: sick.main(args), capsys)
+    argv = ["--model", "mean", "--data-root", str(tmp_path / "data"), "--out", str(tmp_path)]
+    err = one_line_error(lambda: sick.main(argv), capsys)
     assert str(tmp_path / "no-such-mirror") in err
 
 
 def test_a_bad_device_is_named(capsys):
-    assert "--device gpu7" in one_line_error(lambda: sick.resolve_device("gpu7"), capsys)
+    assert "--device gpu7" in one_line_error(lambda: resolve_device("gpu7"), capsys)
 
 
 def test_a_run_with_other_settings_under_the_same_name_points_to_out(tmp_path, capsys):
@@ -56,3 +53,58 @@ def test_run_paths_keep_quick_runs_and_checkpoints_apart(tmp_path):
     assert RunPaths.under(tmp_path, "sst") == RunPaths(tmp_path / "sst", tmp_path / "checkpoints" / "sst")
     assert RunPaths.under(tmp_path, "sst", quick=True) == RunPaths(tmp_path / "quick" / "sst",
                                                                    tmp_path / "quick" / "checkpoints" / "sst")
+
+
+def bad_flag_error(run, capsys) -> str:
+    """The one line argparse prints for a bad value (graphtree.train.runs.ArgumentParser), exit status 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        run()
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2 and captured.out == "", captured
+    err = captured.err
+    assert err.count("\n") == 1 and " error: " in err and "Traceback" not in err and "usage:" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("script", ["sst", "sick", "trec", "structure", "train"])
+@pytest.mark.parametrize(("flag", "value"), [("--threads", "0"), ("--threads", "-1"), ("--epochs", "0")])
+def test_threads_and_epochs_below_one_are_refused(script, flag, value, capsys):
+    module = load_script(REPO / "experiments" / f"{script}.py")
+    required = {"structure": ["--task", "listops"], "train": ["--data", "examples/graphs.jsonl"]}.get(script, [])
+    err = bad_flag_error(lambda: module.parse_args([*required, flag, value]), capsys)
+    assert f"argument {flag}: must be at least 1, got {value}" in err
+
+
+def test_reproduce_names_a_file_that_is_not_a_results_file(capsys):
+    reproduce = load_script(REPO / "experiments" / "reproduce.py")
+    err = one_line_error(lambda: reproduce.main([str(REPO / "README.md")]), capsys)
+    assert "README.md is not a results file" in err
+
+
+@pytest.mark.parametrize("script", ["report_sst", "report_sick", "report_trec", "report_structure"])
+def test_a_report_on_a_missing_results_folder_is_refused(script, tmp_path, capsys):
+    pytest.importorskip("scipy")
+    report = load_script(REPO / "experiments" / f"{script}.py")
+    err = bad_flag_error(lambda: report.main(["--results", str(tmp_path / "missing")]), capsys)
+    assert f"--results {tmp_path / 'missing'}: no such folder" in err
+
+
+def test_errors_name_the_flags_and_variables_not_python_arguments(tmp_path, capsys):
+    train = load_script(REPO / "experiments" / "train.py")
+    (tmp_path / "trees.txt").write_text("(1 (1 a) (1 film))\n")
+    argv = ["--data", str(tmp_path / "trees.txt"), "--out", str(tmp_path), "--data-root", str(tmp_path / "data")]
+    err = one_line_error(lambda: train.main(argv), capsys)
+    assert "give --format one of" in err and "format=" not in err
+    # The library's wording of a mirror without the file, as a script's user reads it.
+    assert in_command_line_terms("the mirror /m lacks a (looked for /m/a); add the file there, or point mirror= / "
+                                 "$GRAPHTREE_MIRROR at a folder laid out like the data folder") == (
+        "the mirror /m lacks a (looked for /m/a); add the file there, or point $GRAPHTREE_MIRROR at a folder laid "
+        "out like the data folder")
+
+
+def test_a_missing_mirror_folder_names_the_variable(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GRAPHTREE_MIRROR", str(tmp_path / "no-such-mirror"))
+    argv = ["--model", "mean", "--data-root", str(tmp_path / "data"), "--out", str(tmp_path)]
+    err = one_line_error(lambda: sick.main(argv), capsys)
+    assert f"$GRAPHTREE_MIRROR='{tmp_path / 'no-such-mirror'}'" in err and "mirror=" not in err.replace(
+        "$GRAPHTREE_MIRROR=", "")

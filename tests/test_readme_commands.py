@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from corpora import CORPORA, HOW_TO_SUPPLY
 
+from graphtree.experiments.scripts import load_script
+
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 TRAINING_SCRIPTS = ("sst", "sick", "trec", "structure")
@@ -100,14 +102,11 @@ def test_ci_runs_the_readme_setup_and_test_commands():
 
 def test_every_training_command_names_a_script_flags_it_knows():
     # Parsing alone catches a renamed or removed flag in a table cell without training anything.
-    sys.path.insert(0, str(REPO / "experiments"))
-    import importlib
-
     commands = training_commands()
     assert len(commands) >= 20
     for command in commands:
         words = shlex.split(command)
-        module = importlib.import_module(words[1].removeprefix("experiments/").removesuffix(".py"))
+        module = load_script(REPO / words[1])
         module.parse_args(words[2:])
 
 
@@ -209,8 +208,7 @@ def test_the_example_files_are_those_readme_shows():
 
 
 def test_own_data_commands_parse_and_name_files_that_exist():
-    sys.path.insert(0, str(REPO / "experiments"))
-    import train
+    train = load_script(REPO / "experiments" / "train.py")
 
     commands = own_data_commands()
     assert commands and all(line in OWN_DATA for line in commands)

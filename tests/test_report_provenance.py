@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from graphtree.experiments.scripts import load_script
 from graphtree.train.provenance import NUMERICS_VERSION
 from graphtree.train.report import Provenance, git_added, load_checks
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-report_sick = pytest.importorskip("report_sick")
-report_trec = pytest.importorskip("report_trec")
-report_sst = pytest.importorskip("report_sst")
+pytest.importorskip("scipy")
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+report_sick, report_trec, report_sst = (load_script(EXPERIMENTS / f"{name}.py")
+                                        for name in ("report_sick", "report_trec", "report_sst"))
 
 SHA_A, SHA_B, SHA_C = "a" * 40, "b" * 40, "c" * 40
 MARK = "†"

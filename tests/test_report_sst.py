@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-report_sst = pytest.importorskip("report_sst")
+from graphtree.experiments.scripts import load_script
+from graphtree.train import report
+
+pytest.importorskip("scipy")
+report_sst = load_script(Path(__file__).resolve().parent.parent / "experiments" / "report_sst.py")
 
 
 def run(model: str, fine: bool, root: float, dev: float | None = None, **config) -> dict:
@@ -275,13 +277,15 @@ def test_another_learning_rate_is_listed_apart_with_its_dev_accuracy():
 
 
 def test_seeds_to_separate_matches_the_textbook_sample_sizes():
-    # Cohen's tables (two-sided t-test, alpha 0.05, power 0.8): 17 per group for an effect of one standard
-    # deviation, 64 for half of one, 26 for 0.8 of one.
-    assert report_sst.seeds_to_separate(1.0, 1.0) == 17
-    assert report_sst.seeds_to_separate(0.5, 1.0) == 64
-    assert report_sst.seeds_to_separate(2.0, 2.5) == 26
-    assert report_sst.seeds_to_separate(0.01, 1.0) == report_sst.SEEDS_CAP + 1
-    assert report_sst.pooled_std([1.0, 3.0], [5.0, 5.0, 5.0]) == (2.0 / 3) ** 0.5
+    # The shared statistics (graphtree.train.report). Cohen's tables (two-sided t-test, alpha 0.05, power 0.8):
+    # 17 per group for an effect of one standard deviation, 64 for half of one, 26 for 0.8 of one.
+    assert report.seeds_to_separate(1.0, 1.0) == 17
+    assert report.seeds_to_separate(0.5, 1.0) == 64
+    assert report.seeds_to_separate(2.0, 2.5) == 26
+    assert report.seeds_to_separate(0.01, 1.0) == report.SEEDS_CAP + 1
+    assert report.pooled_std([1.0, 3.0], [5.0, 5.0, 5.0]) == (2.0 / 3) ** 0.5
+    assert report.welch_p([1.0], [2.0, 3.0]) == 1.0 and report.welch_p([1.0, 1.0], [2.0, 2.0]) == 0.0
+    assert report.format_p(0.071) == "= 0.07" and report.format_p(0.004) == "< 0.01"
 
 
 def test_a_minibatch_size_is_the_papers_only_where_the_paper_gives_one():

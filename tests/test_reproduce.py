@@ -16,9 +16,10 @@ import pytest
 import torch
 from corpora import needs_corpora
 
+from graphtree.experiments.scripts import load_script
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "experiments"))
-import reproduce  # noqa: E402
+reproduce = load_script(REPO / "experiments" / "reproduce.py")
 
 
 def test_rerun_command_keeps_the_settings_and_sets_seed_output_and_length(tmp_path):

@@ -5,7 +5,14 @@ import json
 
 import pytest
 
-from graphtree.train.runs import add_run_arguments, default_mirror, finished_run, quick_sample
+from graphtree.train.runs import (
+    QUICK_EPOCHS,
+    add_run_arguments,
+    default_mirror,
+    epochs_of,
+    finished_run,
+    quick_sample,
+)
 
 
 def test_quick_sample_is_fixed_sorted_and_distinct():
@@ -29,10 +36,12 @@ def test_default_mirror_prefers_the_environment(tmp_path, monkeypatch):
 
 def test_common_flags(tmp_path):
     parser = argparse.ArgumentParser()
-    add_run_arguments(parser, tmp_path, epochs_help="e", quick_help="q")
+    add_run_arguments(parser, tmp_path, 10, quick_sample="q")
     args = parser.parse_args(["--seeds", "1", "2", "--quick"])
     assert args.seeds == [1, 2] and args.quick and args.threads == 1 and args.epochs is None
     assert args.data_root == str(tmp_path / "datasets")
+    assert epochs_of(args, 10) == QUICK_EPOCHS == 2  # --quick means the same epochs in every experiment
+    assert epochs_of(parser.parse_args([]), 10) == 10 and epochs_of(parser.parse_args(["--epochs", "3"]), 10) == 3
 
 
 def test_finished_run_is_found_by_its_results_file_and_settings(tmp_path):

@@ -1,21 +1,22 @@
 """``experiments/sst.py predict``: clear errors for bad files, and every node of the parse classified by the
 checkpoint's best-dev model (not its last one)."""
 
-import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 from graphtree.data import from_ptb
+from graphtree.experiments.scripts import load_script
+from graphtree.experiments.sst_predict import picture_path
 from graphtree.models import NodeEmbedding, TreeClassifier
 from graphtree.nn import NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer
 from graphtree.train.runs import main_guard
 from graphtree.vocab import Vocab
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-import sst
+sst = load_script(Path(__file__).resolve().parent.parent / "experiments" / "sst.py")
 
 CLASSES = ["negative", "positive"]
 
@@ -75,9 +76,11 @@ def test_predict_prints_every_node_with_the_best_models_class(tmp_path, capsys, 
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[plot]')")
     vocab = Vocab(["a", "film", "the", "man"])
     picture = tmp_path / "tree.png"
-    sst.predict([str(_checkpoint(tmp_path, vocab)), "The man saw a film .", "--png", str(picture)])
+    sst.main(["predict", str(_checkpoint(tmp_path, vocab)), "The man saw a film .", "--png", str(picture)])
 
-    lines = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert captured.err.endswith(f"picture: {picture}\n")
     words = "The man saw a film .".split()
     assert len(lines) == 2 * len(words) - 1  # a binarized tree: every word and every phrase, once
     assert all("[1 positive 100%]" in line for line in lines)
@@ -94,3 +97,30 @@ def test_predict_prints_every_node_with_the_best_models_class(tmp_path, capsys, 
                 kids.extend(spans[j])
         assert kids == span or (not kids and len(span) == 1)
     assert picture.stat().st_size > 0
+
+
+def test_the_picture_goes_to_a_png_file_that_is_named(tmp_path, capsys):
+    out = tmp_path / "runs"
+    assert picture_path(None, out) == out / "sst-tree.png"  # the default: under the output folder
+    (tmp_path / "pictures").mkdir()
+    assert picture_path(str(tmp_path / "pictures"), out) == tmp_path / "pictures" / "sst-tree.png"
+    assert picture_path(f"{tmp_path / 'pictures'}/", out) == tmp_path / "pictures" / "sst-tree.png"  # not ".png"
+    assert picture_path(str(tmp_path / "pictures" / "tree"), out) == tmp_path / "pictures" / "tree.png"
+    assert picture_path(str(tmp_path / "tree.PNG"), out) == tmp_path / "tree.PNG"
+    with pytest.raises(SystemExit) as stop:
+        main_guard(lambda: picture_path(str(tmp_path / "tree.txt"), out), "sst.py")
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "--png" in err and "ending in .png" in err
+
+
+def test_predict_draws_under_the_output_folder_without_matplotlib_notices(tmp_path, capsys, nlp):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[plot]')")
+    path = str(_checkpoint(tmp_path, Vocab(["a", "film"])))
+    capsys.readouterr()  # the training's own lines
+    out = tmp_path / "runs"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as a user sees them: a warning would be an error here
+        sst.main(["predict", path, "A film \N{CLAPPER BOARD} .", "--out", str(out)])  # a character the font lacks
+    err = capsys.readouterr().err
+    assert err == f"picture: {out / 'sst-tree.png'}\n" and (out / "sst-tree.png").stat().st_size > 0

@@ -432,8 +432,7 @@ def test_minibatches_cut_from_the_concatenated_graphs_train_exactly_as_ones_buil
 
 
 def test_kill_9_mid_training_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    sys.path.insert(0, str(HERE))
-    import train_resume_helper as helper
+    import train_resume_helper as helper  # beside this file, where pytest imports the tests from
 
     # Every run in a process of its own. The compiled level kernels stay off: with a cold extension cache each
     # subprocess would spend its time limit compiling them (their agreement with PyTorch is

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from graphtree.datasets.files import split_indices
+from graphtree.experiments.scripts import load_script
 from graphtree.train.own_data import TaskTrainer
 from graphtree.train.runs import main_guard
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
-sys.path.insert(0, str(REPO / "experiments"))
-import train  # noqa: E402
+train = load_script(REPO / "experiments" / "train.py")
 
 SMALL = ["--dim", "8", "--hidden", "8", "--no-progress", "--threads", "1"]
 PTB_SPLIT = ["--split", "0.6", "0.2", "0.2", "--split-seed", "1"]  # dev and test trees with labels
@@ -35,14 +35,18 @@ def keep_threads():
 
 
 def run(argv: list[str], out: Path, capsys) -> tuple[dict, list[dict], str]:
-    """Run the command in this process; its results JSON, predictions rows and stderr."""
+    """Run the command in this process; its results JSON, predictions rows and stderr (the run's line, on stdout,
+    checked here)."""
     main_guard(lambda: train.main([*argv, *SMALL, "--out", str(out), "--data-root", str(out / "data")]), "train.py")
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
     (path,) = (out / "train").glob("*.json")
     record = json.loads(path.read_text())
+    (line,) = captured.out.splitlines()  # the results: one line for the one seed
+    assert line.startswith(f"{record['run']}: best dev epoch {record['best_epoch']}, ") and (
+        f"predictions in {record['predictions']}" in line), line
     with open(path.parent / record["predictions"], newline="") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t"))
-    return record, rows, err
+    return record, rows, captured.err + line
 
 
 def one_error_line(argv: list[str], out: Path, capsys) -> str:
@@ -211,3 +215,10 @@ def test_a_folder_without_a_dev_file_is_told(tmp_path, capsys):
     (tmp_path / "train.ptb").write_text("(1 a)\n")
     err = one_error_line(["--data", str(tmp_path)], tmp_path / "out", capsys)
     assert f"{tmp_path}: no dev file" in err and "dev.ptb" in err
+
+
+def test_a_file_of_fewer_graphs_than_splits_trains_on_the_whole_file_and_says_so(tmp_path, capsys):
+    # examples/trees.conllu: two sentences, no split leaves one in each of train, dev and test.
+    _, rows, err = run(["--data", str(REPO / "examples" / "trees.conllu"), "--epochs", "1"], tmp_path, capsys)
+    assert "2 graph(s), too few to split into train, dev and test: each of the three is the whole file" in err
+    assert [r["graph"] for r in rows] == ["0", "1"]  # the test split: both graphs

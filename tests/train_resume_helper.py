@@ -13,14 +13,10 @@ import argparse
 import hashlib
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from trees import random_ptb
 
 from graphtree.data import from_ptb

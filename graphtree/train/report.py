@@ -1,9 +1,10 @@
-"""Helpers the experiment report scripts share: run files, mean ± std, README sections, the provenance of the
-numbers (which commit made them, and whether they still hold at the current numerics) and the targets."""
+"""The statistics and tables the experiment report scripts share: run files, mean ± std, README sections, the
+provenance of the numbers (which commit made them, and whether they still hold at the current numerics), the
+targets, and the statistics of seeds (confidence intervals, Welch's t-test, seeds needed to separate two rows;
+these need SciPy)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
@@ -14,10 +15,12 @@ from pathlib import Path
 
 from .checkpoint import atomic_write_text
 from .provenance import NUMERICS_VERSION
+from .runs import ArgumentParser
 
-__all__ = ["CHECKS_FILE", "STALE_MARK", "Provenance", "Standing", "compute_used", "duration", "git_added",
-           "hardware", "load_checks", "load_runs", "mean_std", "minutes", "provenance_lines", "results_folder",
-           "short", "shown", "stale_footnote", "stale_mark", "target_line", "write_readme_section"]
+__all__ = ["CHECKS_FILE", "SEEDS_CAP", "STALE_MARK", "Provenance", "Standing", "compute_used", "duration",
+           "format_p", "format_seeds", "git_added", "hardware", "load_checks", "load_runs", "mean_interval",
+           "mean_std", "minutes", "pooled_std", "provenance_lines", "results_folder", "seeds_to_separate", "short",
+           "shown", "stale_footnote", "stale_mark", "target_line", "welch_p", "write_readme_section"]
 
 
 def load_runs(folder: Path, experiment: str, keep: Callable[[dict], bool] = lambda record: True) -> list[dict]:
@@ -328,15 +331,78 @@ def target_line(what: str, floor: float, values: Sequence[float], digits: int = 
     return f"{head}: {mean_std(values, digits)}{mark} ({plural(len(values), 'seed')}{detail}), {verdict}."
 
 
+# --------------------------------------------------------------------------- statistics of seeds
+
+SEEDS_CAP = 1000  # beyond this, "more than 1000"
+
+
+def pooled_std(a: Sequence[float], b: Sequence[float]) -> float:
+    """The pooled sample standard deviation of two rows' seeds."""
+    df = len(a) + len(b) - 2
+    return (((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b)) / df) ** 0.5
+
+
+def seeds_to_separate(gap: float, std: float, power: float = 0.8, alpha: float = 0.05) -> int:
+    """Seeds per row for a two-sided two-sample t-test at ``alpha`` to find a true difference ``gap`` between
+    rows whose seeds have standard deviation ``std`` with probability ``power`` (the noncentral t
+    distribution; ``SEEDS_CAP + 1`` when even ``SEEDS_CAP`` seeds would not)."""
+    from scipy import stats  # only the statistics need SciPy
+
+    if std == 0:
+        return 2
+    for n in range(2, SEEDS_CAP + 1):
+        df = 2 * n - 2
+        critical = stats.t.ppf(1 - alpha / 2, df)
+        shift = gap / (std * (2 / n) ** 0.5)
+        found = stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift)
+        if found >= power:
+            return n
+    return SEEDS_CAP + 1
+
+
+def format_seeds(n: int) -> str:
+    """A seed count of :func:`seeds_to_separate` as a report says it."""
+    return f"more than {SEEDS_CAP}" if n > SEEDS_CAP else str(n)
+
+
+def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Student's t confidence interval of the mean of ``values`` (``None`` for fewer than two)."""
+    from scipy import stats
+
+    if len(values) < 2:
+        return None
+    half = stats.t.ppf((1 + level) / 2, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+    return statistics.mean(values) - half, statistics.mean(values) + half
+
+
+def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p of Welch's t-test that two rows' seeds share one mean (1.0 when either has one seed, or
+    both have no spread and the same mean)."""
+    if len(a) < 2 or len(b) < 2:
+        return 1.0
+    if statistics.stdev(a) == 0 and statistics.stdev(b) == 0:
+        return 1.0 if statistics.mean(a) == statistics.mean(b) else 0.0
+    from scipy import stats
+
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def format_p(p: float) -> str:
+    """A p-value as its comparison: "= 0.07" or "< 0.01"."""
+    return f"= {p:.2f}" if p >= 0.01 else "< 0.01"
+
+
 def results_folder(description: str, committed: Path, argv: Sequence[str] | None = None) -> tuple[Path, bool]:
     """The ``--results DIR`` argument of a report script: the folder holding ``<task>/*.json``, and whether it is the
     committed one (only a report on the committed results may rewrite the README; any other goes into DIR itself,
     so a report on one's own runs never writes into committed files)."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = ArgumentParser(description=description)
     parser.add_argument("--results", type=Path, default=committed,
                         help="folder holding <task>/*.json; the report is written there (default: the committed "
                              "experiments/results, which also updates README.md)")
     results = parser.parse_args(argv).results
+    if not results.is_dir():
+        parser.error(f"--results {results}: no such folder; give the folder that holds <task>/*.json (e.g. runs)")
     return results, results.resolve() == committed.resolve()
 
 

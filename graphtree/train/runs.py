@@ -11,9 +11,14 @@ The committed reference results (``experiments/results``) have the same
 layout, so ``--out experiments/results`` adds a run to them; no ordinary run
 writes there.
 
+Output: each finished run's line (its dev and test scores) goes to stdout; the
+progress bar, the line per epoch and the notes go to stderr, so ``> FILE`` keeps
+the results.
+
 Errors: :func:`main_guard` turns the errors a user can act on (graphtree's input
 errors, a missing file, an unknown name) into one line on stderr and exit status
-2, as argparse does for a bad flag.
+2, as :class:`ArgumentParser` does for a bad flag (argparse's usage left out:
+``--help`` prints it). :data:`QUICK_EPOCHS`: what ``--quick`` trains everywhere.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,13 +38,15 @@ import torch
 
 from ..collector import exit_without_collecting, startup_frozen
 from ..datasets import MIRROR_ENV
+from ..datasets.download import DatasetError, RemoteFile, fetch
 from ..errors import GraphtreeError
 from . import distributed
 from .provenance import code_state, provenance
 
-__all__ = ["RunError", "RunPaths", "add_run_arguments", "check_embeddings", "default_mirror", "fail",
-           "finished_run", "machine_description", "main_guard", "note", "quick_sample", "recorded_command",
-           "resolve_device", "run_record"]
+__all__ = ["QUICK_EPOCHS", "ArgumentParser", "RunError", "RunPaths", "add_run_arguments", "at_least_one",
+           "check_embeddings", "corpus_file", "default_mirror", "epochs_of", "fail", "finished_run",
+           "machine_description", "main_guard", "note", "quick_sample", "recorded_command", "resolve_device",
+           "run_record", "start_process"]
 
 T = TypeVar("T")
 
@@ -58,6 +66,27 @@ def note(message: str) -> None:
         print(message, file=sys.stderr)
 
 
+# graphtree's errors name the Python arguments (a dataset's mirror=, format=, root=); the scripts' users set them
+# with $GRAPHTREE_MIRROR, --format and --data-root, so main_guard says those instead.
+COMMAND_LINE_TERMS = (
+    (re.compile(rf"pass mirror= \(or set \${MIRROR_ENV}\)"), f"set ${MIRROR_ENV}"),
+    (re.compile(rf"(use another |point )mirror= / \${MIRROR_ENV}"), rf"\1${MIRROR_ENV}"),
+    (re.compile(r"pass it as mirror="), f"set ${MIRROR_ENV} to it"),
+    (re.compile(r"(?<![\w$])mirror=(?=')"), f"${MIRROR_ENV}="),
+    (re.compile(r"pass format="), "give --format"),
+    (re.compile(r"(?<![\w-])root='([^']*)'"), r"--data-root \1"),
+    (re.compile(r"give root "), "give --data-root "),
+    (re.compile(r"^root "), "--data-root "),
+)
+
+
+def in_command_line_terms(message: str) -> str:
+    """``message`` with graphtree's Python argument names replaced by the flags and variables of the scripts."""
+    for pattern, replacement in COMMAND_LINE_TERMS:
+        message = pattern.sub(replacement, message)
+    return message
+
+
 def main_guard(main: Callable[[], T], prog: str) -> T:
     """Run ``main`` and return what it returns; a user error ends it with one line ``prog: error: ...`` and exit
     status 2, no traceback. The code's commit is read first, before the run (see
@@ -72,25 +101,62 @@ def main_guard(main: Callable[[], T], prog: str) -> T:
     except (GraphtreeError, FileNotFoundError) as error:
         text = str(error) if not isinstance(error, FileNotFoundError) or not error.filename else (
             f"no such file: {error.filename}")
-        print(f"{prog}: error: {' '.join(text.split())}", file=sys.stderr)
+        print(f"{prog}: error: {in_command_line_terms(' '.join(text.split()))}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; the same command resumes from the last finished epoch", file=sys.stderr)
         raise SystemExit(130) from None
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, epochs_help: str, quick_help: str) -> None:
-    """The flags every experiment has: seeds, epochs, quick mode, output folder, threads, data root, progress bar."""
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, ``prog: error: ...`` with exit status 2, as :func:`main_guard`'s
+    (argparse prints its usage first, many lines for a script with many flags, which buries the error)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (--help lists the flags)\n")
+
+
+QUICK_EPOCHS = 2   # --quick trains this many epochs in every experiment: a smoke run of the whole pipeline
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (epochs, threads), else argparse's one-line error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, default_epochs: int | str,
+                      quick_sample: str) -> None:
+    """The flags every experiment has: seeds, epochs, quick mode, output folder, threads, data root, progress bar.
+    ``quick_sample`` says what ``--quick`` keeps of the data (e.g. "1000 / 300 / 500 sentences")."""
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
-    parser.add_argument("--epochs", type=int, default=None, help=epochs_help)
-    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--epochs", type=at_least_one, default=None, help=f"at least 1 (default: {default_epochs})")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a smoke run: a fixed sample ({quick_sample}), {QUICK_EPOCHS} epochs; results under "
+                             "OUT/quick/")
     parser.add_argument("--out", default=str(repo / "runs"),
                         help="output folder: results in OUT/<task>/, checkpoints in OUT/checkpoints/<task>/ "
                              "(default: runs/ beside the experiments, ignored by git)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=at_least_one, default=1, help="CPU threads per process (default 1)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the same code runs on either)")
     parser.add_argument("--data-root", default=str(repo / "datasets"))
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (one line per epoch stays)")
+
+
+def epochs_of(args: argparse.Namespace, default: int) -> int:
+    """The epochs a run trains: ``--epochs``, else :data:`QUICK_EPOCHS` under ``--quick``, else ``default``."""
+    return args.epochs or (QUICK_EPOCHS if args.quick else default)
+
+
+def start_process(args: argparse.Namespace) -> torch.device:
+    """Threads and device of this process (one, or this one of ``torchrun``'s): the device it trains on."""
+    torch.set_num_threads(args.threads)
+    return distributed.setup(resolve_device(args.device))
 
 
 @dataclass(frozen=True)
@@ -126,6 +192,21 @@ def default_mirror(repo: Path) -> str | None:
         return os.environ[MIRROR_ENV]
     shared = repo.parent / "shared" / "data"
     return str(shared) if shared.is_dir() else None
+
+
+def corpus_file(remote: RemoteFile, repo: Path) -> Path | None:
+    """A corpus file where the experiments find it, for the scripts that read the raw file (the benchmarks): in the
+    mirror of :func:`default_mirror` where that is a folder (read in place), else fetched from the mirror's URL or
+    the official one into ``datasets/`` beside the experiments' data; ``None`` where it cannot be had."""
+    mirror = default_mirror(repo)
+    if mirror is not None and not mirror.startswith(("http://", "https://")):
+        local = Path(mirror).expanduser() / remote.path
+        return local if local.is_file() else None
+    dest = repo / "datasets" / "raw" / remote.path
+    try:
+        return dest if dest.is_file() else fetch(remote, dest, mirror, log=True)
+    except DatasetError:
+        return None
 
 
 def check_embeddings(name: str, allowed: tuple[str, ...]) -> None:

@@ -1,0 +1,172 @@
+"""The models ``experiments/train.py --model`` offers (:data:`MODELS`): :func:`model_settings` checks that a
+cell fits the data (children per node, where the inputs are), :func:`build_model` builds it under an output layer
+(:class:`GraphModel`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import Linear
+from torch_geometric.utils import scatter
+
+from ...data.tree import NO_WORD
+from ...models import BiTreeLSTM
+from ...nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
+from ...nn.functional import dropout
+from ..runs import fail
+from .inputs import NodeInputs
+from .splits import SPLITS, GraphSplits
+from .task import Task
+
+__all__ = ["MODELS", "GraphModel", "Structure", "build_model", "describe_structure", "model_settings"]
+
+MODELS = {
+    "childsum": "Child-Sum Tree-LSTM (Tai et al. 2015): any number of children, inputs at every node",
+    "nary": "N-ary Tree-LSTM (Tai et al. 2015), N = the most children of any node; the constituency form (inputs "
+            "at leaves) where only leaves carry inputs, else the general form",
+    "slstm": "S-LSTM (Zhu et al. 2015): binary, inputs at leaves",
+    "lstmrnn": "LSTM-RNN (Le & Zuidema 2015): binary, inputs at leaves, memory size = input size",
+    "contree": "bottom-up ConTree (Teng & Zhang 2017): binary, inputs at leaves",
+    "topdown": "head-lexicalized top-down Tree-LSTM (Teng & Zhang 2017): binary, inputs at leaves",
+    "bicontree": "BiConTree (Teng & Zhang 2017): binary, inputs at leaves",
+}
+"""The models ``experiments/train.py --model`` offers."""
+
+_BINARY = ("slstm", "lstmrnn", "contree", "topdown", "bicontree")  # at most two children; only leaves read inputs
+_TENG_VARIANTS = {"contree": "contree", "topdown": "top_down", "bicontree": "bicontree"}
+
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What the graphs of all splits ask of a cell.
+
+    Attributes:
+        max_children: The most children of any node (as positions: the largest ``edge_pos`` + 1).
+        widest: Where the first node with that many children is (``<file>, line <n>``), or ``None``.
+        binary_breach: Where the first node with more than two children is, or ``None``.
+        inner_inputs: Where the first inner node with a word or features is, or ``None``.
+    """
+
+    max_children: int
+    widest: str | None
+    binary_breach: str | None
+    inner_inputs: str | None
+
+
+def describe_structure(splits: GraphSplits) -> Structure:
+    """The :class:`Structure` of every graph of ``splits``."""
+    most, widest, breach, inner = 0, None, None, None
+    for split in SPLITS:
+        for graph in splits.graphs[split]:
+            width = int(graph.edge_pos.max()) + 1 if graph.edge_pos.numel() else 0
+            if width > most:
+                most, widest = width, splits.where(split, graph)
+            if width > 2 and breach is None:
+                breach = splits.where(split, graph)
+            if inner is None:
+                has_input = (graph.word_pos != NO_WORD) if getattr(graph, "x", None) is None else \
+                    torch.ones(graph.num_nodes, dtype=torch.bool)
+                if bool((has_input & ~graph.is_leaf).any()):
+                    inner = splits.where(split, graph)
+    return Structure(most, widest, breach, inner)
+
+
+def model_settings(model: str, structure: Structure, in_channels: int, hidden: int) -> dict[str, Any]:
+    """The settings of ``model`` on graphs of this structure (what :func:`build_model` builds).
+
+    Raises:
+        RunError: an unknown model; a binary model on nodes with more than two
+            children, or on inner nodes that carry inputs it would not read
+            (it names the first such graph).
+    """
+    if model not in MODELS:
+        fail(f"--model {model}: not one of {', '.join(MODELS)}")
+    if model in _BINARY:
+        if structure.binary_breach is not None:
+            fail(f"{structure.binary_breach}: --model {model} takes at most 2 children per node, and this graph has "
+                 "a node with more; use childsum or nary")
+        if structure.inner_inputs is not None:
+            fail(f"{structure.inner_inputs}: --model {model} reads inputs at leaves only, and this graph has a word "
+                 "or features at an inner node (a dependency tree?), which it would ignore; use childsum or nary")
+    settings: dict[str, Any] = {"model": model, "in_channels": in_channels, "hidden": hidden}
+    if model == "nary":
+        settings["n_ary"] = max(structure.max_children, 1)
+        settings["setting"] = "general" if structure.inner_inputs is not None else "constituency"
+    if model == "lstmrnn":
+        settings["hidden"] = in_channels  # a leaf's output is its input vector (Le & Zuidema, section 4)
+    return settings
+
+
+class CellOutput(torch.nn.Module):
+    """A cell's ``h`` at every node, dropout, and a linear map to the outputs."""
+
+    def __init__(self, cell: torch.nn.Module, out_channels: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.cell, self.dropout = cell, dropout
+        self.out = Linear(cell.state_channels[0], out_channels)
+
+    def forward(self, x: Tensor, batch: Any) -> Tensor:
+        h = self.cell(x, batch)[0]
+        return self.out(dropout(h, self.dropout, self.training))
+
+
+def root_mean(out: Tensor, batch: Any) -> Tensor:
+    """The mean of ``out`` over each graph's roots (a tree has one; a DAG may have several): ``[num_graphs, C]``."""
+    roots = batch.is_root
+    graph = getattr(batch, "batch", None)
+    graph = graph[roots] if graph is not None else torch.zeros(int(roots.sum()), dtype=torch.long,
+                                                               device=out.device)
+    return scatter(out[roots], graph, dim=0, dim_size=getattr(batch, "num_graphs", 1), reduce="mean")
+
+
+class GraphModel(torch.nn.Module):
+    """``net(inputs(batch), batch)``: outputs at every node, or (``level="graph"``) their mean over each graph's roots.
+
+    Args:
+        inputs: The node input vectors (:class:`NodeInputs`).
+        net: ``net(x, batch) -> [num_nodes, C]``, e.g. :class:`CellOutput` or :class:`~graphtree.models.BiTreeLSTM`.
+        level: ``"graph"`` or ``"node"``.
+    """
+
+    def __init__(self, inputs: NodeInputs, net: torch.nn.Module, level: str) -> None:
+        super().__init__()
+        if level not in ("graph", "node"):
+            raise ValueError(f"level must be 'graph' or 'node', got {level!r}")
+        self.inputs, self.net, self.level = inputs, net, level
+
+    def forward(self, batch: Any) -> Tensor:
+        out = self.net(self.inputs(batch), batch)
+        return out if self.level == "node" else root_mean(out, batch)
+
+
+def build_model(settings: Mapping[str, Any], task: Task, inputs: NodeInputs, dropout: float = 0.0) -> GraphModel:
+    """The model of ``settings`` (:func:`model_settings`) for ``task``, on ``inputs``.
+
+    The cells' ``h`` goes through dropout and a linear layer at every node;
+    Teng & Zhang's models keep their own output layer (an MLP of ``hidden``
+    units) and take the dropout on their inputs, as in the paper.
+    """
+    model, d_in, hidden = settings["model"], settings["in_channels"], settings["hidden"]
+    if d_in != inputs.out_channels:
+        raise ValueError(f"settings are for {d_in} input channels, the inputs have {inputs.out_channels}")
+    if model in _TENG_VARIANTS:
+        net = BiTreeLSTM(d_in, hidden, task.out_channels, mlp_channels=hidden, variant=_TENG_VARIANTS[model],
+                         dropout=dropout)
+        return GraphModel(inputs, net, task.level)
+    if model == "childsum":
+        cell = ChildSumTreeLSTM(d_in, hidden)
+    elif model == "nary":
+        cell = NaryTreeLSTM(d_in, hidden, n_ary=settings["n_ary"], setting=settings["setting"])
+    elif model == "slstm":
+        cell = SLSTM(d_in, hidden, leaf="embedding" if d_in == hidden else "lstm")
+    else:
+        cell = LSTMRNN(d_in, hidden)
+    return GraphModel(inputs, CellOutput(cell, task.out_channels, dropout), task.level)
+
+
