@@ -12,6 +12,7 @@ import torch
 from torch_geometric.data import Batch
 from trees import random_ptb
 
+from graphtree import settings
 from graphtree.data import from_ptb
 from graphtree.models import NodeEmbedding, TreeClassifier, node_loss
 from graphtree.nn import NaryTreeLSTM
@@ -66,10 +67,12 @@ def test_the_benchmark_writes_a_results_file_only_where_asked(tmp_path, monkeypa
     (tmp_path / "mirror" / "sst").mkdir(parents=True)
     (tmp_path / "mirror" / "sst" / "trainDevTestTrees_PTB.zip").write_bytes(b"")
     monkeypatch.setenv("GRAPHTREE_MIRROR", str(tmp_path / "mirror"))
+    settings.reload()  # the environment is read once a process
     args = tree_lstm.parse_args(["--count-ops"])
     assert args.out is None  # no default file: the committed results change only with --out
     assert args.sst == str(tmp_path / "mirror" / "sst" / "trainDevTestTrees_PTB.zip")  # where the experiments read
     monkeypatch.setenv("GRAPHTREE_MIRROR", str(tmp_path))  # a mirror without SST: random trees
+    settings.reload()  # the environment is read once a process
     assert tree_lstm.parse_args([]).sst == ""
     tree_lstm.write_results(None, "{}")
     assert "not written" in capsys.readouterr().err and not list(tmp_path.rglob("*.json"))

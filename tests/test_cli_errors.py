@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from graphtree import settings
 from graphtree.experiments.scripts import load_script
 from graphtree.train.runs import RunPaths, finished_run, in_command_line_terms, main_guard, resolve_device
 
@@ -31,6 +32,7 @@ def test_an_unknown_embeddings_name_is_told_in_command_line_terms(module, capsys
 
 def test_a_missing_mirror_is_named(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GRAPHTREE_MIRROR", str(tmp_path / "no-such-mirror"))
+    settings.reload()  # the environment is read once a process
     argv = ["--model", "mean", "--data-root", str(tmp_path / "data"), "--out", str(tmp_path)]
     err = one_line_error(lambda: sick.main(argv), capsys)
     assert str(tmp_path / "no-such-mirror") in err
@@ -104,6 +106,7 @@ def test_errors_name_the_flags_and_variables_not_python_arguments(tmp_path, caps
 
 def test_a_missing_mirror_folder_names_the_variable(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GRAPHTREE_MIRROR", str(tmp_path / "no-such-mirror"))
+    settings.reload()  # the environment is read once a process
     argv = ["--model", "mean", "--data-root", str(tmp_path / "data"), "--out", str(tmp_path)]
     err = one_line_error(lambda: sick.main(argv), capsys)
     assert f"$GRAPHTREE_MIRROR='{tmp_path / 'no-such-mirror'}'" in err and "mirror=" not in err.replace(

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from graphtree import settings
 from graphtree.train.runs import (
     QUICK_EPOCHS,
     add_run_arguments,
@@ -27,10 +28,12 @@ def test_default_mirror_prefers_the_environment(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     repo.mkdir()
     monkeypatch.delenv("GRAPHTREE_MIRROR", raising=False)
+    settings.reload()  # the environment is read once a process
     assert default_mirror(repo) is None
     (tmp_path / "shared" / "data").mkdir(parents=True)
     assert default_mirror(repo) == str(tmp_path / "shared" / "data")
     monkeypatch.setenv("GRAPHTREE_MIRROR", "http://127.0.0.1:9/mirror")
+    settings.reload()  # the environment is read once a process
     assert default_mirror(repo) == "http://127.0.0.1:9/mirror"
 
 

@@ -54,7 +54,7 @@ def test_code_overrides_for_a_block_or_for_good():
 
 
 def test_the_environment_is_read_in_one_module_and_nothing_looks_for_pytest():
-    reads = re.compile(r"(environ|getenv).*(GRAPHTREE_|_ENV\b)")
+    reads = re.compile(r"(environ|getenv).*(GRAPHTREE_|_ENV\b|ENVIRONMENT\[)")
     readers = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
                      if any(reads.search(line) for line in path.read_text().splitlines()))
     assert readers == ["settings.py"], readers

@@ -36,6 +36,7 @@ from typing import NoReturn, TypeVar
 
 import torch
 
+from .. import settings
 from ..collector import exit_without_collecting, startup_frozen
 from ..datasets import MIRROR_ENV
 from ..datasets.download import DatasetError, RemoteFile, fetch
@@ -188,8 +189,8 @@ def recorded_command(script: str, argv: Sequence[str]) -> str:
 
 def default_mirror(repo: Path) -> str | None:
     """Where the corpora come from: ``$GRAPHTREE_MIRROR``, else ``../shared/data`` beside the repository."""
-    if os.environ.get(MIRROR_ENV):
-        return os.environ[MIRROR_ENV]
+    if settings.current().mirror:
+        return settings.current().mirror
     shared = repo.parent / "shared" / "data"
     return str(shared) if shared.is_dir() else None
 

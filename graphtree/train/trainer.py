@@ -19,6 +19,7 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 from tqdm.auto import tqdm
 
+from .. import settings
 from ..backend import native, threads
 from ..data.batching import BatchCutter, collate_graphs
 from ..engine import schedule_of
@@ -66,9 +67,10 @@ def denormals_flushed() -> Iterator[None]:
     Such weights never reach a loss, so a run's numbers stay the same: bit for bit in every epoch of the runs
     compared with and without flushing (Child-Sum, N-ary and LSTM-RNN on SST, Child-Sum on SICK;
     ``tests/test_train.py`` checks a small case). Where PyTorch's pool is not GNU OpenMP (its Linux builds'), only
-    the calling thread is switched. ``GRAPHTREE_FLUSH_DENORMALS=0`` leaves the processor's setting alone.
+    the calling thread is switched. The ``flush_denormals`` setting (``GRAPHTREE_FLUSH_DENORMALS=0``,
+    :mod:`graphtree.settings`) leaves the processor's setting alone.
     """
-    if _flushing_denormals() or os.environ.get("GRAPHTREE_FLUSH_DENORMALS", "1") == "0":
+    if _flushing_denormals() or not settings.current().flush_denormals:
         yield
         return
     switched = torch.set_flush_denormal(True)

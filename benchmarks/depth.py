@@ -1,0 +1,192 @@
+"""Depth scaling: the time per level and the memory per node of a pass over deep graphs, as the graph grows.
+
+The width table (``tree_lstm.py``) grows a batch sideways: more trees, the same few levels. Here graphs grow in
+depth, and the question is whether a level costs the same in a graph of 200 levels as in one of 3,200, and a
+node the same memory in a graph of 10^4 nodes as in one of 10^6. Two families:
+
+* ``layered``: ``--width`` nodes per level; each node above the first level takes two random nodes of the level
+  below as its children (so nodes have several parents, and every level holds exactly ``--width`` nodes);
+* ``fan-in``: ``--width`` nodes per layer; each node below the top layer feeds one random node of the layer above
+  (children per node unbounded; a node that draws none is a leaf, so the levels are of unequal sizes);
+* ``random-tree``: node ``i``'s parent is one of the 1,000 nodes before it (children per node unbounded: the
+  cells that take any number of children).
+
+Each measurement runs in a process of its own (one thread), so that its peak resident memory is its own: a
+forward and backward pass once to warm up, then ``--repeats`` timed passes (the median is reported), over
+features of width ``--channels``. ``bytes/node`` is the growth of the process's peak resident memory over what it
+held before the first pass (the graph and its features), per node. ``path``: ``compiled`` (the C++ level
+kernels where the cell has one) or ``pytorch`` (``GRAPHTREE_NATIVE=0``: the cell's ``update`` under autograd).
+
+    python benchmarks/depth.py --quick                              # a minute: two depths, two cells
+    python benchmarks/depth.py --out /tmp/depth.json                # every cell, 200 to 3,200 levels, 10^6 nodes
+    python benchmarks/depth.py --table benchmarks/results/depth-cpu.json   # the table of a results file
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch_geometric.data import Data
+
+from graphtree.engine import schedule_of
+from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, LexicalizedTreeLSTM, NaryTreeLSTM, TopDownTreeLSTM, TreeCell
+from graphtree.train.provenance import code_state
+
+CELLS = ("child_sum", "nary", "slstm", "lstm_rnn", "lexicalized", "top_down", "own")
+UNBOUNDED = ("child_sum", "own")  # the cells that take any number of children (fan-in, random tree)
+
+
+class MeanPool(TreeCell):
+    """A cell of one's own (``update`` only): h = tanh(W x + U mean_k h_k)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__(state_channels=(channels,))
+        self.W = torch.nn.Linear(channels, channels)
+        self.U = torch.nn.Linear(channels, channels, bias=False)
+
+    def update(self, children, x):
+        return (torch.tanh(self.W(x) + self.U(children.mean())),)
+
+
+MAKE = {"child_sum": lambda d: ChildSumTreeLSTM(d, d), "nary": lambda d: NaryTreeLSTM(d, d, setting="general"),
+        "slstm": lambda d: SLSTM(d, d), "lstm_rnn": lambda d: LSTMRNN(d, d),
+        "lexicalized": lambda d: LexicalizedTreeLSTM(d, d), "top_down": lambda d: TopDownTreeLSTM(d, d),
+        "own": MeanPool}
+
+
+def layered(levels: int, width: int, seed: int = 0) -> Data:
+    """``levels`` levels of ``width`` nodes; each node above the first takes two random nodes below as children."""
+    generator = torch.Generator().manual_seed(seed)
+    parents = torch.arange(width, levels * width).repeat_interleave(2)
+    level_below = parents // width - 1
+    children = level_below * width + torch.randint(0, width, (parents.numel(),), generator=generator)
+    # Two distinct children per parent: the second is moved one place along its level where it drew the first.
+    first, second = children[0::2], children[1::2]
+    clash = first == second
+    second[clash] = level_below[1::2][clash] * width + (second[clash] - level_below[1::2][clash] * width + 1) % width
+    edge_pos = torch.tensor([0, 1]).repeat(parents.numel() // 2)
+    return Data(edge_index=torch.stack([children, parents]), edge_pos=edge_pos, num_nodes=levels * width)
+
+
+def fan_in(levels: int, width: int, seed: int = 0) -> Data:
+    """``levels`` layers of ``width`` nodes; each node below the top layer feeds one random node of the layer above
+    (the children per node are unbounded, and a node that draws none is a leaf whatever its layer)."""
+    generator = torch.Generator().manual_seed(seed)
+    child = torch.arange((levels - 1) * width)
+    parent = (child // width + 1) * width + torch.randint(0, width, (child.numel(),), generator=generator)
+    return Data(edge_index=torch.stack([child, parent]), num_nodes=levels * width)
+
+
+def random_tree(num_nodes: int, window: int = 1000, seed: int = 0) -> Data:
+    """Node ``i``'s parent: one of the ``window`` nodes before it (node 0 the root)."""
+    generator = torch.Generator().manual_seed(seed)
+    child = torch.arange(1, num_nodes)
+    parent = child - 1 - (torch.rand(num_nodes - 1, generator=generator) * child.clamp(max=window)).long()
+    return Data(edge_index=torch.stack([child, parent]), num_nodes=num_nodes)
+
+
+def _peak_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def measure_one(cell_name: str, family: str, size: int, width: int, channels: int, repeats: int) -> dict:
+    """One measurement, in this process: time per level and peak memory per node of forward + backward."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    graph = {"layered": lambda: layered(size, width), "fan-in": lambda: fan_in(size, width),
+             "random-tree": lambda: random_tree(size)}[family]()
+    cell = MAKE[cell_name](channels)
+    x = torch.randn(graph.num_nodes, channels, requires_grad=True)
+    levels = schedule_of(graph).plan(getattr(cell, "direction", "bottom_up")).num_levels
+    before = _peak_bytes()
+    times = []
+    for k in range(repeats + 1):
+        start = time.perf_counter()
+        states = cell(x, graph)
+        sum(s.sum() for s in (states if isinstance(states, tuple) else (states,))).backward()
+        if k:  # the first pass warms up (and loads the kernels)
+            times.append(time.perf_counter() - start)
+        del states
+        x.grad = None
+        cell.zero_grad(set_to_none=True)
+    seconds = statistics.median(times)
+    return {"cell": cell_name, "family": family, "size": size, "nodes": graph.num_nodes, "levels": levels,
+            "seconds": seconds, "ms_per_level": 1e3 * seconds / levels, "us_per_node": 1e6 * seconds / graph.num_nodes,
+            "bytes_per_node": max(0, _peak_bytes() - before) / graph.num_nodes}
+
+
+def run_in_subprocess(cell: str, family: str, size: int, path: str, args: argparse.Namespace) -> dict:
+    env = {**os.environ, "GRAPHTREE_NATIVE": "0" if path == "pytorch" else "auto", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, __file__, "--one", cell, family, str(size), "--width", str(args.width),
+               "--channels", str(args.channels), "--repeats", str(args.repeats)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{cell} {family} {size} ({path}) failed:\n{done.stderr[-2000:]}")
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "path": path}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| cell | family | levels | nodes | path | ms per level | µs per node | bytes per node | "
+             "× per level (vs the smallest) |", "|---|---|---|---|---|---|---|---|---|"]
+    smallest: dict[tuple, float] = {}
+    for row in sorted(rows, key=lambda r: (r["cell"], r["family"], r["path"], r["nodes"])):
+        key = (row["cell"], row["family"], row["path"])
+        unit = "us_per_node" if row["family"] == "random-tree" else "ms_per_level"
+        smallest.setdefault(key, row[unit])
+        lines.append(f"| {row['cell']} | {row['family']} | {row['levels']:,} | {row['nodes']:,} | {row['path']} | "
+                     f"{row['ms_per_level']:.2f} | {row['us_per_node']:.2f} | {row['bytes_per_node']:,.0f} | "
+                     f"{row[unit] / smallest[key]:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", nargs="+", choices=CELLS, default=list(CELLS))
+    parser.add_argument("--levels", nargs="+", type=int, default=[200, 800, 3200], help="depths of the layered DAGs")
+    parser.add_argument("--tree-nodes", nargs="+", type=int, default=[100_000, 1_000_000],
+                        help="sizes of the random trees (Child-Sum and the cell of one's own)")
+    parser.add_argument("--width", type=int, default=500, help="nodes per level of the layered DAGs")
+    parser.add_argument("--channels", type=int, default=32)
+    parser.add_argument("--paths", nargs="+", choices=("compiled", "pytorch"), default=["compiled", "pytorch"])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="child_sum and own, 100 and 400 levels, no tree")
+    parser.add_argument("--out", default=None, help="write every measurement to this JSON (default: print only)")
+    parser.add_argument("--table", default=None, metavar="JSON", help="only print the table of this results file")
+    parser.add_argument("--one", nargs=3, metavar=("CELL", "FAMILY", "SIZE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        cell, family, size = args.one
+        print(json.dumps(measure_one(cell, family, int(size), args.width, args.channels, args.repeats)))
+        return
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())["rows"]))
+        return
+    if args.quick:
+        args.cells, args.levels, args.tree_nodes, args.repeats = ["child_sum", "own"], [100, 400], [], 1
+    jobs = [(cell, "layered", levels) for cell in args.cells for levels in args.levels]
+    jobs += [(cell, "fan-in", levels) for cell in args.cells if cell in UNBOUNDED for levels in args.levels]
+    jobs += [(cell, "random-tree", nodes) for cell in args.cells if cell in UNBOUNDED for nodes in args.tree_nodes]
+    rows = []
+    for cell, family, size in jobs:
+        for path in args.paths:
+            rows.append(run_in_subprocess(cell, family, size, path, args))
+            print(f"{cell} {family} {size} {path}: {rows[-1]['ms_per_level']:.2f} ms/level, "
+                  f"{rows[-1]['bytes_per_node']:,.0f} B/node", file=sys.stderr, flush=True)
+    print(table(rows))
+    if args.out:
+        record = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+                  "code": code_state(), "channels": args.channels, "width": args.width, "rows": rows}
+        Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
