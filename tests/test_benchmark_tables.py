@@ -1,6 +1,6 @@
 """benchmarks/epoch.py's tables from a results file made here by hand: the phase table's `× step` and the
-before/after table of a --baseline run and the figure's bars, against figures worked out by hand; README's
-figure of the epoch against its results file."""
+before/after table of a --baseline run and the figure's bars, against figures worked out by hand; the
+figure of the epoch in docs/performance.md against its results file."""
 
 from __future__ import annotations
 
@@ -122,17 +122,17 @@ def test_figure_segments_add_up_to_the_table_epoch(tmp_path):
         epoch.plot({**results, "models": {"childsum": results["models"]["childsum"]}}, tmp_path / "none.png")
 
 
-def test_readme_figure_command_draws_its_results_file_and_the_figure_is_not_stale(tmp_path):
-    """README's command for its epoch figure runs (drawing into a temporary file), and the committed figure
-    names the measurement its results file holds: a rerun of the results without the figure fails here."""
+def test_epoch_figure_command_draws_its_results_file_and_the_figure_is_not_stale(tmp_path):
+    """docs/performance.md's command for its epoch figure runs (drawing into a temporary file), and the committed
+    figure names the measurement its results file holds: a rerun of the results without the figure fails here."""
     pytest.importorskip("matplotlib")
     from PIL import Image
 
-    readme = " ".join((BENCHMARKS.parent / "README.md").read_text().split())
-    [command] = re.findall(r"`(python benchmarks/epoch\.py --table \S+ --plot \S+)`", readme)
+    page = " ".join((BENCHMARKS.parent / "docs" / "performance.md").read_text().split())
+    [command] = re.findall(r"`(python benchmarks/epoch\.py --table \S+ --plot \S+)`", page)
     words = command.split()
     results, figure = words[words.index("--table") + 1], words[words.index("--plot") + 1]
-    assert f"]({figure})" in readme  # the figure README shows is the one the command draws
+    assert f"](../{figure})" in page  # the figure the page shows is the one the command draws
     drawn = tmp_path / "epoch.png"
     done = subprocess.run([sys.executable, *words[1:-1], str(drawn)], cwd=BENCHMARKS.parent,
                           capture_output=True, text=True, timeout=300)
