@@ -1,8 +1,12 @@
-"""README and the pages under docs/: every file they link or name exists, every page is reachable from README."""
+"""README and the pages under docs/: every file they link or name exists, every page is reachable from README,
+and the API reference (docs/api, Sphinx) builds without a warning."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,6 +59,16 @@ def test_the_checks_find_links_and_paths():
 
 def test_every_docs_page_is_linked_from_readme():
     linked = {(ROOT / t).resolve() for t in links(README)}
-    pages = sorted((ROOT / "docs").glob("*.md"))
+    pages = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "docs" / "api" / "index.rst"]
     unlinked = [str(p.relative_to(ROOT)) for p in pages if p.resolve() not in linked]
     assert not unlinked, f"README links no page {unlinked}"
+
+
+def test_the_api_reference_builds_without_warnings(tmp_path):
+    pytest.importorskip("sphinx", reason="Sphinx is not installed (pip install -e '.[docs]')")
+    result = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+                             str(ROOT / "docs" / "api"), str(tmp_path / "html")],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert (tmp_path / "html" / "index.html").is_file()
+    shutil.rmtree(tmp_path / "html", ignore_errors=True)
