@@ -5,9 +5,10 @@ The set-up and test commands are the ones CI runs (``.ci/run``), so CI fails
 when they drift apart. The main job, the report on one's own runs and
 ``predict`` run in the default suite, with one training command of each
 experiment script; every other command of the results tables, and the several
-machine ``torchrun`` command, run under ``--runslow``. The "Your own data"
-commands (``experiments/train.py``) run on the example files they name, which
-must be the files docs/data-formats.md shows.
+machine ``torchrun`` command, are marked slow: CI runs them as its second step
+(``python -m pytest -q -m slow tests/test_readme_commands.py``, README's second
+test command). The "Your own data" commands (``experiments/train.py``) run on
+the example files they name, which must be the files docs/data-formats.md shows.
 Nothing here writes into the repository: runs go to a temporary ``--out`` folder.
 """
 
