@@ -28,7 +28,7 @@ graphtree) and adds a before/after table of epoch seconds: the ratio of the two 
 median over rounds of each round's ratio (the two checkouts run back to back), which drift of the machine between
 rounds moves less.
 
-``--readme processes`` writes the speed-up table into README's ``<!-- results:processes -->`` block,
+``--readme processes`` writes the speed-up table into docs/performance.md's ``<!-- results:processes -->`` block,
 ``--readme epoch`` the phase table (and the before/after table) into ``<!-- results:epoch -->``. ``× step`` is
 the epoch's training pass over its training step (forward, backward, optimizer and embedding update).
 ``--plot PNG`` draws the phase table: a bar per model and setup split into the phases, and the baseline's epoch
@@ -53,6 +53,7 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+PAGE = REPO / "docs" / "performance.md"  # where --readme writes its block
 sys.path.insert(0, str(REPO))
 
 from graphtree.train import atomic_write_text  # noqa: E402
@@ -370,7 +371,7 @@ def main() -> None:
                              "and baseline; the file names the commit of each rerun); written back in place")
     parser.add_argument("--readme", choices=("processes", "epoch", "epoch-random"), default=None,
                         help="write the speed-up table (processes) or the phase table (epoch; epoch-random for a "
-                             "run with --embeddings random) into README.md")
+                             "run with --embeddings random) into docs/performance.md")
     parser.add_argument("--plot", default=None, metavar="PNG",
                         help="draw the phase table as a figure into this file (matplotlib: pip install -e '.[plot]')")
     args = parser.parse_args()
@@ -393,8 +394,8 @@ def main() -> None:
                                     else "") if args.readme else ""
     if args.plot:
         plot(results, Path(args.plot))
-    if args.readme and not write_readme_section(REPO / "README.md", args.readme, readme):
-        raise SystemExit(f"README.md has no <!-- results:{args.readme} --> block")
+    if args.readme and not write_readme_section(PAGE, args.readme, readme):
+        raise SystemExit(f"docs/performance.md has no <!-- results:{args.readme} --> block")
 
 
 if __name__ == "__main__":

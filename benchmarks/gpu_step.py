@@ -252,7 +252,8 @@ CPU_NAMES = {"child_sum": "childsum", "lstm_rnn": "lstmrnn"}  # benchmarks/epoch
 
 
 def tables(step: dict, epoch: dict | None, cpu_epoch: dict | None) -> str:
-    """README's tables of a step results file, an epoch results file and the CPU's epoch (benchmarks/epoch.py)."""
+    """docs/performance.md's tables of a step results file, an epoch results file and the CPU's epoch
+    (benchmarks/epoch.py)."""
     lines = [f"Training step on {step['machine'].get('gpu', step['machine']['device'])} (torch "
              f"{step['machine']['torch']}), {step['data']}, embeddings {step['rows'][0]['embedding']}, hidden "
              f"{HIDDEN} (`{step['command']}`). `× today`: trees/s over the eager rows of "
@@ -307,7 +308,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                     "SST, $GRAPHTREE_MIRROR or ../shared/data beside the repository)")
     parser.add_argument("--out", default=None, help="results file (default: none written)")
     parser.add_argument("--table", nargs="+", metavar="RESULTS",
-                        help="print README's tables of a step results file (and an epoch results file) and exit")
+                        help="print docs/performance.md's tables of a step results file (and an epoch results "
+                             "file) and exit")
     args = parser.parse_args(argv)
     args.sst = sst_archive() if args.sst is None else args.sst
     return args

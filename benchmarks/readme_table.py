@@ -1,4 +1,5 @@
-"""Write the README's speed section from results JSONs of ``tree_lstm.py``: the CPU run, then any GPU runs.
+"""Write the speed section of docs/performance.md from results JSONs of ``tree_lstm.py``: the CPU run, then any
+GPU runs.
 
     python benchmarks/readme_table.py benchmarks/results/cpu-threads2.json benchmarks/results/cuda-threads1.json \
         benchmarks/results/operator-calls.json
@@ -200,10 +201,10 @@ def main() -> None:
     cpu = [(r, p) for r, p in timed if r["machine"].get("device") != "cuda"]
     gpu = [(r, p) for r, p in timed if r["machine"].get("device") == "cuda"]
     if not cpu:
-        raise SystemExit("give a CPU results file first (the README's main table)")
-    if not write_readme_section(REPO / "README.md", "speed", section(*cpu[0], gpu, calls)):
-        raise SystemExit("README.md has no <!-- results:speed --> markers")
-    print(f"README.md speed section from {', '.join(paths)}")
+        raise SystemExit("give a CPU results file first (the main table)")
+    if not write_readme_section(REPO / "docs" / "performance.md", "speed", section(*cpu[0], gpu, calls)):
+        raise SystemExit("docs/performance.md has no <!-- results:speed --> markers")
+    print(f"docs/performance.md speed section from {', '.join(paths)}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """benchmarks/epoch.py's tables from a results file made here by hand: the phase table's `× step` and the
-before/after table of a --baseline run and the figure's bars, against figures worked out by hand; README's
-figure of the epoch against its results file."""
+before/after table of a --baseline run and the figure's bars, against figures worked out by hand; the
+figure of the epoch in docs/performance.md against its results file."""
 
 from __future__ import annotations
 
@@ -122,17 +122,17 @@ def test_figure_segments_add_up_to_the_table_epoch(tmp_path):
         epoch.plot({**results, "models": {"childsum": results["models"]["childsum"]}}, tmp_path / "none.png")
 
 
-def test_readme_figure_command_draws_its_results_file_and_the_figure_is_not_stale(tmp_path):
-    """README's command for its epoch figure runs (drawing into a temporary file), and the committed figure
-    names the measurement its results file holds: a rerun of the results without the figure fails here."""
+def test_epoch_figure_command_draws_its_results_file_and_the_figure_is_not_stale(tmp_path):
+    """docs/performance.md's command for its epoch figure runs (drawing into a temporary file), and the committed
+    figure names the measurement its results file holds: a rerun of the results without the figure fails here."""
     pytest.importorskip("matplotlib")
     from PIL import Image
 
-    readme = " ".join((BENCHMARKS.parent / "README.md").read_text().split())
-    [command] = re.findall(r"`(python benchmarks/epoch\.py --table \S+ --plot \S+)`", readme)
+    page = " ".join((BENCHMARKS.parent / "docs" / "performance.md").read_text().split())
+    [command] = re.findall(r"`(python benchmarks/epoch\.py --table \S+ --plot \S+)`", page)
     words = command.split()
     results, figure = words[words.index("--table") + 1], words[words.index("--plot") + 1]
-    assert f"]({figure})" in readme  # the figure README shows is the one the command draws
+    assert f"](../{figure})" in page  # the figure the page shows is the one the command draws
     drawn = tmp_path / "epoch.png"
     done = subprocess.run([sys.executable, *words[1:-1], str(drawn)], cwd=BENCHMARKS.parent,
                           capture_output=True, text=True, timeout=300)
@@ -161,3 +161,37 @@ def test_readme_says_which_is_faster_on_the_gpu_plain_loop_or_graphtree():
     ahead = table.plain_versus_engine(results(1.2, 1.5))[0]
     assert ahead.endswith("graphtree is the faster at each.") and "below 1" not in ahead
     assert table.plain_versus_engine({"rows": []}) == []
+
+
+def test_performance_page_blocks_are_what_their_commands_write(tmp_path, monkeypatch):
+    """docs/performance.md's speed, processes and epoch blocks are what benchmarks/readme_table.py and
+    benchmarks/epoch.py --readme write from the committed results files: written into a copy of the page whose
+    blocks are blanked, they give the page back."""
+    root = BENCHMARKS.parent
+    page = (root / "docs" / "performance.md").read_text()
+    keys = ("speed", "processes", "epoch", "epoch-random")
+    blank = page
+    for key in keys:
+        blank = re.sub(f"<!-- results:{key} -->\n.*?\n<!-- /results:{key} -->",
+                       f"<!-- results:{key} -->\nold\n<!-- /results:{key} -->", blank, flags=re.S)
+    assert blank.count("\nold\n") == len(keys)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "performance.md").write_text(blank)
+    (tmp_path / "benchmarks").symlink_to(BENCHMARKS)
+    monkeypatch.chdir(root)
+
+    spec = importlib.util.spec_from_file_location("benchmark_readme_table", BENCHMARKS / "readme_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    monkeypatch.setattr(table, "REPO", tmp_path)
+    results = ["benchmarks/results/cpu-threads2.json", "benchmarks/results/cuda-threads1.json",
+               "benchmarks/results/operator-calls.json"]
+    monkeypatch.setattr(sys, "argv", ["readme_table.py", *results])
+    table.main()
+    epoch = epoch_module()
+    monkeypatch.setattr(epoch, "PAGE", tmp_path / "docs" / "performance.md")
+    for results, key in [("processes-cpu", "processes"), ("epoch-cpu", "epoch"), ("epoch-random-cpu", "epoch-random")]:
+        monkeypatch.setattr(sys, "argv", ["epoch.py", "--table", f"benchmarks/results/{results}.json", "--readme", key])
+        epoch.main()
+    assert (tmp_path / "docs" / "performance.md").read_text() == page, (
+        "docs/performance.md's blocks differ from what their commands write from the committed results")

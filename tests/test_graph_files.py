@@ -139,13 +139,15 @@ def test_jsonl_features_and_regression_targets():
     assert torch.isnan(regression[3].graph_y).all()
 
 
-def test_docstring_examples_are_the_example_files(tmp_path):
-    """The examples in GraphFiles' docstring parse to the same graphs as the files under tests/data."""
-    blocks = re.findall(r"::\n\n((?:        .*\n|\n)+)", GraphFiles.__doc__)
+def test_format_page_examples_are_the_example_files(tmp_path):
+    """The examples of the formats' specification (docs/data-formats.md, before its section on examples/) parse
+    to the same graphs as the files under tests/data."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "data-formats.md").read_text(encoding="utf-8")
+    spec = page.split("\n## The files in `examples/`\n", 1)[0]
+    blocks = re.findall(r"```text\n(.*?)```", spec, re.S)
     assert len(blocks) == 4
-    for block, (key, name) in zip(blocks, [("conllu", "doc.conllu"), ("ptb", "doc.ptb"), ("jsonl", "doc.jsonl"),
-                                           ("features", "doc_features.jsonl")]):
-        text = "\n".join(line[8:] for line in block.rstrip("\n").split("\n")) + "\n"
+    for text, (key, name) in zip(blocks, [("conllu", "doc.conllu"), ("ptb", "doc.ptb"), ("jsonl", "doc.jsonl"),
+                                          ("features", "doc_features.jsonl")]):
         from_doc = read_graph_file(write(tmp_path, name, text))
         from_file = read_graph_file(EXAMPLES[key])
         assert len(from_doc) == len(from_file) > 1

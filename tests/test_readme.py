@@ -1,4 +1,4 @@
-"""The README's Python examples run, and print what their comments say they print."""
+"""The Python examples of README and docs/performance.md run, and print what their comments say they print."""
 
 import re
 import subprocess
@@ -7,20 +7,22 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = [README, ROOT / "docs" / "performance.md"]  # the pages with runnable examples
+EXAMPLES = [(page, code) for page in PAGES for code in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
 
 
 def test_the_readme_has_examples():
-    assert len(EXAMPLES) >= 2
+    assert sum(page == README for page, _ in EXAMPLES) >= 2
 
 
-@pytest.mark.parametrize("code", EXAMPLES, ids=[f"example{k}" for k in range(len(EXAMPLES))])
-def test_readme_example_prints_what_it_says(code: str):
+@pytest.mark.parametrize(("page", "code"), EXAMPLES,
+                         ids=[f"{page.stem}-example{k}" for k, (page, _) in enumerate(EXAMPLES)])
+def test_example_prints_what_it_says(page: Path, code: str):
     expected = [line.split("#", 1)[1].strip() for line in code.splitlines() if line.startswith("print(")]
     assert expected, "every example ends in a print with the expected output in a comment"
-    # From the repository root, where README's paths (examples/...) lead.
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            cwd=README.parent)
+    # From the repository root, where the examples' paths (examples/...) lead.
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == expected

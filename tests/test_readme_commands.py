@@ -1,12 +1,15 @@
-"""Every command README prints runs, in a short form: the same flags plus a one-epoch quick switch.
+"""Every command README (and docs/distributed.md) prints runs, in a short form: the same flags plus a one-epoch
+quick switch.
 
 The set-up and test commands are the ones CI runs (``.ci/run``), so CI fails
 when they drift apart. The main job, the report on one's own runs and
 ``predict`` run in the default suite, with one training command of each
-experiment script; every other command of the results tables runs under
-``--runslow``. The "Your own data" commands (``experiments/train.py``) run on
-the example files they name, which must be the files README shows. Nothing here
-writes into the repository: runs go to a temporary ``--out`` folder.
+experiment script; every other command of the results tables, and the several
+machine ``torchrun`` command, are marked slow: CI runs them as its second step
+(``python -m pytest -q -m slow tests/test_readme_commands.py``, README's second
+test command). The "Your own data" commands (``experiments/train.py``) run on
+the example files they name, which must be the files docs/data-formats.md shows.
+Nothing here writes into the repository: runs go to a temporary ``--out`` folder.
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ from graphtree.experiments.scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
+DISTRIBUTED = (REPO / "docs" / "distributed.md").read_text()
 TRAINING_SCRIPTS = ("sst", "sick", "trec", "structure")
 SHORT = ["--quick", "--epochs", "1", "--threads", "1", "--no-progress"]
 
 
-def shell_lines() -> list[str]:
-    """The command lines of README's ``bash`` blocks, without comments."""
+def shell_lines(page: str = README) -> list[str]:
+    """The command lines of the ``bash`` blocks of ``page`` (README's by default), without comments."""
     lines = []
-    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", page, re.S):
         for line in block.splitlines():
             line = line.split("  #", 1)[0].strip()
             if line and not line.startswith("#"):
@@ -79,9 +83,9 @@ def run(argv: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
 
 
 def main_job() -> str:
-    """README's main job: the first command of its Run section."""
-    run_section = README.split("## Run", 1)[1]
-    return next(line for line in shell_lines() if line in run_section and line.startswith("python experiments/"))
+    """README's main job: the first command of its "Train a model" section."""
+    section = README.split("\n## Train a model\n", 1)[1].split("\n## ", 1)[0]
+    return next(line for line in shell_lines(section) if line.startswith("python experiments/"))
 
 
 def first_of(script: str) -> str:
@@ -122,8 +126,9 @@ needs_data = pytest.mark.skipif(CORPORA is None, reason=HOW_TO_SUPPLY)
 
 
 def committed_state() -> dict[str, bytes]:
-    """README and every committed result file, as they are now."""
-    paths = [REPO / "README.md", *sorted((REPO / "experiments" / "results").rglob("*"))]
+    """README, the pages under docs/ and every committed result file, as they are now."""
+    paths = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")),
+             *sorted((REPO / "experiments" / "results").rglob("*"))]
     return {str(p.relative_to(REPO)): p.read_bytes() for p in paths if p.is_file()}
 
 
@@ -189,7 +194,9 @@ def test_every_readme_training_command_runs(command, tmp_path):
 # ------------------------------------------------------------------------------------------ your own data
 
 OWN_DATA = README.split("\n## Your own data\n", 1)[1].split("\n## ", 1)[0]
-EXAMPLE_FILES = ("trees.conllu", "trees.ptb", "graphs.jsonl")  # in the order README shows them
+FORMATS = (REPO / "docs" / "data-formats.md").read_text(encoding="utf-8")
+EXAMPLES_SHOWN = FORMATS.split("\n## The files in `examples/`\n", 1)[1]
+EXAMPLE_FILES = ("trees.conllu", "trees.ptb", "graphs.jsonl")  # in the order docs/data-formats.md shows them
 
 
 def own_data_commands() -> list[str]:
@@ -197,13 +204,13 @@ def own_data_commands() -> list[str]:
     return [line for line in shell_lines() if line.startswith("python experiments/train.py ")]
 
 
-def test_the_example_files_are_those_readme_shows():
-    blocks = re.findall(r"```(?:text|json)\n(.*?)```", OWN_DATA, re.S)
+def test_the_example_files_are_those_the_format_page_shows():
+    blocks = re.findall(r"```(?:text|json)\n(.*?)```", EXAMPLES_SHOWN, re.S)
     assert len(blocks) == len(EXAMPLE_FILES)
     for block, name in zip(blocks, EXAMPLE_FILES):
         lines = (REPO / "examples" / name).read_text(encoding="utf-8").splitlines()
         assert len(lines) == 10, name
-        # README aligns the CoNLL-U columns with spaces where the file has tabs: compare the fields.
+        # The page aligns the CoNLL-U columns with spaces where the file has tabs: compare the fields.
         assert [line.split() for line in block.splitlines()] == [line.split() for line in lines], name
 
 
@@ -236,8 +243,8 @@ TORCHRUN_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"
 
 
 def torchrun_commands() -> list[str]:
-    """README's ``torchrun`` lines: one machine first, then several."""
-    return [line for line in shell_lines() if line.startswith("torchrun ")]
+    """The ``torchrun`` lines of docs/distributed.md: one machine first, then several."""
+    return [line for line in shell_lines(DISTRIBUTED) if line.startswith("torchrun ")]
 
 
 def torchrun_short_form(command: str, out: Path, **launcher_flags: str) -> list[str]:
@@ -260,7 +267,7 @@ def clean_env() -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}, "OMP_NUM_THREADS": "1"}
 
 
-def test_readme_shows_a_one_machine_and_a_several_machine_torchrun_command():
+def test_docs_show_a_one_machine_and_a_several_machine_torchrun_command():
     one, several = torchrun_commands()
     assert "--standalone" in one and "--rdzv_endpoint HOST:" in several
     assert shlex.split(one)[shlex.split(one).index("--nproc_per_node") + 1] == "2"

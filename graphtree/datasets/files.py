@@ -58,134 +58,24 @@ class GraphFiles(CorpusDataset):
     r"""Trees and DAGs of your own, read from CoNLL-U, PTB or JSON Lines files.
 
     One ``Data`` per record, laid out as the converters of :mod:`graphtree.data`
-    make it (child -> parent ``edge_index``, ``edge_pos``, ``height``, ``depth``,
-    ``is_root``, ``is_leaf``, ``child_pos``, ``word_pos``, ``tokens``, and
-    ``word`` with a ``vocab``), plus:
+    make it, plus ``y`` (node classes, ``NO_LABEL`` where unlabelled),
+    ``graph_y`` (the graph's class or regression target, where the file has
+    graph labels), ``x`` (JSON Lines node features), ``line`` (the record's
+    1-based line) and, from CoNLL-U, ``lemmas``, ``upos`` and ``deprel``. A
+    batch of them (PyG's ``DataLoader``) runs through every cell.
 
-    ============== ============= ===============================================================
-    ``y``          [N] long      node class, ``NO_LABEL`` (-1) where unlabelled (as SST)
-    ``graph_y``    [1] long or   the graph's label: a class (long, ``NO_LABEL`` where a graph
-                   [1] float     has none) or a regression target (float, NaN where none);
-                                 only when some graph of the file has a label
-    ``x``          [N, F] float  node features (JSON Lines with ``"x"`` only)
-    ``line``       [1] long      1-based line where the record starts in its file
-    ``lemmas``,    list[str]     CoNLL-U only: LEMMA, UPOS and DEPREL of each node
-    ``upos``,
-    ``deprel``
-    ============== ============= ===============================================================
-
-    A batch of them (PyG's ``DataLoader``) runs through every cell, and
-    ``batch.graph_y`` holds one label per graph.
-
-    **CoNLL-U** (``format="conllu"``, ``.conllu``): Universal Dependencies,
-    10 tab-separated columns ``ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS
-    MISC``, sentences separated by blank lines. Each sentence is one dependency
-    tree from ``HEAD`` (:func:`~graphtree.data.from_parents`: node ``i`` is
-    token ``i + 1``, one node per word, the root has ``HEAD`` 0).
-    Multiword-token lines (``1-2``) and empty nodes (``1.1``) are skipped.
-    ``tokens`` are the FORMs (and ``word`` their ids with ``vocab``). A comment
-    ``# label = <number>`` gives the sentence's label; other comments are
-    ignored. Columns are separated by tabs; a line without any tab may
-    separate them by runs of spaces instead (as below; FORM and LEMMA then
-    cannot hold a space). Example (a sentence labelled 1, one labelled 0)::
-
-        # sent_id = 1
-        # label = 1
-        1  Birds  bird  NOUN   NNS  _  2  nsubj   _  _
-        2  sing   sing  VERB   VBP  _  0  root    _  _
-        3  .      .     PUNCT  .    _  2  punct   _  _
-
-        # label = 0
-        1-2  Don't  _    _     _   _  _  _       _  _
-        1    Do     do   AUX   VB  _  3  aux     _  _
-        2    n't    not  PART  RB  _  3  advmod  _  _
-        3    go     go   VERB  VB  _  0  root    _  _
-
-    **PTB bracketed trees** (``format="ptb"``, ``.ptb``/``.mrg``): one tree per
-    line as in SST (:func:`~graphtree.data.from_ptb`): every node is
-    ``(label word)`` or ``(label child child ...)``, nodes numbered in
-    pre-order (root = node 0). A label is a class (ASCII digits) or ``_`` for
-    an unlabelled node, so labels may sit at any nodes. The root's class is
-    ``y[0]``; ``graph_y`` comes only from a ``labels`` file. Example::
-
-        (3 (2 The) (3 (2 Rock) (4 rocks)))
-        (_ (_ (_ A) (_ dull)) (1 film))
-        (_ (2 It) (_ (_ is) (_ (4 very) (3 good))))
-        (0 (_ Bad) (_ .))
-        (4 (4 (3 Truly) (4 great)) (2 .))
-        (2 (2 Maybe))
-        (_ (1 (1 not) (2 (_ my) (2 thing))) (_ .))
-        (3 (_ (2 The) (2 end)) (3 (_ works) (_ .)))
-        (_ (_ Yes) (_ ,) (_ no))
-        (1 (_ Meh) (_ .))
-
-    **JSON Lines** (``format="jsonl"``, ``.jsonl``/``.ndjson``): one JSON
-    object per line, one graph each, with these fields and no others (a
-    misspelt field is an error, not ignored):
-
-    * ``"nodes"`` (required): a non-empty list, one object per node, node ``k``
-      being the ``k``-th; each may have ``"token"`` (a string: the node's word,
-      kept in ``tokens`` with ``word_pos``; nodes without one get ``NO_WORD``),
-      ``"x"`` (a list of numbers, the node features: every node of every graph
-      needs the same number, or no node has any) and ``"y"`` (the node's class,
-      an integer ``>= 0``; ``null``, ``-1`` or absent: unlabelled).
-    * a tree: ``"parents"``, one entry per node, the 0-based index of its
-      parent, ``-1`` at the one root; children are ordered by node index
-      (:func:`~graphtree.data.from_parents` builds it).
-    * or a DAG: ``"edges"``, a list of ``[child, parent]`` node-index pairs (a
-      node may have several parents, or none: several roots are allowed), and
-      optionally ``"positions"``, one per edge, the child's position among its
-      parent's children (0 = first; without it children are ordered as their
-      edges are listed). :func:`~graphtree.data.from_networkx` builds it.
-    * ``"y"`` (optional): the graph's label, an integer class or a number
-      (regression target); ``null`` or absent: unlabelled.
-
-    Example (five trees, then five DAGs)::
-
-        {"nodes": [{"token": "good", "y": 1}, {"token": "very", "y": 1}], "parents": [-1, 0], "y": 1}
-        {"nodes": [{"token": "bad", "y": 0}], "parents": [-1], "y": 0}
-        {"nodes": [{"token": "fine"}, {"token": "it"}, {"token": "is"}], "parents": [-1, 0, 0], "y": 1}
-        {"nodes": [{"token": "not"}, {"token": "bad", "y": 0}, {"token": "at all"}], "parents": [1, -1, 1]}
-        {"nodes": [{"token": "ok"}, {"token": "."}], "parents": [-1, 0], "y": null}
-        {"nodes": [{"token": "out"}, {"token": "a"}, {"token": "b"}], "edges": [[1, 0], [2, 0]], "y": 1}
-        {"nodes": [{"token": "and"}, {"token": "or"}, {"token": "p"}], "edges": [[1, 0], [2, 0], [2, 1]], "y": 0}
-        {"nodes": [{"y": 1}, {"y": 0}, {}], "edges": [[1, 0], [2, 0], [2, 1]], "positions": [1, 0, 0]}
-        {"nodes": [{"token": "p"}, {"token": "q"}], "edges": [], "y": 0}
-        {"nodes": [{"token": "top"}, {"token": "mid"}, {"token": "low"}], "edges": [[2, 1], [1, 0], [2, 0]]}
-
-    Node features and regression targets (every node of the file has two features)::
-
-        {"nodes": [{"x": [0.5, 1]}, {"x": [0, 2.5]}], "parents": [-1, 0], "y": 0.75}
-        {"nodes": [{"x": [1, 1]}, {"x": [0, 0]}, {"x": [2, 0]}], "edges": [[1, 0], [2, 0], [2, 1]], "y": 3}
-
-    **Labels file** (``labels=``, any format): one label per non-blank line,
-    the ``k``-th for the ``k``-th graph of the data file; ``_`` leaves a graph
-    unlabelled. A graph may get its label from its own file or from the labels
-    file, not both.
-
-    **Graph labels** (``target``): ``"class"`` makes ``graph_y`` long (labels
-    must be integers ``>= 0``), ``"regression"`` float, and ``"auto"`` (default)
-    ``"class"`` if every label of the file is written as an integer, else
-    ``"regression"``. With one file per split, give ``target`` explicitly for
-    regression targets that are whole numbers in some file.
-
-    **Errors**: a malformed record raises
-    :class:`~graphtree.errors.TreeFormatError` (or its subclass
-    :class:`~graphtree.errors.CycleError`) whose message names the file, the
-    field and the problem, with ``err.line`` the 1-based line (of the token, for
-    a CoNLL-U column), ``err.path`` the file and ``err.field`` the field
-    (``"HEAD"``, ``"nodes[2].x"``, ``"parents"``, ``"tree"``, ``"label"``...);
-    nothing is cached then.
-
-    **Splits**: ``files`` is one file, split by a seeded shuffle into
-    ``split_ratios`` (train, dev, test; each split keeps file order, and
-    ``split="all"`` is the whole file), or a mapping ``{"train": ..., "dev":
-    ..., "test": ...}`` of one file per split (``labels`` then maps the same
-    way). A relative path that does not exist as given is looked for in
-    ``<root>/<name>/raw/``. Processed graphs are cached in
-    ``<root>/<name>/processed/``, named by the split, format, SHA-256 of the
-    bytes of every file read, split settings, target and vocabulary, so an
-    edited file is read afresh and never served stale.
+    The formats, every field, the labels file, the graph-label ``target``, the
+    errors and the splits are specified in ``docs/data-formats.md``. In short:
+    CoNLL-U (``.conllu``) gives a dependency tree per sentence from ``HEAD``,
+    labelled by a ``# label =`` comment; PTB (``.ptb``/``.mrg``) a tree per
+    line with a class (or ``_``) at every node; JSON Lines (``.jsonl``) a
+    graph per line, ``{"nodes": [...], "parents": [...]}`` for a tree or
+    ``"edges": [[child, parent], ...]`` for a DAG, with an optional ``"y"``.
+    ``files`` is one file, split by a seeded shuffle into ``split_ratios``, or
+    a mapping of one file per split. A malformed record raises
+    :class:`~graphtree.errors.TreeFormatError` naming the file, line and field.
+    Processed graphs are cached under ``<root>/<name>/processed/``, named by a
+    hash of the files read and the settings.
 
     Args:
         root: Data root (default ``"datasets"``).
