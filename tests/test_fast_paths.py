@@ -306,7 +306,7 @@ def _kernel_runs(cls: type, settings: dict) -> bool:
 
 def test_every_fast_path_and_setting_it_serves_is_tested(kernels):
     makers = {fn for name, fn in vars(compiled).items() if inspect.isfunction(fn) and fn.__module__ == compiled.__name__
-              and list(inspect.signature(fn).parameters) == ["cell", "kernels", "plan"]}
+              and list(inspect.signature(fn).parameters) == ["cell", "kernels", "plan", "weights"]}
     classes = _cell_classes()
     assert classes == set(SETTINGS), "a class with a fast path has no settings here (or one here no fast path)"
     assert {cls.compiled_levels for cls in classes} == makers, "a maker in graphtree.backend.compiled is unused"

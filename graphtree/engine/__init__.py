@@ -101,7 +101,7 @@ def propagate_side_by_side(passes: Sequence[Pass]) -> list[tuple[Tensor, ...]]:
     if not kernels or any(k is None for k in kernels):
         return [in_node_order(p, _propagated(p)) for p in prepared]
     if prepared[0].needs_grad:
-        tensors = [t for p in prepared for t in (*p.inputs, *p.params)]
+        tensors = [t for p, k in zip(prepared, kernels) for t in (*p.inputs, *k.weights)]
         returned = by_pass(SideBySidePasses.apply(prepared, kernels, *tensors), prepared)
     else:
         returned = [buffers[:num_outputs(p.cell)]
@@ -132,9 +132,9 @@ def _prepare(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tens
     # index_select, not x[perm]: the same rows, but its backward is index_add_, where advanced indexing's is
     # index_put_ with accumulate, which sorts its indices first (several times slower on CPU).
     sorted_inputs = [x.index_select(0, plan.order) for x in inputs]
-    params = [p for p in cell.parameters() if p.requires_grad]
-    needs_grad = torch.is_grad_enabled() and (bool(params) or any(x.requires_grad for x in sorted_inputs))
-    return Prepared(cell, Update(cell, names), plan, levels, sorted_inputs, params, needs_grad)
+    needs_grad = torch.is_grad_enabled() and (any(p.requires_grad for p in cell.parameters())
+                                              or any(x.requires_grad for x in sorted_inputs))
+    return Prepared(cell, Update(cell, names), plan, levels, sorted_inputs, needs_grad)
 
 
 def _propagated(prepared: Prepared) -> list[Tensor]:
@@ -146,7 +146,7 @@ def _propagated(prepared: Prepared) -> list[Tensor]:
         if kernel is None:
             return definition_pass(prepared)
         return list(LevelPass.apply(prepared.cell, prepared.plan, prepared.levels, kernel,
-                                    len(prepared.inputs), *prepared.inputs, *prepared.params))
+                                    len(prepared.inputs), *prepared.inputs, *kernel.weights))
     kernel = compiled.level_kernel(prepared.cell, prepared.inputs, prepared.plan)
     buffers = run_update_levels(prepared) if kernel is None else run_compiled_levels(prepared, kernel)
     return buffers[:num_outputs(prepared.cell)]

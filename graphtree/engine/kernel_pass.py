@@ -61,7 +61,8 @@ _RELEASED = "released"  # ctx.saved after the compiled backward has run and let 
 
 class LevelPass(torch.autograd.Function):
     """A compiled pass as one autograd node: the kernel's level loop forward, its hand-written derivatives
-    level by level backward."""
+    level by level backward. Its tensors are the pass's inputs, then the kernel's weights
+    (``compiled.weights``), whose gradients the kernel returns in that order: they go back by position."""
 
     @staticmethod
     def forward(ctx, cell, plan, levels, compiled, num_inputs, *tensors):
@@ -70,7 +71,6 @@ class LevelPass(torch.autograd.Function):
         compiled.kernels.run_levels_forward(compiled.kernel, buffers, inputs, plan.ptr,
                                             [s.flat_index for s in levels], plan.position_groups, True)
         ctx.cell, ctx.plan, ctx.levels, ctx.num_inputs = cell, plan, levels, num_inputs
-        ctx.params = tensors[num_inputs:]
         ctx.saved = compiled  # it holds every level's context
         # Internal states are never returned, so no gradient arrives for them. Unused outputs get None rather
         # than a materialized zero gradient.
@@ -89,12 +89,12 @@ class LevelPass(torch.autograd.Function):
                 "freed what its backward needs after the first one. Run the forward again, or set "
                 "GRAPHTREE_NATIVE=0 for the Python level loop, which keeps it.")
         grad_states, grad_inputs = _backward_buffers(ctx.cell, grad_buffers, buffers, inputs)
-        grad_params = _compiled_backward(ctx, grad_states, grad_inputs)
+        grad_weights = _compiled_backward(ctx, grad_states, grad_inputs)
         # The kernel's contexts live as long as the autograd graph, which outlives the backward pass until the
         # caller drops the outputs (usually during the next batch's forward pass): freed here, that memory is
         # reused by the next pass instead of fresh pages.
         ctx.saved = _RELEASED
-        return (None, None, None, None, None, *grad_inputs, *grad_params)
+        return (None, None, None, None, None, *grad_inputs, *grad_weights)
 
 
 class SideBySidePasses(torch.autograd.Function):
@@ -125,8 +125,8 @@ class SideBySidePasses(torch.autograd.Function):
                                                         *_loop_arguments(ctx.passes))
         ctx.compiled = _RELEASED  # the kernels' contexts go now, as in LevelPass.backward
         result: list[Tensor | None] = [None, None]
-        for p, c, inputs, pass_grads in zip(ctx.passes, compiled, grad_inputs, grads):
-            result += [*inputs, *_parameter_grads(c, pass_grads, p.params)]
+        for c, inputs, pass_grads in zip(compiled, grad_inputs, grads, strict=True):
+            result += [*inputs, *_weight_grads(c, pass_grads)]
         return tuple(result)
 
 
@@ -141,11 +141,13 @@ def _backward_buffers(cell: torch.nn.Module, grad_buffers: Sequence[Tensor | Non
     return grad_states, grad_inputs
 
 
-def _parameter_grads(compiled: LevelKernel, grads: Sequence[Tensor], params: Sequence[Tensor]) -> list[Tensor]:
-    """The gradients of ``params`` from those a kernel returns, in the order of its maker's parameters."""
-    by_parameter = {id(p): grad for p, grad in zip(compiled.parameters, grads, strict=True)}
-    # A parameter used outside the pass (an input projection hoisted before it) gets no gradient here.
-    return [by_parameter[id(p)] if id(p) in by_parameter else torch.zeros_like(p) for p in params]
+def _weight_grads(compiled: LevelKernel, grads: Sequence[Tensor]) -> Sequence[Tensor]:
+    """The kernel's gradients of its weights, which it returns in the order of ``compiled.weights`` (the cell's
+    ``compiled_weights()``), the order in which the pass took them as inputs: matched by position."""
+    if len(grads) != len(compiled.weights):
+        raise RuntimeError(f"a compiled level kernel returned {len(grads)} weight gradients for the "
+                           f"{len(compiled.weights)} weights it took")
+    return grads
 
 
 def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
@@ -153,4 +155,4 @@ def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
     compiled = ctx.saved  # the module the forward loop ran on, whatever the settings are by now
     grads = compiled.kernels.run_levels_backward(compiled.kernel, grad_states, grad_inputs, ctx.plan.ptr,
                                                  [s.flat_index for s in ctx.levels], ctx.plan.position_groups)
-    return _parameter_grads(compiled, grads, ctx.params)
+    return _weight_grads(compiled, grads)

@@ -95,7 +95,6 @@ class Prepared(NamedTuple):
     plan: LevelPlan
     levels: list[Slots]
     inputs: list[Tensor]
-    params: list[Tensor]
     needs_grad: bool
 
 
@@ -105,6 +104,7 @@ def in_node_order(prepared: Prepared, buffers: Sequence[Tensor]) -> tuple[Tensor
 
 
 def num_outputs(cell: torch.nn.Module) -> int:
+    """How many leading state buffers a pass returns (``output_states``); the rest are internal to it."""
     count = getattr(cell, "output_states", None)
     if count is None:
         return len(cell.state_channels)
@@ -229,6 +229,7 @@ def position_counts(plan: LevelPlan, widths: list[int]) -> list[tuple[int, ...]]
 
 
 def gather(buffers: list[Tensor], slots: Slots) -> Children:
+    """A level's :class:`Children`, read out of the state buffers (outside autograd's graph of the pass)."""
     return children_of(gathered(buffers, slots), slots)
 
 
