@@ -150,7 +150,7 @@ def _weight_grads(compiled: LevelKernel, grads: Sequence[Tensor]) -> Sequence[Te
     return grads
 
 
-def _compiled_backward(ctx, grad_states, grad_inputs) -> list[Tensor]:
+def _compiled_backward(ctx, grad_states, grad_inputs) -> Sequence[Tensor]:
     """Backward through the compiled level loop, over the kernel object its forward loop filled."""
     compiled = ctx.saved  # the module the forward loop ran on, whatever the settings are by now
     grads = compiled.kernels.run_levels_backward(compiled.kernel, grad_states, grad_inputs, ctx.plan.ptr,
