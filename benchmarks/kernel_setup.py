@@ -3,10 +3,10 @@
     python benchmarks/kernel_setup.py [--threads 2] [--reps 500]
 
 Before every pass the engine asks the cell's maker (``graphtree.backend.compiled``) for its kernel, which
-copies the cell's weights transposed (the optimizer changes them between passes). For each cell at the SST
-script's sizes this times the maker and, for the same weights, PyTorch's strided copy ``w.t().contiguous()``
-against the kernels' tiled one (``kernels.transposed``), checking that the two copies are equal. Microseconds
-a call, the median of five rounds of ``--reps`` calls after a warm-up.
+copies the cell's weights (its ``compiled_weights()``) transposed (the optimizer changes them between passes).
+For each cell at the SST script's sizes this times the maker and, for the same weights, PyTorch's strided
+copy ``w.t().contiguous()`` against the kernels' tiled one (``kernels.transposed``), checking that the two
+copies are equal. Microseconds a call, the median of five rounds of ``--reps`` calls after a warm-up.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def row(name: str, cell: torch.nn.Module, names: list[str], kernels, reps: int) 
     strided = microseconds(lambda: [w.t().contiguous() for w in weights], reps)
     tiled = microseconds(lambda: [kernels.transposed(w) for w in weights], reps)
     maker = type(cell).compiled_levels
-    made = microseconds(lambda: maker(cell, kernels, TREE_PLAN), reps)
+    made = microseconds(lambda: maker(cell, kernels, TREE_PLAN, [w.detach() for w in cell.compiled_weights()]), reps)
     shapes = ", ".join("x".join(map(str, w.shape)) for w in weights)
     return f"| {name} | {shapes} | {strided:.1f} | {tiled:.1f} | {'yes' if equal else 'NO'} | {made:.1f} |"
 

@@ -56,6 +56,7 @@ from torch_geometric.data import Data
 
 from .backend import native
 from .data import NO_LABEL
+from .engine import schedule_of
 from .schedule import LevelPlan, Schedule
 
 __all__ = ["BucketShape", "Buckets", "PaddedBatch", "ReplayError", "ReplayStats", "ReplayedStep", "pad",
@@ -200,8 +201,6 @@ def padded_batch(batch: Any, buckets: Buckets = Buckets()) -> tuple[BucketShape,
     predecessors, as padded node ids, ``N'`` where empty), ``node_weight`` (``[N']``), ``source`` (``[N']``: the
     batch node each row copies) and every per-node tensor attribute of ``batch``, gathered by ``source``.
     """
-    from .engine import schedule_of  # the engine imports nothing of this module
-
     plan = schedule_of(batch).plan("bottom_up")
     shape = buckets.shape(plan.level_sizes(), max(plan.widths, default=0))
     rows, padded_of = _source_rows(plan, shape)

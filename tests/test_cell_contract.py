@@ -111,6 +111,11 @@ def test_overriding_message_or_aggregate_is_an_error_naming_the_cell():
             type("Mine", (TreeCell,), {name: lambda self, *a: None})
 
 
+def test_a_compiled_kernel_without_its_declared_weights_is_an_error_naming_the_cell():
+    with pytest.raises(TypeError, match=r"Mine names a compiled kernel .* define compiled_weights"):
+        type("Mine", (TreeCell,), {"compiled_levels": lambda cell, kernels, plan, weights: None})
+
+
 def test_inputs_passed_by_position_are_named():
     class Positional(MaxPool):
         def forward(self, x, edge_index):

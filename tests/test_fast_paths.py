@@ -15,6 +15,7 @@ and every graph family below, in training and in inference. Skipped where the ke
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import inspect
@@ -22,6 +23,7 @@ import itertools
 import pkgutil
 import random
 import sys
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -205,6 +207,25 @@ def _run(cell: torch.nn.Module, x: torch.Tensor, graph: Data, upstream: list[tor
     return [s.detach() for s in states] + list(grads)
 
 
+@contextlib.contextmanager
+def kernel_decisions() -> Iterator[list[bool]]:
+    """Whether each pass got a compiled kernel, in order: a spy on :func:`graphtree.backend.compiled.level_kernel`,
+    the one place that decides, which the engine asks once per pass through that module."""
+    original = compiled.level_kernel
+    ran: list[bool] = []
+
+    def spy(*args):
+        made = original(*args)
+        ran.append(made is not None)
+        return made
+
+    compiled.level_kernel = spy
+    try:
+        yield ran
+    finally:
+        compiled.level_kernel = original
+
+
 def differential(name: str, family: str, seed: int = 0) -> bool:
     """Run the fast path and the definition on one family, in training and in inference; assert that they agree;
     return whether the fast path ran."""
@@ -214,21 +235,9 @@ def differential(name: str, family: str, seed: int = 0) -> bool:
     cell = _make(name)
     x = torch.randn(graph.num_nodes, in_channels)
     upstream = [torch.randn(graph.num_nodes, 8), torch.randn(graph.num_nodes, 8)]
-    ran = []
-    original = engine.level_kernel
-
-    def spy(*args):
-        made = original(*args)
-        ran.append(made is not None)
-        return made
-
-    engine.level_kernel = spy
-    try:
-        with native.use_native(True):
-            fast = _run(cell, x, graph, upstream)
-            fast_inference = _run(cell, x, graph, upstream, grad=False)
-    finally:
-        engine.level_kernel = original
+    with native.use_native(True), kernel_decisions() as ran:
+        fast = _run(cell, x, graph, upstream)
+        fast_inference = _run(cell, x, graph, upstream, grad=False)
     with native.use_native(False):
         plain = _run(cell, x, graph, upstream)
         want = _run(copy.deepcopy(cell).double(), x.double(), graph, upstream)
@@ -290,26 +299,14 @@ def _kernel_runs(cls: type, settings: dict) -> bool:
     arity = settings.get("n_ary", 2)
     cell = _construct(cls, settings, 6)  # square: S-LSTM's embedding leaves take hidden-sized features
     graph = _tree(_spine(3) if arity >= 2 else chain_ptb(3))
-    ran = []
-    original = engine.level_kernel
-
-    def spy(*args):
-        made = original(*args)
-        ran.append(made is not None)
-        return made
-
-    engine.level_kernel = spy
-    try:
-        with torch.no_grad(), native.use_native(True):
-            cell(torch.randn(graph.num_nodes, 6), graph)
-    finally:
-        engine.level_kernel = original
+    with torch.no_grad(), native.use_native(True), kernel_decisions() as ran:
+        cell(torch.randn(graph.num_nodes, 6), graph)
     return bool(ran) and all(ran)
 
 
 def test_every_fast_path_and_setting_it_serves_is_tested(kernels):
     makers = {fn for name, fn in vars(compiled).items() if inspect.isfunction(fn) and fn.__module__ == compiled.__name__
-              and list(inspect.signature(fn).parameters) == ["cell", "kernels", "plan"]}
+              and list(inspect.signature(fn).parameters) == ["cell", "kernels", "plan", "weights"]}
     classes = _cell_classes()
     assert classes == set(SETTINGS), "a class with a fast path has no settings here (or one here no fast path)"
     assert {cls.compiled_levels for cls in classes} == makers, "a maker in graphtree.backend.compiled is unused"

@@ -545,7 +545,7 @@ def test_gather_in_the_compiled_loop_checks_its_slots(kernels):
     buffers = [torch.zeros(4, 3)]
     bad = [torch.zeros(0, dtype=torch.long), torch.tensor([9, 0])]  # level 0: the leaves, no slots
     cell = NaryTreeLSTM(3, 3)
-    kernel, _ = makers.nary(cell, kernels, None)  # its maker, as the engine calls it
+    kernel = makers.nary(cell, kernels, None, [w.detach() for w in cell.compiled_weights()])  # as the engine calls it
     with pytest.raises(RuntimeError, match="out of range"):
         kernels.run_levels_forward(kernel, [buffers[0], torch.zeros(4, 3)], [torch.zeros(3, 3)], [0, 2, 3],
                                    bad, [], False)

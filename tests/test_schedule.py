@@ -12,6 +12,7 @@ from trees import random_ptb
 
 from graphtree.data import from_networkx, from_ptb
 from graphtree.engine import schedule_of
+from graphtree.engine.layout import level_slots
 from graphtree.errors import CycleError, ScheduleError
 from graphtree.schedule import Schedule
 
@@ -162,8 +163,6 @@ def test_deep_chain_schedule_without_recursion():
 def test_level_slots_against_each_levels_own_matrices(arity):
     """The engine's per-level slots (built for all levels at once) against each level's own matrix, widened
     and counted level by level, on trees, a unary chain and a DAG, both directions."""
-    from graphtree.engine import _level_slots
-
     rng = random.Random(arity or 0)
     graphs = [from_ptb(random_ptb(rng.randint(1, 9), 3, rng)) for _ in range(6)]
     trees = Batch.from_data_list([*graphs, from_ptb("(1 (1 (1 (1 a))))")])
@@ -175,9 +174,9 @@ def test_level_slots_against_each_levels_own_matrices(arity):
         widest = max(s.size(1) for s in plan.slots)
         if direction == "bottom_up" and arity is not None and widest > arity:
             with pytest.raises(ScheduleError, match=f"takes at most {arity}"):
-                _level_slots(cell, plan, schedule, torch.device("cpu"))
+                level_slots(cell, plan, schedule, torch.device("cpu"))
             continue
-        levels = _level_slots(cell, plan, schedule, torch.device("cpu"))
+        levels = level_slots(cell, plan, schedule, torch.device("cpu"))
         for index, position, got in zip(plan.slots, plan.slot_pos, levels):
             width = index.size(1)
             if direction == "bottom_up" and arity is not None and 0 < width < arity:

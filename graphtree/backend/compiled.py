@@ -12,15 +12,19 @@ against its cell's ``update``: states and gradients.
 
 This module is the one place that ties a cell to its kernel. A cell class
 names its maker in ``compiled_levels`` (e.g. ``compiled_levels =
-compiled.child_sum``); a maker reads the cell's weights and settings and
-returns the kernel, or ``None`` where the kernel does not cover the cell's
-setting or the batch. The engine asks :func:`level_kernel` once per pass; a
-subclass that overrides ``update`` never gets its parent's kernel.
+compiled.child_sum``) and declares the weights its kernel takes, in the
+kernel's order, in ``compiled_weights()``. A maker receives those weights
+(detached) with the cell's settings and returns the kernel, or ``None`` where
+the kernel does not cover the cell's setting or the batch; the kernel returns
+its weights' gradients in the same order, which is how the engine hands them
+back. No maker reads a cell's layers. The engine asks :func:`level_kernel`
+once per pass; a subclass that overrides ``update`` never gets its parent's
+kernel.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -34,19 +38,20 @@ __all__ = ["LevelKernel", "Maker", "level_kernel"]
 
 
 class LevelKernel(NamedTuple):
-    """A pass's compiled level math: the kernels module and its ``LevelKernel`` object.
+    """A pass's compiled level math: the kernels module, its ``LevelKernel`` object, and the weights it took.
 
-    ``parameters``: the cell's parameters in the order in which the kernel returns their gradients.
+    ``weights``: the cell's ``compiled_weights()``, the tensors whose gradients the kernel's backward returns,
+    in that order.
     """
 
     kernels: ModuleType
     kernel: Any
-    parameters: tuple[Tensor, ...]
+    weights: tuple[Tensor, ...]
 
 
-# A maker: (cell, kernels module, bottom-up or top-down plan of the pass) -> (kernel, parameters in the order of
-# the kernel's gradients), or None where the kernel does not cover the cell's setting or the batch.
-Maker = Callable[[torch.nn.Module, ModuleType, LevelPlan], "tuple[Any, tuple[Tensor, ...]] | None"]
+# A maker: (cell, kernels module, bottom-up or top-down plan of the pass, the cell's compiled_weights() detached)
+# -> the kernel, or None where the kernel does not cover the cell's setting or the batch.
+Maker = Callable[[torch.nn.Module, ModuleType, LevelPlan, Sequence[Tensor]], Any]
 
 
 def level_kernel(cell: torch.nn.Module, inputs: list[Tensor], plan: LevelPlan) -> LevelKernel | None:
@@ -64,90 +69,79 @@ def level_kernel(cell: torch.nn.Module, inputs: list[Tensor], plan: LevelPlan) -
     kernels = native.native_kernels(*inputs, *params)
     if kernels is None:
         return None
-    made = make(cell, kernels, plan)
-    if made is None:
+    weights = tuple(cell.compiled_weights())
+    kernel = make(cell, kernels, plan, [w.detach() for w in weights])
+    if kernel is None:
         return None
-    kernel, parameters = made
-    return LevelKernel(kernels, kernel, parameters)
+    return LevelKernel(kernels, kernel, weights)
 
 
-def _detached(*tensors: Tensor) -> list[Tensor]:
-    return [t.detach() for t in tensors]
-
-
-def child_sum(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
+def child_sum(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
     """:class:`~graphtree.nn.ChildSumTreeLSTM`: ``ChildSumLevels`` (``csrc/child_sum_level.cpp``)."""
-    weights = (cell.U_iou.weight, cell.U_iou.bias, cell.U_f.weight, cell.U_f.bias)
-    return kernels.ChildSumLevels(*_detached(*weights)), weights
+    return kernels.ChildSumLevels(*weights)
 
 
-def nary(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]] | None:
+def nary(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
     """:class:`~graphtree.nn.NaryTreeLSTM` with full forget maps, either setting: ``NaryLevels``
     (``csrc/nary_level.cpp``). It takes ``U`` transposed, with the candidate's rows doubled (the kernel
     computes tanh(z) as 2 sigmoid(2z) - 1, one activation for all gates), and the children's biases summed.
     In the general setting the pass's inputs are the nodes' ``W x + b``, which the cell computes before it."""
     if cell.forget != "full":
         return None
-    U, d = cell.U.detach(), cell.hidden_channels
+    U, b_U, *leaf = weights
+    d = cell.hidden_channels
     U_t = kernels.transposed(U)
     U_t[:, 2 * d:3 * d] *= 2
-    gate_bias = cell.b_U.detach().sum(0)[:U.size(0)]
+    gate_bias = b_U.sum(0)[:U.size(0)]
     gate_bias[2 * d:3 * d] *= 2
     if cell.setting == "general":
         none = U.new_empty(0)
-        return kernels.NaryLevels(U_t, gate_bias, U, none, none, True), (cell.U, cell.b_U)
-    weights = (cell.U, cell.b_U, cell.W_leaf.weight, cell.W_leaf.bias)
-    return kernels.NaryLevels(U_t, gate_bias, U, *_detached(cell.W_leaf.weight, cell.W_leaf.bias), False), weights
+        return kernels.NaryLevels(U_t, gate_bias, U, none, none, True)
+    return kernels.NaryLevels(U_t, gate_bias, U, *leaf, False)
 
 
-def slstm(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
+def slstm(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
     """:class:`~graphtree.nn.SLSTM`: ``SLSTMLevels`` (``csrc/peephole_level.cpp``)."""
-    leaf = (cell.W_leaf.weight, cell.W_leaf.bias) if cell.W_leaf is not None else ()
-    weights = (cell.W_h, cell.W_c, cell.W_co, cell.b, *leaf)
-    return kernels.SLSTMLevels(*_detached(*weights)), weights
+    return kernels.SLSTMLevels(*weights)
 
 
 # The activation of the LSTM-RNN's gates, as the kernel numbers them.
 LSTM_RNN_ACTIVATIONS = {"tanh": 0, "softsign": 1, "sigmoid": 2}
 
 
-def lstm_rnn(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
+def lstm_rnn(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
     """:class:`~graphtree.nn.LSTMRNN`: ``LSTMRNNLevels`` (``csrc/lstm_rnn_level.cpp``)."""
-    weights = (cell.W_leaf, cell.W_inner, cell.W_cell, cell.b)
-    return kernels.LSTMRNNLevels(*_detached(*weights), LSTM_RNN_ACTIVATIONS[cell.activation]), weights
+    return kernels.LSTMRNNLevels(*weights, LSTM_RNN_ACTIVATIONS[cell.activation])
 
 
-def lexicalized(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
+def lexicalized(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
     """:class:`~graphtree.nn.LexicalizedTreeLSTM`: ``LexicalizedLevels`` (``csrc/peephole_level.cpp``)."""
-    weights = (cell.W_x, cell.W_h, cell.W_c, cell.W_co, cell.b)
-    return kernels.LexicalizedLevels(*_detached(*weights), cell.lexicalized), weights
+    return kernels.LexicalizedLevels(*weights, cell.lexicalized)
 
 
-def top_down(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]] | None:
+def top_down(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
     """:class:`~graphtree.nn.TopDownTreeLSTM` where no node has several parents (trees, forests):
     ``TopDownLevels`` (``csrc/peephole_level.cpp``)."""
     if any(width > 1 for width in plan.widths):
         return None
-    weights = (cell.W_x, cell.b, cell.W_h, cell.W_c, cell.W_co)
-    return kernels.TopDownLevels(*_detached(*weights)), weights
+    return kernels.TopDownLevels(*weights)
 
 
 # The fixed heads of Teng & Zhang's Table 5, as the kernel numbers them.
 FIXED_HEADS = {"left": 0, "right": 1, "average": 2}
 
 
-def head_lexicalization(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]] | None:
+def head_lexicalization(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
     """:class:`~graphtree.nn.HeadLexicalization`: the gated binary method, ``GatedHeadLevels``, and the
     fixed methods (left, right, average), ``FixedHeadLevels`` (``csrc/head_level.cpp``)."""
     if cell.method in FIXED_HEADS:
-        return kernels.FixedHeadLevels(FIXED_HEADS[cell.method]), ()
+        return kernels.FixedHeadLevels(FIXED_HEADS[cell.method])
     if cell.n_ary != 2:
         return None
-    weights = (cell.W_zx, cell.b_z)
-    return kernels.GatedHeadLevels(*_detached(*weights)), weights
+    return kernels.GatedHeadLevels(*weights)
 
 
-def leaf_sum(cell: Any, kernels: ModuleType, plan: LevelPlan) -> tuple[Any, tuple[Tensor, ...]]:
+def leaf_sum(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
     """The sums of leaf rows below each node (BiConTree's span features): ``LeafSumLevels``
     (``csrc/head_level.cpp``)."""
-    return kernels.LeafSumLevels(), ()
+    return kernels.LeafSumLevels()

@@ -184,6 +184,10 @@ class _LeafSum(TreeCell):
 
     compiled_levels = compiled.leaf_sum  # the same sums in C++: graphtree/backend/compiled.py
 
+    def compiled_weights(self) -> tuple[Tensor, ...]:
+        """``LeafSumLevels`` takes no weights (the cell has none)."""
+        return ()
+
     def __init__(self, channels: int) -> None:
         super().__init__(state_channels=(channels, 1))
 

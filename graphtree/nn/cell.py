@@ -66,8 +66,9 @@ class TreeCell(MessagePassing):
 
     The paper cells also name a compiled form of their ``update`` in
     ``compiled_levels`` (:mod:`graphtree.backend.compiled`), which the engine
-    runs instead where it applies; a subclass that overrides ``update`` runs
-    its own ``update``. A cell without one never builds the compiled kernels.
+    runs instead where it applies, and declare the weights it takes in
+    ``compiled_weights``; a subclass that overrides ``update`` runs its own
+    ``update``. A cell without one never builds the compiled kernels.
     """
 
     direction: str = "bottom_up"
@@ -86,6 +87,9 @@ class TreeCell(MessagePassing):
         if "compiled_levels" in cls.__dict__:
             # The kernel is the compiled form of this very update: a subclass that replaces update loses it.
             cls._compiled_update = cls.__dict__.get("update", cls.update)
+            if cls.__dict__["compiled_levels"] is not None and cls.compiled_weights is TreeCell.compiled_weights:
+                raise TypeError(f"{cls.__name__} names a compiled kernel (compiled_levels) but does not declare "
+                                "the weights it takes: define compiled_weights")
 
     def __init__(self, state_channels: tuple[int, ...] | None = None, *, max_children: int | None = None,
                  direction: str | None = None, output_states: int | None = None) -> None:
@@ -124,6 +128,16 @@ class TreeCell(MessagePassing):
         bound = 1.0 / math.sqrt(channels)
         for param in self.parameters():
             torch.nn.init.uniform_(param, -bound, bound)
+
+    def compiled_weights(self) -> tuple[Tensor, ...]:
+        """The weights the cell's compiled kernel (``compiled_levels``) takes, in the kernel's order.
+
+        The one declared layout of a cell's weights for its fast path: its maker reads them through this, not
+        through the cell's layers, and the compiled pass hands their gradients back in this order. A parameter
+        not listed (an input projection applied before the pass) gets its gradient from autograd. A cell that
+        names ``compiled_levels`` must define it; a cell without a kernel never calls it.
+        """
+        return ()
 
     def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> tuple[Tensor, ...]:
         """The states of every node, one ``[num_nodes, d]`` tensor per returned state component, with ``x``

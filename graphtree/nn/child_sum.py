@@ -69,6 +69,10 @@ class ChildSumTreeLSTM(TreeCell):
 
     compiled_levels = compiled.child_sum  # the fast path: graphtree/backend/compiled.py
 
+    def compiled_weights(self) -> tuple[Tensor, ...]:
+        """The weights of ``ChildSumLevels``, in its order (``W`` is applied before the pass, as ``Wx``)."""
+        return self.U_iou.weight, self.U_iou.bias, self.U_f.weight, self.U_f.bias
+
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
         (``d = hidden_channels``), as ``torch.nn.LSTM`` initializes."""

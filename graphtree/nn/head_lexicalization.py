@@ -86,6 +86,10 @@ class HeadLexicalization(TreeCell):
 
     compiled_levels = compiled.head_lexicalization  # the fast path: graphtree/backend/compiled.py
 
+    def compiled_weights(self) -> tuple[Tensor, ...]:
+        """The weights of ``GatedHeadLevels``, in its order; none for the fixed methods."""
+        return (self.W_zx, self.b_z) if self.method == "gated" else ()
+
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
         (``d = channels``), as ``torch.nn.LSTM`` initializes."""

@@ -102,6 +102,10 @@ class LexicalizedTreeLSTM(TreeCell):
 
     compiled_levels = compiled.lexicalized  # the fast path: graphtree/backend/compiled.py
 
+    def compiled_weights(self) -> tuple[Tensor, ...]:
+        """The weights of ``LexicalizedLevels``, in its order."""
+        return self.W_x, self.W_h, self.W_c, self.W_co, self.b
+
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
         (``d = hidden_channels``), as ``torch.nn.LSTM`` initializes."""

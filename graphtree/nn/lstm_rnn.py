@@ -152,6 +152,10 @@ class LSTMRNN(TreeCell):
 
     compiled_levels = compiled.lstm_rnn  # the fast path: graphtree/backend/compiled.py
 
+    def compiled_weights(self) -> tuple[Tensor, ...]:
+        """The weights of ``LSTMRNNLevels``, in its order."""
+        return self.W_leaf, self.W_inner, self.W_cell, self.b
+
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
         (``d = hidden_channels``), as ``torch.nn.LSTM`` initializes."""

@@ -98,6 +98,13 @@ class NaryTreeLSTM(TreeCell):
 
     compiled_levels = compiled.nary  # the fast path (forget="full"): graphtree/backend/compiled.py
 
+    def compiled_weights(self) -> tuple[Tensor, ...]:
+        """The weights of ``NaryLevels``, in its order: ``U``, ``b_U`` and, in the constituency setting, the leaf
+        unit's (in the general setting ``W`` is applied before the pass)."""
+        if self.setting == "general":
+            return self.U, self.b_U
+        return self.U, self.b_U, self.W_leaf.weight, self.W_leaf.bias
+
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
         (``d = hidden_channels``), as ``torch.nn.LSTM`` initializes."""

@@ -110,6 +110,11 @@ class SLSTM(TreeCell):
 
     compiled_levels = compiled.slstm  # the fast path: graphtree/backend/compiled.py
 
+    def compiled_weights(self) -> tuple[Tensor, ...]:
+        """The weights of ``SLSTMLevels``, in its order, the leaf LSTM's last where the leaves have one."""
+        leaf = (self.W_leaf.weight, self.W_leaf.bias) if self.W_leaf is not None else ()
+        return self.W_h, self.W_c, self.W_co, self.b, *leaf
+
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
         (``d = hidden_channels``), as ``torch.nn.LSTM`` initializes."""

@@ -110,6 +110,10 @@ class TopDownTreeLSTM(TreeCell):
 
     compiled_levels = compiled.top_down  # the fast path (trees and forests): graphtree/backend/compiled.py
 
+    def compiled_weights(self) -> tuple[Tensor, ...]:
+        """The weights of ``TopDownLevels``, in its order."""
+        return self.W_x, self.b, self.W_h, self.W_c, self.W_co
+
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
         (``d = hidden_channels``), as ``torch.nn.LSTM`` initializes."""

@@ -1,0 +1,254 @@
+"""Where a pass's rows and slots lie: the level-sorted state buffers, each level's slots, and :class:`Children`.
+
+A pass keeps every state in one buffer per component, its rows sorted by
+level, so that a level is a contiguous slice; a level's predecessors are
+gathered from those buffers into dense ``[n, K, d]`` slots. Both level loops
+(the definition pass over ``update`` and the compiled one) read the same
+layout, built once per plan: this module builds it and hands a level's slots
+to a cell as :class:`Children`. It knows nothing of autograd or kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..errors import ScheduleError
+from ..schedule import LevelPlan, Schedule, block
+
+__all__ = ["Children", "Prepared", "SlotLayout", "Slots", "children_of", "gathered", "in_node_order",
+           "level_slots", "num_outputs", "position_counts", "state_buffers"]
+
+
+class Children(NamedTuple):
+    """Predecessor states of the nodes of one level, gathered into slots: the children in a bottom-up pass,
+    the parents in a top-down one.
+
+    ``sum``, ``mean``, ``max`` and ``softmax`` reduce over the filled slots only (see each).
+
+    Attributes:
+        states: One ``[n, K, d]`` tensor per state component (e.g. ``(h, c)``);
+            empty slots hold zeros. ``K`` is 0 at a level whose nodes have no
+            predecessors (the leaves bottom-up, the roots top-down).
+        mask: ``[n, K]`` bool, ``True`` where a slot is filled.
+        position: ``[n, K]`` long, the ``edge_pos`` of the edge behind each slot
+            (the node's own position under that parent, in a top-down pass),
+            ``-1`` where empty.
+        position_counts: How many of the level's ``n * K`` slots hold each
+            position, empty slots counted as position 0; plain ints, read from
+            the schedule on the host once per plan, so that a cell that groups
+            rows by position never has to ask the GPU for sizes.
+    """
+
+    states: tuple[Tensor, ...]
+    mask: Tensor
+    position: Tensor
+    position_counts: tuple[int, ...] = ()
+
+    # Reductions over the filled slots only. Empty slots hold zeros, which a sum may add but a mean, a maximum
+    # or a softmax must not see; and at the leaves K is 0, where torch's max over dim 1 fails outright.
+
+    def sum(self, state: int = 0) -> Tensor:
+        """``[n, d]``: the sum of the children's ``states[state]`` (zeros where a node has none)."""
+        return self.states[state].sum(dim=1)
+
+    def mean(self, state: int = 0) -> Tensor:
+        """``[n, d]``: the mean of the children's ``states[state]`` over the filled slots (zeros where none)."""
+        count = self.mask.sum(dim=1, keepdim=True).clamp(min=1).to(self.states[state].dtype)
+        return self.sum(state) / count
+
+    def max(self, state: int = 0) -> Tensor:
+        """``[n, d]``: the elementwise maximum of the children's ``states[state]`` over the filled slots (zeros
+        where a node has none)."""
+        values = self.states[state]
+        n, _, d = values.shape
+        if values.size(1) == 0:
+            return values.new_zeros(n, d)
+        filled = self.mask.unsqueeze(-1)
+        best = values.masked_fill(~filled, -math.inf).amax(dim=1)
+        return torch.where(filled.any(dim=1), best, torch.zeros_like(best))
+
+    def softmax(self, scores: Tensor) -> Tensor:
+        """Weights ``[n, K]`` from ``scores`` ``[n, K]``: a softmax over each node's filled slots, zero in empty
+        ones, and all zero where a node has no children."""
+        if scores.dim() == 3 and scores.size(-1) == 1:
+            scores = scores.squeeze(-1)
+        if scores.shape != self.mask.shape:
+            raise ValueError(f"softmax takes one score per slot, [n, K] = {list(self.mask.shape)}, got "
+                             f"{list(scores.shape)}")
+        if scores.size(1) == 0:
+            return scores
+        weights = torch.softmax(scores.masked_fill(~self.mask, -math.inf), dim=1)
+        return torch.where(self.mask, weights, torch.zeros_like(weights))  # a row with no slot filled: NaN -> 0
+
+
+class Prepared(NamedTuple):
+    """A pass made ready to run: the cell and its update, the plan and slots, the level-sorted inputs."""
+
+    cell: torch.nn.Module
+    call: Callable[[Children, Sequence[Tensor]], tuple[Tensor, ...]]  # the cell's update on one level
+    plan: LevelPlan
+    levels: list[Slots]
+    inputs: list[Tensor]
+    needs_grad: bool
+
+
+def in_node_order(prepared: Prepared, buffers: Sequence[Tensor]) -> tuple[Tensor, ...]:
+    """The level-sorted ``buffers`` back in the batch's node order."""
+    return tuple(buf.index_select(0, prepared.plan.rank) for buf in buffers)  # the padding row stays out
+
+
+def num_outputs(cell: torch.nn.Module) -> int:
+    """How many leading state buffers a pass returns (``output_states``); the rest are internal to it."""
+    count = getattr(cell, "output_states", None)
+    if count is None:
+        return len(cell.state_channels)
+    if not 1 <= count <= len(cell.state_channels):
+        raise ValueError(f"{type(cell).__name__}.output_states must be between 1 and its "
+                         f"{len(cell.state_channels)} state components, got {count}")
+    return count
+
+
+class Slots:
+    """One level's slots: ``index`` ``[n, K]``, the level-sorted predecessor ids (``num_nodes`` where empty), and
+    ``flat_index``, its ``view(-1)`` (the gathers and the gradient accumulation use it). ``mask``, ``position``
+    and ``position_counts``, the layout a level's :class:`Children` carry, are made on first use (blocks of
+    matrices made once for all levels): the compiled level loops read only ``flat_index``."""
+
+    __slots__ = ("_layout", "_level", "_mask", "_position", "flat_index", "index")
+
+    def __init__(self, index: Tensor, flat_index: Tensor, layout: SlotLayout, level: int) -> None:
+        self.index, self.flat_index, self._layout, self._level = index, flat_index, layout, level
+        self._mask: Tensor | None = None
+        self._position: Tensor | None = None
+
+    @property
+    def mask(self) -> Tensor:
+        if self._mask is None:
+            self._mask = self._layout.block(self._layout.mask, self._level)
+        return self._mask
+
+    @property
+    def position(self) -> Tensor:
+        if self._position is None:
+            self._position = self._layout.block(self._layout.position, self._level)
+        return self._position
+
+    @property
+    def position_counts(self) -> tuple[int, ...]:
+        return self._layout.counts[self._level]
+
+
+class SlotLayout:
+    """What the levels of one :func:`level_slots` share: the padded slot and position matrices, the plan."""
+
+    def __init__(self, plan: LevelPlan, widths: list[int], index: Tensor, position: Tensor) -> None:
+        self.plan, self.widths, self.index, self.position = plan, widths, index, position
+
+    def block(self, matrix: Tensor, level: int) -> Tensor:
+        return block(matrix, self.plan.ptr[level], self.plan.ptr[level + 1], self.widths[level])
+
+    @cached_property
+    def mask(self) -> Tensor:
+        return self.index != self.plan.num_nodes
+
+    @cached_property
+    def counts(self) -> list[tuple[int, ...]]:
+        return position_counts(self.plan, self.widths)
+
+
+def level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, device: torch.device) -> list[Slots]:
+    """Per level: slot indices, mask and positions, widened to ``cell.max_children`` for fixed-arity cells.
+
+    Built once per plan, arity and device from the host copy of the plan (so
+    checks and counts cost no device synchronization), for all levels at once
+    on the plan's whole slot matrix, then moved to ``device``; each level is a
+    block of it, and the level loop does nothing but gather.
+    """
+    arity = getattr(cell, "max_children", None) if plan.direction == "bottom_up" else None
+    key = ("slots", arity, torch.device(device))
+    if key in plan._by_device:
+        return plan._by_device[key]
+    if arity is not None and any(width > arity for width in plan.widths):
+        level = next(k for k, width in enumerate(plan.widths) if width > arity)
+        index = plan.slots[level]
+        row = int((index[:, arity:] != plan.num_nodes).any(dim=1).nonzero()[0])
+        node = int(plan.order[plan.ptr[level] + row])
+        count = int((index[row] != plan.num_nodes).sum())
+        raise ScheduleError(f"{schedule.describe_node(node)} has {count} {'child' if count == 1 else 'children'} "
+                            f"(or a child at position "
+                            f"{index.size(1) - 1}), but {type(cell).__name__} takes at most {arity}")
+    # A fixed-arity cell sees every level with children at its full arity, the missing slots padded.
+    widths = [max(width, arity) if arity is not None and width > 0 else width for width in plan.widths]
+    index, position = plan.slot_matrix, plan.slot_pos_matrix
+    extra = max(widths, default=0) - index.size(1)
+    if extra > 0:
+        index = torch.nn.functional.pad(index, (0, extra), value=plan.num_nodes)
+        position = torch.nn.functional.pad(position, (0, extra), value=-1)
+    index, position = index.to(device), position.to(device)
+    layout = SlotLayout(plan, widths, index, position)
+    # A level as wide as the matrix is a run of its flat view: one split cuts all of those (a level loop of
+    # small minibatches, LSTM-RNN's five trees, spent as long on one slice per level as on its products).
+    full = index.size(1)
+    runs = index.view(-1).split([(b - a) * full for a, b in zip(plan.ptr, plan.ptr[1:])]) if full else None
+    levels = []
+    for level, width in enumerate(widths):
+        a, b = plan.ptr[level], plan.ptr[level + 1]
+        if width == full and runs is not None:
+            flat = runs[level]
+            level_index = flat.view(b - a, width)
+        else:
+            level_index = block(index, a, b, width)
+            flat = level_index.view(-1)
+        levels.append(Slots(level_index, flat, layout, level))
+    plan._by_device[key] = levels
+    return levels
+
+
+def position_counts(plan: LevelPlan, widths: list[int]) -> list[tuple[int, ...]]:
+    """Per level, how many of its ``n * width`` slots hold each position, empty slots counted as position 0
+    (a ``bincount`` of the level's slot positions), from the plan's count of filled slots by position."""
+    if not isinstance(plan.position_table, list):  # counts the plan cannot know (a padded plan): left as they are
+        return [plan.position_table] * plan.num_levels
+    counts = []
+    for filled, size, width in zip(plan.position_table, plan.level_sizes(), widths):
+        if not size * width:
+            counts.append(())
+            continue
+        row = list(filled)
+        row[0] += size * width - sum(filled)
+        while row[-1] == 0:
+            row.pop()
+        counts.append(tuple(row))
+    return counts
+
+
+def gather(buffers: list[Tensor], slots: Slots) -> Children:
+    """A level's :class:`Children`, read out of the state buffers (outside autograd's graph of the pass)."""
+    return children_of(gathered(buffers, slots), slots)
+
+
+def children_of(states: Sequence[Tensor], slots: Slots) -> Children:
+    """A level's :class:`Children`: the children's ``states`` (``[n, K, d]`` each) and the slots' layout."""
+    return Children(tuple(states), slots.mask, slots.position, slots.position_counts)
+
+
+def gathered(buffers: list[Tensor], slots: Slots) -> tuple[Tensor, ...]:
+    """Each buffer's rows of the level's slots, ``[n, K, d]``."""
+    # index_select on the flat index, then a view: cheaper than advanced indexing on small levels.
+    n, K = slots.index.shape
+    return tuple(buf.index_select(0, slots.flat_index).view(n, K, buf.size(1)) for buf in buffers)
+
+
+def state_buffers(cell: torch.nn.Module, plan: LevelPlan, inputs: list[Tensor]) -> list[Tensor]:
+    """The pass's level-sorted state buffers, zero, with one row more for the empty slots to point at."""
+    reference = next((x for x in inputs if x.is_floating_point()), None)
+    dtype = reference.dtype if reference is not None else next(cell.parameters()).dtype
+    return [torch.zeros(plan.num_nodes + 1, d, dtype=dtype, device=inputs[0].device) for d in cell.state_channels]
+
+
