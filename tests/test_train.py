@@ -379,7 +379,7 @@ def test_each_epoch_splits_its_time_into_the_trainers_phases() -> None:
     step_embeddings = optimizer.step_embeddings
 
     def slow_embedding_update() -> None:  # a phase made long on purpose: its time must land in its column
-        time.sleep(0.05)
+        time.sleep(0.15)  # well above the other phases' first-use costs (the first batches' ops) on a busy machine
         step_embeddings()
 
     optimizer.step_embeddings = slow_embedding_update
@@ -387,7 +387,7 @@ def test_each_epoch_splits_its_time_into_the_trainers_phases() -> None:
     (epoch,) = fit.history
     phases = epoch["phases"]
     assert list(phases) == [*PHASES, "dev"]
-    assert phases["embeddings"] >= 4 * 0.05  # 4 minibatches
+    assert phases["embeddings"] >= 4 * 0.15  # 4 minibatches
     assert all(0 <= phases[p] < phases["embeddings"] / 2 for p in PHASES if p != "embeddings"), phases
     assert sum(phases[p] for p in PHASES) <= epoch["train_seconds"], (phases, epoch)
     assert phases["dev"] == pytest.approx(epoch["seconds"] - epoch["train_seconds"])
