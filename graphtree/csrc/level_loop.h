@@ -47,9 +47,8 @@ class LevelKernel {
 
   // The level's states, written into rows [begin, end) of `buffers`, from its rows of `inputs` and the
   // gathered predecessor states `children` (one [n * width, d] tensor per state component).
-  virtual void forward(const Level& level, const std::vector<Tensor>& inputs,
-                       const std::vector<Tensor>& children, std::vector<Tensor>& buffers,
-                       bool save) = 0;
+  virtual void forward(const Level& level, const std::vector<Tensor>& inputs, const std::vector<Tensor>& children,
+                       std::vector<Tensor>& buffers, bool save) = 0;
 
   // Given the gradients of the level's states, adds into `grad_inputs` (the level's rows; undefined where no
   // gradient is needed) and returns the gradients of the gathered predecessor states (undefined: none).

@@ -208,7 +208,7 @@ void add_read_blocks_back(const Tensor& grad_u, const Tensor& grad_m, const Tens
 }
 
 struct LSTMRNNSaved {
-  Tensor x;                                   // leaves
+  Tensor x;                                    // leaves
   Tensor c_xy, gates, m_xy, g_a, c_p, o, g_c;  // inner nodes
 };
 

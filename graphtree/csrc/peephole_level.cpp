@@ -20,8 +20,8 @@ namespace {
 
 // c_t = sum_k f_k c_k + i tanh(g), written into activated [n, (N + 2) d] and c [n, d]. Every tensor holds
 // contiguous rows (c: a level's rows of the state buffer); c_terms may be undefined.
-void cell_into(const Tensor& pre, const Tensor& c_terms, const Tensor& c_children,
-               const Tensor& activated, const Tensor& c) {
+void cell_into(const Tensor& pre, const Tensor& c_terms, const Tensor& c_children, const Tensor& activated,
+               const Tensor& c) {
   const bool peep = c_terms.defined();
   const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2);
   const float *P = pre.data_ptr<float>(), *Ct = peep ? c_terms.data_ptr<float>() : nullptr;
@@ -122,7 +122,7 @@ Tensor cell_backward_into(const Tensor& grad_c, const Tensor& grad_h, const Tens
 
 // gates [n, (N + 3) d] += W_x x laid out as i, f_1 .. f_N, g, o: the W_xf block goes to every f_k.
 void add_lexical_terms(const Tensor& gates, const Tensor& Wx, int64_t N, int64_t d) {
-const int64_t n = gates.size(0), width = (N + 3) * d;
+  const int64_t n = gates.size(0), width = (N + 3) * d;
   float* G = gates.data_ptr<float>();
   const float* X = Wx.data_ptr<float>();
   for_rows(n, [&](int64_t r) {
@@ -142,7 +142,7 @@ const int64_t n = gates.size(0), width = (N + 3) * d;
 // The gradient of W_x x from that of the gates, written into `folded` ([n, 4 d], contiguous rows): i, the sum
 // over the f_k, g, o.
 void fold_lexical_terms(const Tensor& grad_gates, const Tensor& folded, int64_t N, int64_t d) {
-const int64_t n = grad_gates.size(0), width = (N + 3) * d;
+  const int64_t n = grad_gates.size(0), width = (N + 3) * d;
   const float* G = grad_gates.data_ptr<float>();
   float* F = folded.data_ptr<float>();
   for_rows(n, [&](int64_t r) {
@@ -164,7 +164,7 @@ const int64_t n = grad_gates.size(0), width = (N + 3) * d;
 
 struct PeepholeSaved {
   Tensor x, activated, c, o, tanh_c, c_children;  // x, c: a lexicalized leaf's
-  LeafUnit::Saved leaf;                         // an S-LSTM leaf unit's
+  LeafUnit::Saved leaf;                           // an S-LSTM leaf unit's
 };
 
 // The internal levels of the S-LSTM and of the lexicalized cell, bottom-up: gates i, f_1 .. f_N, g, o from
