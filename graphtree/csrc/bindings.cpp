@@ -24,28 +24,23 @@ std::vector<std::vector<torch::Tensor>> run_passes_backward(
     std::vector<std::shared_ptr<graphtree::LevelKernel>> kernels, std::vector<std::vector<torch::Tensor>> grad_states,
     std::vector<std::vector<std::optional<torch::Tensor>>> grad_inputs, std::vector<std::vector<int64_t>> ptrs,
     std::vector<std::vector<torch::Tensor>> slots, std::vector<std::vector<std::vector<int64_t>>> position_groups);
-void bind_nary_levels(pybind11::module& m);
+namespace graphtree {
+// Each kernel file's classes.
 void bind_child_sum_levels(pybind11::module& m);
-void bind_slstm_levels(pybind11::module& m);
-void bind_lexicalized_levels(pybind11::module& m);
-void bind_top_down_levels(pybind11::module& m);
-void bind_gated_head_levels(pybind11::module& m);
-void bind_fixed_head_levels(pybind11::module& m);
-void bind_leaf_sum_levels(pybind11::module& m);
+void bind_nary_levels(pybind11::module& m);
+void bind_peephole_levels(pybind11::module& m);
 void bind_lstm_rnn_levels(pybind11::module& m);
+void bind_head_levels(pybind11::module& m);
+}  // namespace graphtree
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<graphtree::LevelKernel, std::shared_ptr<graphtree::LevelKernel>>(
       m, "LevelKernel", "A cell's level math for the engine's compiled level loop (graphtree/csrc/level_loop.h)");
-  bind_nary_levels(m);
-  bind_child_sum_levels(m);
-  bind_slstm_levels(m);
-  bind_lexicalized_levels(m);
-  bind_top_down_levels(m);
-  bind_gated_head_levels(m);
-  bind_fixed_head_levels(m);
-  bind_leaf_sum_levels(m);
-  bind_lstm_rnn_levels(m);
+  graphtree::bind_child_sum_levels(m);
+  graphtree::bind_nary_levels(m);
+  graphtree::bind_peephole_levels(m);
+  graphtree::bind_lstm_rnn_levels(m);
+  graphtree::bind_head_levels(m);
   m.def("run_levels_forward", &run_levels_forward, "the engine's forward level loop over a LevelKernel",
         py::arg("kernel"), py::arg("buffers"), py::arg("inputs"), py::arg("ptr"), py::arg("slots"),
         py::arg("position_groups"), py::arg("save"));

@@ -15,35 +15,28 @@
 
 namespace graphtree {
 
+using torch::Tensor;
+
 // Every kernel takes float32 CPU tensors; the Python side (native_kernels) routes everything else to PyTorch.
 
-inline void check(const torch::Tensor& t, const char* name) {
+inline void check(const Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
   TORCH_CHECK(t.scalar_type() == torch::kFloat32, name, " must be float32");
 }
 
 // check() every argument, and make each contiguous in place (the kernels index raw rows).
-inline void check_all(std::initializer_list<torch::Tensor*> tensors) {
+inline void check_all(std::initializer_list<Tensor*> tensors) {
   for (auto* t : tensors) {
     check(*t, "every argument");
     *t = t->contiguous();
   }
 }
 
-// made[k] (a kernel's derive()), checked to have the shape of w transposed.
-inline torch::Tensor transposed_at(const std::vector<torch::Tensor>& made, size_t k, const torch::Tensor& w,
-                                   const char* kernel) {
-  const auto& t = made[k];
-  TORCH_CHECK(t.dim() == 2 && w.dim() == 2 && t.size(0) == w.size(1) && t.size(1) == w.size(0), kernel,
-              ": a derived weight does not match its weight's shape");
-  return t;
-}
-
 // w ([rows, cols], float32) transposed into a new contiguous [cols, rows] tensor: w.t().contiguous(), the same
 // values (a copy is exact), in 16 x 16 tiles, their bands of rows split over PyTorch's threads. The kernels
-// derive their transposed weights anew for every pass, since the optimizer changes the weights between passes,
+// make their transposed weights anew for every pass, since the optimizer changes the weights between passes,
 // and PyTorch's strided copy took most of that set-up (benchmarks/kernel_setup.py times both copies).
-inline torch::Tensor transposed(const torch::Tensor& w) {
+inline Tensor transposed(const Tensor& w) {
   TORCH_CHECK(w.dim() == 2, "transposed: expected a matrix");
   check(w, "transposed's matrix");
   const auto src = w.contiguous();
@@ -77,14 +70,6 @@ inline torch::Tensor transposed(const torch::Tensor& w) {
   return out;
 }
 
-// A kernel's output tensor given by its caller (often a level's rows of a larger buffer): float32 on the CPU,
-// [rows, cols] and contiguous, since the kernels write raw rows.
-inline void check_destination(const torch::Tensor& t, int64_t rows, int64_t cols, const char* name) {
-  check(t, name);
-  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols && t.is_contiguous(), name,
-              " must be a contiguous [", rows, ", ", cols, "] tensor");
-}
-
 // exp(x) that the compiler can vectorize (std::exp is a scalar libm call here): Cody-Waite range
 // reduction x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial for exp(r) (the coefficients of the
 // Cephes library's expf), and 2^n put into the exponent bits. Relative error about 2e-7 over the clamped
@@ -111,13 +96,12 @@ inline float sigmoid(float z) { return 1.f / (1.f + vexp(-z)); }
 
 inline float tanh_of(float z) { return 1.f - 2.f / (vexp(2.f * z) + 1.f); }
 
-// A level's row loop f(0, n), on the calling thread. The kernels are built with OpenMP for the engine's
-// side-by-side passes (engine_ops.cpp), each on one thread of PyTorch's pool; until then at::parallel_for was
-// serial in them (its OpenMP loop compiles only where _OPENMP is defined), and splitting the row loops of tree
-// levels over two threads showed no consistent gain. The (begin, end) form keeps them ready to be split.
+// f(r) for each of a level's n rows, on the calling thread. The kernels are built with OpenMP for the engine's
+// side-by-side passes (engine_ops.cpp), each on one thread of PyTorch's pool; splitting the row loops of tree
+// levels over two threads showed no consistent gain, so the loops may share scratch rows.
 template <typename F>
 inline void for_rows(int64_t n, const F& f) {
-  if (n > 0) f(0, n);
+  for (int64_t r = 0; r < n; ++r) f(r);
 }
 
 // Independent parts of a level's work (products with different weights, or of different rows), side by side:

@@ -50,9 +50,7 @@ void gather_rows_into(torch::Tensor& dst, const torch::Tensor& src, const torch:
   const float* S = src.data_ptr<float>();
   float* D = dst.data_ptr<float>();
   for (int64_t r = 0; r < n; ++r) TORCH_CHECK(I[r] >= 0 && I[r] < m, "index ", I[r], " out of range for ", m, " rows");
-  graphtree::for_rows(n, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) std::memcpy(D + r * w, S + I[r] * w, sizeof(float) * w);
-  });
+  for (int64_t r = 0; r < n; ++r) std::memcpy(D + r * w, S + I[r] * w, sizeof(float) * w);
 }
 
 std::vector<graphtree::Level> levels_of(const std::vector<int64_t>& ptr, const std::vector<torch::Tensor>& slots,
@@ -115,9 +113,9 @@ void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tenso
   }
 }
 
-// The backward loop of graphtree/engine.py (_fused_backward) over the kernel of a saving forward loop.
-// grad_states: the gradients of the buffers, added into in place; grad_inputs: of the inputs (None: not
-// needed), likewise. Returns the parameter gradients by name.
+// The backward loop over the kernel of a saving forward loop: the derivative of run_levels_forward, levels in
+// reverse. grad_states: the gradients of the buffers, added into in place; grad_inputs: of the inputs (None: not
+// needed), likewise. Returns the parameter gradients, in the order of the kernel's param_grads().
 std::vector<torch::Tensor> run_levels_backward(
     graphtree::LevelKernel& kernel, std::vector<torch::Tensor> grad_states,
     std::vector<std::optional<torch::Tensor>> grad_inputs, std::vector<int64_t> ptr,
@@ -133,7 +131,10 @@ std::vector<torch::Tensor> run_levels_backward(
     auto child_grads = kernel.backward(*level, level_grads, level_grad_inputs);
     if (level->width == 0) continue;
     for (size_t s = 0; s < child_grads.size() && s < grad_states.size(); ++s) {
-      if (child_grads[s].defined()) scatter_add_rows_(grad_states[s], level->slots, child_grads[s]);
+      if (!child_grads[s].defined()) continue;
+      // Rows of the buffer they are added into would be read while written: scatter a copy.
+      auto grads = child_grads[s].is_alias_of(grad_states[s]) ? child_grads[s].clone() : child_grads[s];
+      scatter_add_rows_(grad_states[s], level->slots, grads);
     }
   }
   std::vector<torch::Tensor> whole_grad_inputs(grad_inputs.size());

@@ -14,154 +14,109 @@
 #include "common.h"
 #include "level_loop.h"
 
-using graphtree::for_rows;
-using graphtree::sigmoid;
-
+namespace graphtree {
 namespace {
 
-class GatedHeadLevels : public graphtree::LevelKernel {
+struct Nothing {};  // saved by the parameterless kernels
+
+class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
  public:
   // W_zx: [D, 2 D] (columns [W_zx^L, W_zx^R]), b_z: [D].
-  GatedHeadLevels(torch::Tensor W_zx, torch::Tensor b_z)
-      : W_zx_(W_zx.contiguous()), b_z_(b_z.contiguous()) {
-    graphtree::check(W_zx_, "W_zx");
-    graphtree::check(b_z_, "b_z");
+  GatedHeadLevels(Tensor W_zx, Tensor b_z)
+      : Levels("GatedHeadLevels", W_zx.options(), {W_zx.size(0)}), W_zx_(W_zx), b_z_(b_z) {
+    check_all({&W_zx_, &b_z_});
     D_ = W_zx_.size(0);
     TORCH_CHECK(W_zx_.dim() == 2 && W_zx_.size(1) == 2 * D_ && b_z_.numel() == D_,
                 "GatedHeadLevels: W_zx must be [D, 2 D] and b_z [D]");
-    auto made = derive(W_zx_, b_z_);
-    W_zx_t_ = graphtree::transposed_at(made, 0, W_zx_, "GatedHeadLevels");
+    W_zx_t_ = transposed(W_zx_);
   }
 
-  // W_zx transposed (the level products read it row by row).
-  static std::vector<torch::Tensor> derive(const torch::Tensor& W_zx, const torch::Tensor& /*b_z*/) {
-    return {graphtree::transposed(W_zx)};
+  void start(const std::vector<Level>& levels) override {
+    grad_logits_ = save_ ? internal(D_) : Tensor();
   }
 
-  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
-    save_ = save;
-    gates_.assign(levels.size(), torch::Tensor());
-    const int64_t internal = graphtree::internal_row_offsets(levels, offsets_);
-    // Every inner node's [x^L, x^R]: the rows of W_zx's gradient.
-    children_ = torch::empty({internal, 2 * D_}, W_zx_.options());
-    grad_logits_ = save ? torch::empty({internal, D_}, W_zx_.options()) : torch::Tensor();
-  }
-
-  torch::Tensor gather_destination(const graphtree::Level& level, int64_t state) override {
-    if (level.width == 0) return {};
-    TORCH_CHECK(level.width == 2, "GatedHeadLevels: a level with ", level.width, " slots, expected 2");
-    return children_.narrow(0, offsets_[level.index], level.end - level.begin).view({-1, D_});
-  }
-
-  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
-               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
-    const int64_t n = level.end - level.begin, D = D_;
-    auto heads = buffers[0].narrow(0, level.begin, n);
+  void forward(const Level& level, const std::vector<Tensor>& inputs,
+               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+    const int64_t n = level.rows(), D = D_;
+    auto heads = rows_of(buffers[0], level);
     if (level.width == 0) {  // a leaf: its word vector
       heads.copy_(inputs[0]);
       return;
     }
-    auto pair = children_.narrow(0, offsets_[level.index], n);
+    expect_width(level, 2);
+    auto pair = gathered(0, level, 2 * D);
     auto z = at::addmm(b_z_, pair, W_zx_t_);  // the gate's logits, replaced by the gate
     const int64_t pad = buffers[0].size(0) - 1;  // empty slots point at the zero row past the nodes
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* X = pair.data_ptr<float>();
     float *Z = z.data_ptr<float>(), *H = heads.data_ptr<float>();
-    for_rows(n, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const bool left = S[2 * r] != pad, right = S[2 * r + 1] != pad;
-        const float *xl = X + r * 2 * D, *xr = xl + D;
-        float *zr = Z + r * D, *h = H + r * D;
+    for_rows(n, [&](int64_t r) {
+      const bool left = S[2 * r] != pad, right = S[2 * r + 1] != pad;
+      const float *xl = X + r * 2 * D, *xr = xl + D;
+      float *zr = Z + r * D, *h = H + r * D;
 #pragma omp simd
-        for (int64_t k = 0; k < D; ++k) {
-          const float g = left && right ? sigmoid(zr[k]) : (left ? 1.f : 0.f);
-          zr[k] = g;
-          // lerp(x^R, x^L, z) as torch.lerp computes it: exact at z = 0 and z = 1.
-          h[k] = g < 0.5f ? xr[k] + g * (xl[k] - xr[k]) : xl[k] - (xl[k] - xr[k]) * (1.f - g);
-        }
+      for (int64_t k = 0; k < D; ++k) {
+        const float g = left && right ? sigmoid(zr[k]) : (left ? 1.f : 0.f);
+        zr[k] = g;
+        // lerp(x^R, x^L, z) as torch.lerp computes it: exact at z = 0 and z = 1.
+        h[k] = g < 0.5f ? xr[k] + g * (xl[k] - xr[k]) : xl[k] - (xl[k] - xr[k]) * (1.f - g);
       }
     });
-    if (save) gates_[level.index] = z;
+    if (save) saved(level) = z;
   }
 
-  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
-                                      std::vector<torch::Tensor>& grad_inputs) override {
-    TORCH_CHECK(save_, "GatedHeadLevels: backward after a forward that saved nothing");
-    const int64_t n = level.end - level.begin, D = D_;
+  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
+                               std::vector<Tensor>& grad_inputs) override {
+    const auto& gate = saved_for_backward(level);
+    const int64_t n = level.rows(), D = D_;
     auto grad_head = grad_states[0].contiguous();
     if (level.width == 0) {
-      if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].add_(grad_head);
-      return {torch::Tensor()};
+      if (auto* grad_x = input_grad(grad_inputs)) grad_x->add_(grad_head);
+      return {Tensor()};
     }
-    auto pair = children_.narrow(0, offsets_[level.index], n);
-    auto grad_logits = grad_logits_.narrow(0, offsets_[level.index], n);
-    auto grad_pair = torch::empty({n, 2 * D}, grad_head.options());
-    const float *G = grad_head.data_ptr<float>(), *Z = gates_[level.index].data_ptr<float>();
+    auto pair = gathered(0, level, 2 * D), grad_logits = internal_rows(grad_logits_, level);
+    auto grad_pair = fresh(n, 2 * D);
+    const float *G = grad_head.data_ptr<float>(), *Z = gate.data_ptr<float>();
     const float* X = pair.data_ptr<float>();
     float *gA = grad_logits.data_ptr<float>(), *gP = grad_pair.data_ptr<float>();
-    for_rows(n, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float *g = G + r * D, *z = Z + r * D, *xl = X + r * 2 * D, *xr = xl + D;
-        float *ga = gA + r * D, *gl = gP + r * 2 * D, *gr = gl + D;
+    for_rows(n, [&](int64_t r) {
+      const float *g = G + r * D, *z = Z + r * D, *xl = X + r * 2 * D, *xr = xl + D;
+      float *ga = gA + r * D, *gl = gP + r * 2 * D, *gr = gl + D;
 #pragma omp simd
-        for (int64_t k = 0; k < D; ++k) {
-          gl[k] = g[k] * z[k];
-          gr[k] = g[k] - gl[k];
-          ga[k] = gl[k] * (1.f - z[k]) * (xl[k] - xr[k]);  // sigmoid' = z (1 - z); d x_t / d z = x^L - x^R
-        }
+      for (int64_t k = 0; k < D; ++k) {
+        gl[k] = g[k] * z[k];
+        gr[k] = g[k] - gl[k];
+        ga[k] = gl[k] * (1.f - z[k]) * (xl[k] - xr[k]);  // sigmoid' = z (1 - z); d x_t / d z = x^L - x^R
       }
     });
     grad_pair.addmm_(grad_logits, W_zx_);  // the children's share through the gate's logits
     return {grad_pair.view({-1, D})};
   }
 
-  std::vector<torch::Tensor> param_grads() override {
-    auto grad_W_zx = torch::zeros_like(W_zx_), grad_b_z = torch::zeros_like(b_z_);
-    if (grad_logits_.defined() && grad_logits_.size(0) > 0) {
-      grad_W_zx.addmm_(grad_logits_.t(), children_);
-      grad_b_z += grad_logits_.sum(0);
-    }
-    return {grad_W_zx, grad_b_z};
+  std::vector<Tensor> param_grads() override {
+    return {weight_grad(W_zx_, grad_logits_, gathered(0, 2 * D_)), bias_grad(b_z_, grad_logits_)};
   }
 
  private:
-  torch::Tensor W_zx_, b_z_, W_zx_t_;
+  Tensor W_zx_, b_z_, W_zx_t_;
   int64_t D_ = 0;
-  bool save_ = false;
-  std::vector<torch::Tensor> gates_;  // each inner level's z
-  std::vector<int64_t> offsets_;      // each level's first row in children_ and grad_logits_
-  torch::Tensor children_, grad_logits_;
+  Tensor grad_logits_;
 };
-
-}  // namespace
-
-void bind_gated_head_levels(pybind11::module& m) {
-  pybind11::class_<GatedHeadLevels, graphtree::LevelKernel, std::shared_ptr<GatedHeadLevels>>(
-      m, "GatedHeadLevels", "Teng & Zhang's gated head lexicalization (binary) for the compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor>(), pybind11::arg("W_zx"), pybind11::arg("b_z"));
-}
-
-namespace {
 
 // Teng & Zhang's Table 5 baselines of head lexicalization (graphtree/nn/head_lexicalization.py): a node's head
 // is its leftmost child's head (method 0), its rightmost child's (1) or the mean of its children's (2); a leaf's
 // is its word vector. No parameters: the level loop moves rows, which in C++ spares each level the
 // interpreter's calls of the Python update.
-class FixedHeadLevels : public graphtree::LevelKernel {
+class FixedHeadLevels : public Levels<Nothing> {
  public:
-  explicit FixedHeadLevels(int64_t method) : method_(method) {
+  explicit FixedHeadLevels(int64_t method) : Levels("FixedHeadLevels", torch::kFloat32), method_(method) {
     TORCH_CHECK(method >= 0 && method <= 2, "FixedHeadLevels: method must be 0 (left), 1 (right) or 2 (average)");
   }
 
-  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
-    save_ = save;
-    pad_ = -1;
-  }
-
-  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
-               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
-    const int64_t n = level.end - level.begin, K = level.width;
-    auto heads = buffers[0].narrow(0, level.begin, n);
+  void forward(const Level& level, const std::vector<Tensor>& inputs,
+               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+    const int64_t n = level.rows(), K = level.width;
+    auto heads = rows_of(buffers[0], level);
     pad_ = buffers[0].size(0) - 1;  // empty slots point at the zero row past the nodes
     if (K == 0) {  // a leaf: its word vector
       heads.copy_(inputs[0]);
@@ -172,70 +127,66 @@ class FixedHeadLevels : public graphtree::LevelKernel {
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* X = kids.data_ptr<float>();
     float* H = heads.data_ptr<float>();
-    for_rows(n, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        float* h = H + r * D;
-        if (method < 2) {
-          const float* x = X + (r * K + pick(S + r * K, K, pad)) * D;
+    for_rows(n, [&](int64_t r) {
+      float* h = H + r * D;
+      if (method < 2) {
+        const float* x = X + (r * K + pick(S + r * K, K, pad)) * D;
 #pragma omp simd
-          for (int64_t k = 0; k < D; ++k) h[k] = x[k];
-          continue;
-        }
-        int64_t count = 0;
-        for (int64_t l = 0; l < K; ++l) count += S[r * K + l] != pad;
-        const float* x0 = X + r * K * D;
-#pragma omp simd
-        for (int64_t k = 0; k < D; ++k) h[k] = x0[k];
-        for (int64_t l = 1; l < K; ++l) {
-          const float* x = x0 + l * D;
-#pragma omp simd
-          for (int64_t k = 0; k < D; ++k) h[k] += x[k];  // empty slots hold zeros
-        }
-        const float c = static_cast<float>(count);
-#pragma omp simd
-        for (int64_t k = 0; k < D; ++k) h[k] /= c;
+        for (int64_t k = 0; k < D; ++k) h[k] = x[k];
+        return;
       }
+      int64_t count = 0;
+      for (int64_t l = 0; l < K; ++l) count += S[r * K + l] != pad;
+      const float* x0 = X + r * K * D;
+#pragma omp simd
+      for (int64_t k = 0; k < D; ++k) h[k] = x0[k];
+      for (int64_t l = 1; l < K; ++l) {
+        const float* x = x0 + l * D;
+#pragma omp simd
+        for (int64_t k = 0; k < D; ++k) h[k] += x[k];  // empty slots hold zeros
+      }
+      const float c = static_cast<float>(count);
+#pragma omp simd
+      for (int64_t k = 0; k < D; ++k) h[k] /= c;
     });
   }
 
-  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
-                                      std::vector<torch::Tensor>& grad_inputs) override {
-    TORCH_CHECK(save_, "FixedHeadLevels: backward after a forward that saved nothing");
-    const int64_t n = level.end - level.begin, K = level.width;
+  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
+                               std::vector<Tensor>& grad_inputs) override {
+    saved_for_backward(level);
+    const int64_t n = level.rows(), K = level.width;
     auto grad_head = grad_states[0].contiguous();
     if (K == 0) {
-      if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].add_(grad_head);
-      return {torch::Tensor()};
+      if (auto* grad_x = input_grad(grad_inputs)) grad_x->add_(grad_head);
+      return {Tensor()};
     }
     const int64_t D = grad_head.size(1), pad = pad_, method = method_;
     auto grad_children = torch::zeros({n * K, D}, grad_head.options());
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* G = grad_head.data_ptr<float>();
     float* gX = grad_children.data_ptr<float>();
-    for_rows(n, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* g = G + r * D;
-        if (method < 2) {
-          float* gx = gX + (r * K + pick(S + r * K, K, pad)) * D;
+    for_rows(n, [&](int64_t r) {
+      const float* g = G + r * D;
+      if (method < 2) {
+        float* gx = gX + (r * K + pick(S + r * K, K, pad)) * D;
 #pragma omp simd
-          for (int64_t k = 0; k < D; ++k) gx[k] = g[k];
-          continue;
-        }
-        int64_t count = 0;
-        for (int64_t l = 0; l < K; ++l) count += S[r * K + l] != pad;
-        const float c = static_cast<float>(count);
-        for (int64_t l = 0; l < K; ++l) {
-          if (S[r * K + l] == pad) continue;
-          float* gx = gX + (r * K + l) * D;
+        for (int64_t k = 0; k < D; ++k) gx[k] = g[k];
+        return;
+      }
+      int64_t count = 0;
+      for (int64_t l = 0; l < K; ++l) count += S[r * K + l] != pad;
+      const float c = static_cast<float>(count);
+      for (int64_t l = 0; l < K; ++l) {
+        if (S[r * K + l] == pad) continue;
+        float* gx = gX + (r * K + l) * D;
 #pragma omp simd
-          for (int64_t k = 0; k < D; ++k) gx[k] = g[k] / c;
-        }
+        for (int64_t k = 0; k < D; ++k) gx[k] = g[k] / c;
       }
     });
     return {grad_children};
   }
 
-  std::vector<torch::Tensor> param_grads() override { return {}; }
+  std::vector<Tensor> param_grads() override { return {}; }
 
  private:
   // The slot of the leftmost (method 0) or rightmost (1) child present among a node's K slots.
@@ -252,30 +203,19 @@ class FixedHeadLevels : public graphtree::LevelKernel {
 
   int64_t method_;
   int64_t pad_ = -1;
-  bool save_ = false;
 };
-
-}  // namespace
-
-void bind_fixed_head_levels(pybind11::module& m) {
-  pybind11::class_<FixedHeadLevels, graphtree::LevelKernel, std::shared_ptr<FixedHeadLevels>>(
-      m, "FixedHeadLevels", "Teng & Zhang's left, right and average heads (Table 5) for the compiled level loop")
-      .def(pybind11::init<int64_t>(), pybind11::arg("method"));
-}
-
-namespace {
 
 // The sums of the leaf rows below every node and their number (a leaf counts itself), bottom-up: the leaf means
 // that BiTreeLSTM feeds its classifier (graphtree/models/bicontree.py, _LeafSum), as a LevelKernel. No
 // parameters; a node's gradient is copied into each of its children's slots.
-class LeafSumLevels : public graphtree::LevelKernel {
+class LeafSumLevels : public Levels<Nothing> {
  public:
-  void begin(const std::vector<graphtree::Level>& levels, bool save) override { save_ = save; }
+  LeafSumLevels() : Levels("LeafSumLevels", torch::kFloat32) {}
 
-  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
-               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
-    const int64_t n = level.end - level.begin;
-    auto total = buffers[0].narrow(0, level.begin, n), count = buffers[1].narrow(0, level.begin, n);
+  void forward(const Level& level, const std::vector<Tensor>& inputs,
+               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+    const int64_t n = level.rows();
+    auto total = rows_of(buffers[0], level), count = rows_of(buffers[1], level);
     if (level.width == 0) {
       total.copy_(inputs[0]);
       count.fill_(1.f);
@@ -285,32 +225,32 @@ class LeafSumLevels : public graphtree::LevelKernel {
     at::sum_out(count, children[1].view({n, level.width, 1}), 1);
   }
 
-  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
-                                      std::vector<torch::Tensor>& grad_inputs) override {
-    TORCH_CHECK(save_, "LeafSumLevels: backward after a forward that saved nothing");
-    const int64_t n = level.end - level.begin;
+  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
+                               std::vector<Tensor>& grad_inputs) override {
+    saved_for_backward(level);
     const auto& grad_total = grad_states[0];  // the counts are constants
     if (level.width == 0) {
-      if (!grad_inputs.empty() && grad_inputs[0].defined()) grad_inputs[0].add_(grad_total);
-      return {torch::Tensor(), torch::Tensor()};
+      if (auto* grad_x = input_grad(grad_inputs)) grad_x->add_(grad_total);
+      return {Tensor(), Tensor()};
     }
-    // A copy, never a view: for one child per node expand().contiguous() is grad_total itself, rows of the
-    // gradient buffer that the children's rows are then added into.
-    auto grad_children = grad_total.unsqueeze(1).expand({n, level.width, grad_total.size(1)})
-                             .clone(at::MemoryFormat::Contiguous);
-    return {grad_children.view({n * level.width, -1}), torch::Tensor()};
+    // The children's rows are added into the buffer that grad_total is rows of: a copy (repeated_rows).
+    return {repeated_rows(grad_total, level.rows(), level.width), Tensor()};
   }
 
-  std::vector<torch::Tensor> param_grads() override { return {}; }
-
- private:
-  bool save_ = false;
+  std::vector<Tensor> param_grads() override { return {}; }
 };
 
 }  // namespace
 
-void bind_leaf_sum_levels(pybind11::module& m) {
-  pybind11::class_<LeafSumLevels, graphtree::LevelKernel, std::shared_ptr<LeafSumLevels>>(
-      m, "LeafSumLevels", "Sums and counts of the leaf rows below every node, for the compiled level loop")
-      .def(pybind11::init<>());
+void bind_head_levels(pybind11::module& m) {
+  bind_kernel<GatedHeadLevels, Tensor, Tensor>(
+      m, "GatedHeadLevels", "Teng & Zhang's gated head lexicalization (binary) for the compiled level loop",
+      py::arg("W_zx"), py::arg("b_z"));
+  bind_kernel<FixedHeadLevels, int64_t>(
+      m, "FixedHeadLevels", "Teng & Zhang's left, right and average heads (Table 5) for the compiled level loop",
+      py::arg("method"));
+  bind_kernel<LeafSumLevels>(
+      m, "LeafSumLevels", "Sums and counts of the leaf rows below every node, for the compiled level loop");
 }
+
+}  // namespace graphtree

@@ -16,13 +16,13 @@ class LeafUnit {
  public:
   // What backward needs of one leaf level: its inputs, the pre-activations with sigmoid(o) in the o block, tanh(c).
   struct Saved {
-    torch::Tensor x, gates, tanh_c;
+    Tensor x, gates, tanh_c;
   };
 
   LeafUnit() = default;
 
   // weight: [2 d, E] (rows c, then o) and bias: [2 d].
-  LeafUnit(const torch::Tensor& weight, const torch::Tensor& bias)
+  LeafUnit(const Tensor& weight, const Tensor& bias)
       : weight_(weight.contiguous()), bias_(bias.contiguous()) {
     check(weight_, "leaf_weight");
     check(bias_, "leaf_bias");
@@ -32,42 +32,37 @@ class LeafUnit {
 
   bool defined() const { return weight_.defined(); }
 
-  // Forgets the gradients of an earlier pass (LevelKernel::begin).
+  // Forgets the gradients of an earlier pass (at the start of a pass).
   void reset() {
     grads_.clear();
     inputs_.clear();
   }
 
   // Writes the level's h and c (contiguous [n, d] rows of the state buffers) from its inputs x [n, E].
-  Saved forward(const torch::Tensor& x_in, const torch::Tensor& h, const torch::Tensor& c, bool save) const {
+  Saved forward(const Tensor& x_in, const Tensor& h, const Tensor& c, bool save) const {
     auto x = x_in.contiguous();
     check(x, "x");
     const int64_t n = x.size(0), d = weight_.size(0) / 2;
-    check_destination(h, n, d, "h");
-    check_destination(c, n, d, "c");
     auto gates = at::addmm(bias_, x, weight_.t());  // [c, o] pre-activations
     auto tanh_c = torch::empty({n, d}, x.options());
     float *G = gates.data_ptr<float>(), *H = h.data_ptr<float>(), *C = c.data_ptr<float>();
     float* T = tanh_c.data_ptr<float>();
-    for_rows(n, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        float *g = G + r * 2 * d, *hr = H + r * d, *cr = C + r * d, *tr = T + r * d;
+    for_rows(n, [&](int64_t r) {
+      float *g = G + r * 2 * d, *hr = H + r * d, *cr = C + r * d, *tr = T + r * d;
 #pragma omp simd
-        for (int64_t k = 0; k < d; ++k) {
-          const float o = sigmoid(g[d + k]);
-          g[d + k] = o;
-          cr[k] = g[k];
-          tr[k] = tanh_of(g[k]);
-          hr[k] = o * tr[k];
-        }
+      for (int64_t k = 0; k < d; ++k) {
+        const float o = sigmoid(g[d + k]);
+        g[d + k] = o;
+        cr[k] = g[k];
+        tr[k] = tanh_of(g[k]);
+        hr[k] = o * tr[k];
       }
     });
     return save ? Saved{x, gates, tanh_c} : Saved{};
   }
 
   // Keeps the gradient of the level's pre-activations for param_grads, and adds that of x into grad_x when given.
-  void backward(const Saved& saved, const torch::Tensor& grad_h_in, const torch::Tensor& grad_c_in,
-                torch::Tensor* grad_x) {
+  void backward(const Saved& saved, const Tensor& grad_h_in, const Tensor& grad_c_in, Tensor* grad_x) {
     TORCH_CHECK(saved.gates.defined(), "LeafUnit: backward after a forward that saved nothing");
     auto grad_h = grad_h_in.contiguous(), grad_c = grad_c_in.contiguous();
     const int64_t n = saved.x.size(0), d = weight_.size(0) / 2;
@@ -75,15 +70,13 @@ class LeafUnit {
     const float *gH = grad_h.data_ptr<float>(), *gC = grad_c.data_ptr<float>();
     const float *A = saved.gates.data_ptr<float>(), *T = saved.tanh_c.data_ptr<float>();
     float* gG = grad_gates.data_ptr<float>();
-    for_rows(n, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float *gh = gH + r * d, *gc = gC + r * d, *o = A + r * 2 * d + d, *t = T + r * d;
-        float* gg = gG + r * 2 * d;
+    for_rows(n, [&](int64_t r) {
+      const float *gh = gH + r * d, *gc = gC + r * d, *o = A + r * 2 * d + d, *t = T + r * d;
+      float* gg = gG + r * 2 * d;
 #pragma omp simd
-        for (int64_t k = 0; k < d; ++k) {
-          gg[k] = gc[k] + gh[k] * o[k] * (1.f - t[k] * t[k]);  // c
-          gg[d + k] = gh[k] * t[k] * o[k] * (1.f - o[k]);      // o
-        }
+      for (int64_t k = 0; k < d; ++k) {
+        gg[k] = gc[k] + gh[k] * o[k] * (1.f - t[k] * t[k]);  // c
+        gg[d + k] = gh[k] * t[k] * o[k] * (1.f - o[k]);      // o
       }
     });
     grads_.push_back(grad_gates);
@@ -92,19 +85,15 @@ class LeafUnit {
   }
 
   // The gradients of the weight and the bias, over every leaf level that ran backward.
-  std::pair<torch::Tensor, torch::Tensor> param_grads() const {
-    auto grad_weight = torch::zeros_like(weight_), grad_bias = torch::zeros_like(bias_);
-    if (!grads_.empty()) {
-      auto grads = cat_rows(grads_);
-      grad_weight.addmm_(grads.t(), cat_rows(inputs_));
-      grad_bias += grads.sum(0);
-    }
-    return {grad_weight, grad_bias};
+  std::pair<Tensor, Tensor> param_grads() const {
+    if (grads_.empty()) return {torch::zeros_like(weight_), torch::zeros_like(bias_)};
+    auto grads = cat_rows(grads_);
+    return {weight_grad(weight_, grads, cat_rows(inputs_)), bias_grad(bias_, grads)};
   }
 
  private:
-  torch::Tensor weight_, bias_;
-  std::vector<torch::Tensor> grads_, inputs_;
+  Tensor weight_, bias_;
+  std::vector<Tensor> grads_, inputs_;
 };
 
 }  // namespace graphtree

@@ -11,38 +11,31 @@
 #include "leaf_unit.h"
 #include "level_loop.h"
 
-using graphtree::check;
-using graphtree::check_all;
-using graphtree::for_rows;
-using graphtree::sigmoid;
-using graphtree::tanh_of;
-
+namespace graphtree {
 namespace {
 
 // Eqs 9-14 of Tai et al. 2015 on n rows. G: [n, (3 + N) d] pre-activations, replaced by the activations;
 // Cj: [n, N, d] the children's memories. Writes h, c and tanh(c), each [n, d].
 void forward_rows(float* G, const float* Cj, float* H, float* C, float* T, int64_t n, int64_t N, int64_t d) {
   const int64_t width = (3 + N) * d;
-  for_rows(n, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      float* g = G + r * width;
-      const float* cj = Cj + r * N * d;
-      float *hr = H + r * d, *cr = C + r * d, *tr = T + r * d;
+  for_rows(n, [&](int64_t r) {
+    float* g = G + r * width;
+    const float* cj = Cj + r * N * d;
+    float *hr = H + r * d, *cr = C + r * d, *tr = T + r * d;
 #pragma omp simd
-      for (int64_t k = 0; k < width; ++k) g[k] = sigmoid(g[k]);
+    for (int64_t k = 0; k < width; ++k) g[k] = sigmoid(g[k]);
 #pragma omp simd
-      for (int64_t k = 0; k < d; ++k) cr[k] = g[k] * (2.f * g[2 * d + k] - 1.f);  // i * u
-      for (int64_t l = 0; l < N; ++l) {
-        const float* f = g + (3 + l) * d;
-        const float* cl = cj + l * d;
+    for (int64_t k = 0; k < d; ++k) cr[k] = g[k] * (2.f * g[2 * d + k] - 1.f);  // i * u
+    for (int64_t l = 0; l < N; ++l) {
+      const float* f = g + (3 + l) * d;
+      const float* cl = cj + l * d;
 #pragma omp simd
-        for (int64_t k = 0; k < d; ++k) cr[k] += f[k] * cl[k];  // + f_l * c_l
-      }
+      for (int64_t k = 0; k < d; ++k) cr[k] += f[k] * cl[k];  // + f_l * c_l
+    }
 #pragma omp simd
-      for (int64_t k = 0; k < d; ++k) {
-        tr[k] = tanh_of(cr[k]);
-        hr[k] = g[d + k] * tr[k];
-      }
+    for (int64_t k = 0; k < d; ++k) {
+      tr[k] = tanh_of(cr[k]);
+      hr[k] = g[d + k] * tr[k];
     }
   });
 }
@@ -52,31 +45,29 @@ void forward_rows(float* G, const float* Cj, float* H, float* C, float* T, int64
 void backward_rows(const float* gH, const float* gC, const float* A, const float* Cj, const float* T, float* gG,
                    float* gCj, int64_t n, int64_t N, int64_t d) {
   const int64_t width = (3 + N) * d;
-  for_rows(n, [&](int64_t begin, int64_t end) {
-    std::vector<float> total(d);  // dL/dc of the row: from c itself and through h = o tanh(c)
-    float* gc = total.data();
-    for (int64_t r = begin; r < end; ++r) {
-      const float *a = A + r * width, *gh = gH + r * d, *gcr = gC + r * d, *t = T + r * d;
-      const float* cj = Cj + r * N * d;
-      float *gg = gG + r * width, *gcj = gCj + r * N * d;
+  std::vector<float> total(d);  // dL/dc of the row: from c itself and through h = o tanh(c)
+  float* gc = total.data();
+  for_rows(n, [&](int64_t r) {
+    const float *a = A + r * width, *gh = gH + r * d, *gcr = gC + r * d, *t = T + r * d;
+    const float* cj = Cj + r * N * d;
+    float *gg = gG + r * width, *gcj = gCj + r * N * d;
+#pragma omp simd
+    for (int64_t k = 0; k < d; ++k) {
+      const float i = a[k], o = a[d + k], s = a[2 * d + k], u = 2.f * s - 1.f;
+      gc[k] = gcr[k] + gh[k] * o * (1.f - t[k] * t[k]);
+      gg[k] = gc[k] * u * i * (1.f - i);                   // input gate
+      gg[d + k] = gh[k] * t[k] * o * (1.f - o);            // output gate
+      gg[2 * d + k] = 4.f * gc[k] * i * s * (1.f - s);     // u = 2 sigmoid(2 z) - 1: du/dz = 4 s (1 - s)
+    }
+    for (int64_t l = 0; l < N; ++l) {
+      const float* f = a + (3 + l) * d;
+      const float* cl = cj + l * d;
+      float* gf = gg + (3 + l) * d;
+      float* gcl = gcj + l * d;
 #pragma omp simd
       for (int64_t k = 0; k < d; ++k) {
-        const float i = a[k], o = a[d + k], s = a[2 * d + k], u = 2.f * s - 1.f;
-        gc[k] = gcr[k] + gh[k] * o * (1.f - t[k] * t[k]);
-        gg[k] = gc[k] * u * i * (1.f - i);                   // input gate
-        gg[d + k] = gh[k] * t[k] * o * (1.f - o);            // output gate
-        gg[2 * d + k] = 4.f * gc[k] * i * s * (1.f - s);     // u = 2 sigmoid(2 z) - 1: du/dz = 4 s (1 - s)
-      }
-      for (int64_t l = 0; l < N; ++l) {
-        const float* f = a + (3 + l) * d;
-        const float* cl = cj + l * d;
-        float* gf = gg + (3 + l) * d;
-        float* gcl = gcj + l * d;
-#pragma omp simd
-        for (int64_t k = 0; k < d; ++k) {
-          gf[k] = gc[k] * cl[k] * f[k] * (1.f - f[k]);     // forget gate of child l
-          gcl[k] = gc[k] * f[k];
-        }
+        gf[k] = gc[k] * cl[k] * f[k] * (1.f - f[k]);     // forget gate of child l
+        gcl[k] = gc[k] * f[k];
       }
     }
   });
@@ -86,46 +77,42 @@ void backward_rows(const float* gH, const float* gC, const float* A, const float
 // pre-activations G ([n, (3 + N) d]), the u block doubled like its weights, the f block to every child's gate.
 void add_input_rows(float* G, const float* X, int64_t n, int64_t N, int64_t d) {
   const int64_t width = (3 + N) * d;
-  for_rows(n, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      float* g = G + r * width;
-      const float* x = X + r * 4 * d;
+  for_rows(n, [&](int64_t r) {
+    float* g = G + r * width;
+    const float* x = X + r * 4 * d;
 #pragma omp simd
-      for (int64_t k = 0; k < 2 * d; ++k) g[k] += x[k];
+    for (int64_t k = 0; k < 2 * d; ++k) g[k] += x[k];
 #pragma omp simd
-      for (int64_t k = 0; k < d; ++k) g[2 * d + k] += 2.f * x[2 * d + k];
-      for (int64_t l = 0; l < N; ++l) {
-        float* f = g + (3 + l) * d;
+    for (int64_t k = 0; k < d; ++k) g[2 * d + k] += 2.f * x[2 * d + k];
+    for (int64_t l = 0; l < N; ++l) {
+      float* f = g + (3 + l) * d;
 #pragma omp simd
-        for (int64_t k = 0; k < d; ++k) f[k] += x[3 * d + k];
-      }
+      for (int64_t k = 0; k < d; ++k) f[k] += x[3 * d + k];
     }
   });
 }
 
-}  // namespace
+struct NarySaved {
+  Tensor activated, tanh_c, c_children;
+  LeafUnit::Saved leaf;
+};
 
-namespace {
-
-// The N-ary Tree-LSTM (forget="full") as a LevelKernel: the engine's compiled level loop runs a whole pass with
-// it (graphtree/nn/nary.py's update, and its derivatives). Constituency setting: leaves use the leaf unit
-// c = W^(c) x + b^(c), o = sigmoid(W^(o) x + b^(o)); internal levels eqs 9-14 from their children's states
-// alone. General setting: eqs 9-14 at every node, plus the node's input terms W x + b (computed for all nodes
-// before the pass, their gradient returned through the level's input rows); a leaf is a step from zero children.
-class NaryLevels : public graphtree::LevelKernel {
+// The N-ary Tree-LSTM (forget="full") as a LevelKernel (graphtree/nn/nary.py's update, and its derivatives).
+// Constituency setting: leaves use the leaf unit c = W^(c) x + b^(c), o = sigmoid(W^(o) x + b^(o)); internal
+// levels eqs 9-14 from their children's states alone. General setting: eqs 9-14 at every node, plus the node's
+// input terms W x + b (computed for all nodes before the pass, their gradient returned through the level's input
+// rows); a leaf is a step from zero children.
+class NaryLevels : public Levels<NarySaved> {
  public:
   // gate_weights_t: [N d, R] the gate rows of U transposed (R = (3 + N) d), their u block doubled (one
   // sigmoid serves every gate: tanh(z) = 2 sigmoid(2 z) - 1); gate_bias: [R] the summed biases b_U, doubled
   // likewise; U: [R, N d] as it is, for the children's gradients; leaf_weight: [2 d, E] and leaf_bias: [2 d],
   // W_leaf's (constituency; empty in the general setting).
-  NaryLevels(torch::Tensor gate_weights_t, torch::Tensor gate_bias, torch::Tensor U, torch::Tensor leaf_weight,
-             torch::Tensor leaf_bias, bool general)
-      : gate_weights_t_(gate_weights_t.contiguous()),
-        gate_bias_(gate_bias.contiguous()),
-        U_(U.contiguous()),
-        general_(general) {
-    for (auto* t : {&gate_weights_t_, &gate_bias_, &U_}) check(*t, "every weight");
-    if (!general_) leaf_ = graphtree::LeafUnit(leaf_weight, leaf_bias);
+  NaryLevels(Tensor gate_weights_t, Tensor gate_bias, Tensor U, Tensor leaf_weight, Tensor leaf_bias, bool general)
+      : Levels("NaryLevels", U.options(), {(U.size(0) - U.size(1)) / 3, 0}),
+        gate_weights_t_(gate_weights_t), gate_bias_(gate_bias), U_(U), general_(general) {
+    check_all({&gate_weights_t_, &gate_bias_, &U_});
+    if (!general_) leaf_ = LeafUnit(leaf_weight, leaf_bias);
     rows_ = U_.size(0);
     d_ = (rows_ - U_.size(1)) / 3;  // R = 3 d + N d
     N_ = d_ > 0 ? U_.size(1) / d_ : 0;
@@ -134,39 +121,27 @@ class NaryLevels : public graphtree::LevelKernel {
                 "NaryLevels: weight shapes do not agree");
   }
 
-  void begin(const std::vector<graphtree::Level>& levels, bool save) override {
-    save_ = save;
-    contexts_.assign(levels.size(), {});
+  void start(const std::vector<Level>& levels) override {
     leaf_.reset();
-    leaf_grad_bias_ = torch::zeros({rows_}, U_.options());
-    const int64_t internal = graphtree::internal_row_offsets(levels, offsets_);
-    // Every internal node's gathered children h, level after level: the rows of U's weight gradient.
-    children_h_ = torch::empty({internal, N_ * d_}, U_.options());
+    leaf_grad_bias_ = torch::zeros({rows_}, options_);
+    grad_gates_ = save_ ? internal(rows_) : Tensor();
   }
 
-  torch::Tensor gather_destination(const graphtree::Level& level, int64_t state) override {
-    if (state != 0 || level.width == 0) return {};
-    TORCH_CHECK(level.width == N_, "NaryLevels: a level with ", level.width, " slots, expected ", N_);
-    return children_h_.narrow(0, offsets_[level.index], level.end - level.begin).view({-1, d_});
-  }
-
-  void forward(const graphtree::Level& level, const std::vector<torch::Tensor>& inputs,
-               const std::vector<torch::Tensor>& children, std::vector<torch::Tensor>& buffers, bool save) override {
-    const int64_t n = level.end - level.begin;
-    auto h = buffers[0].narrow(0, level.begin, n), c = buffers[1].narrow(0, level.begin, n);
-    Context& context = contexts_[level.index];
+  void forward(const Level& level, const std::vector<Tensor>& inputs,
+               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+    const int64_t n = level.rows();
+    auto h = rows_of(buffers[0], level), c = rows_of(buffers[1], level);
     if (level.width == 0 && !general_) {
-      context.leaf = leaf_.forward(inputs[0], h, c, save);
+      saved(level).leaf = leaf_.forward(inputs[0], h, c, save);
       return;
     }
-    auto tanh_c = torch::empty({n, d_}, U_.options());
-    torch::Tensor gates, c_children;
+    auto tanh_c = fresh(n, d_);
+    Tensor gates, c_children;
     if (level.width == 0) {  // general leaves: a step from zero children
-      // A copy, never a view: the gates are written in place below, and for one node expand().contiguous() is
-      // the bias itself (a size-1 dimension of stride 0 counts as contiguous), which every later level reads.
-      gates = gate_bias_.expand({n, rows_}).clone(at::MemoryFormat::Contiguous);
-      c_children = torch::zeros({n, N_, d_}, U_.options());
+      gates = repeated_rows(gate_bias_, 1, n);  // written in place below
+      c_children = torch::zeros({n, N_, d_}, options_);
     } else {
+      expect_width(level, N_);
       gates = at::addmm(gate_bias_, children[0].view({n, N_ * d_}), gate_weights_t_);
       c_children = children[1].view({n, N_, d_});
     }
@@ -177,75 +152,62 @@ class NaryLevels : public graphtree::LevelKernel {
     }
     forward_rows(gates.data_ptr<float>(), c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(),
                  tanh_c.data_ptr<float>(), n, N_, d_);
-    if (save) context = Context{gates, tanh_c, c_children, {}};
+    if (save) saved(level) = {gates, tanh_c, c_children, {}};
   }
 
-  std::vector<torch::Tensor> backward(const graphtree::Level& level, const std::vector<torch::Tensor>& grad_states,
-                                      std::vector<torch::Tensor>& grad_inputs) override {
-    TORCH_CHECK(save_, "NaryLevels: backward after a forward that saved nothing");
-    const int64_t n = level.end - level.begin, d = d_;
-    const Context& context = contexts_[level.index];
+  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
+                               std::vector<Tensor>& grad_inputs) override {
+    const auto& s = saved_for_backward(level);
+    const int64_t n = level.rows(), d = d_;
     auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
+    auto* grad_x = input_grad(grad_inputs);
     if (level.width == 0 && !general_) {
-      leaf_.backward(context.leaf, grad_h, grad_c, grad_inputs.empty() ? nullptr : &grad_inputs[0]);
-      return {torch::Tensor(), torch::Tensor()};
+      leaf_.backward(s.leaf, grad_h, grad_c, grad_x);
+      return {Tensor(), Tensor()};
     }
-    if (!grad_gates_.defined()) grad_gates_ = torch::empty({children_h_.size(0), rows_}, U_.options());
-    auto grad_gates = level.width == 0 ? torch::empty({n, rows_}, U_.options())
-                                       : grad_gates_.narrow(0, offsets_[level.index], n);
-    auto grad_c_children = torch::empty({n, N_, d}, U_.options());
-    backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), context.activated.data_ptr<float>(),
-                  context.c_children.data_ptr<float>(), context.tanh_c.data_ptr<float>(),
-                  grad_gates.data_ptr<float>(), grad_c_children.data_ptr<float>(), n, N_, d);
-    if (general_ && !grad_inputs.empty() && grad_inputs[0].defined()) {  // W x + b: gates i, o, u; f summed
-      grad_inputs[0].narrow(1, 0, 3 * d).add_(grad_gates.narrow(1, 0, 3 * d));
-      grad_inputs[0].narrow(1, 3 * d, d).add_(grad_gates.narrow(1, 3 * d, N_ * d).view({n, N_, d}).sum(1));
+    auto grad_gates = level.width == 0 ? fresh(n, rows_) : internal_rows(grad_gates_, level);
+    auto grad_c_children = fresh(n, N_ * d);
+    backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), s.activated.data_ptr<float>(),
+                  s.c_children.data_ptr<float>(), s.tanh_c.data_ptr<float>(), grad_gates.data_ptr<float>(),
+                  grad_c_children.data_ptr<float>(), n, N_, d);
+    if (general_ && grad_x != nullptr) {  // W x + b: gates i, o, u; f summed
+      grad_x->narrow(1, 0, 3 * d).add_(grad_gates.narrow(1, 0, 3 * d));
+      grad_x->narrow(1, 3 * d, d).add_(grad_gates.narrow(1, 3 * d, N_ * d).view({n, N_, d}).sum(1));
     }
     if (level.width == 0) {  // general leaves: no children; their gates' bias gradient
       leaf_grad_bias_ += grad_gates.sum(0);
-      return {torch::Tensor(), torch::Tensor()};
+      return {Tensor(), Tensor()};
     }
-    auto grad_h_children = at::mm(grad_gates, U_);
-    return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
+    return {at::mm(grad_gates, U_).view({-1, d}), grad_c_children.view({-1, d})};
   }
 
-  std::vector<torch::Tensor> param_grads() override {
-    auto grad_U = torch::zeros_like(U_);
-    auto grad_b = leaf_grad_bias_.defined() ? leaf_grad_bias_.clone() : torch::zeros({rows_}, U_.options());
-    if (grad_gates_.defined() && grad_gates_.size(0) > 0) {
-      grad_U.addmm_(grad_gates_.t(), children_h_);
-      grad_b += grad_gates_.sum(0);
-    }
+  std::vector<Tensor> param_grads() override {
+    auto grad_U = weight_grad(U_, grad_gates_, gathered(0, N_ * d_));
+    auto grad_b = leaf_grad_bias_.clone();
+    if (grad_gates_.defined() && grad_gates_.size(0) > 0) grad_b += grad_gates_.sum(0);
     // Every child's bias block b_U[l] enters the gates the same way, so each gets the same gradient.
-    auto grad_b_U = grad_b.unsqueeze(0).expand({N_, rows_}).contiguous();
+    auto grad_b_U = repeated_rows(grad_b, 1, N_);
     if (general_) return {grad_U, grad_b_U};
     auto [grad_leaf_weight, grad_leaf_bias] = leaf_.param_grads();
     return {grad_U, grad_b_U, grad_leaf_weight, grad_leaf_bias};
   }
 
  private:
-  struct Context {
-    torch::Tensor activated, tanh_c, c_children;
-    graphtree::LeafUnit::Saved leaf;
-  };
-
-  torch::Tensor gate_weights_t_, gate_bias_, U_;
-  graphtree::LeafUnit leaf_;  // constituency only
+  Tensor gate_weights_t_, gate_bias_, U_;
+  LeafUnit leaf_;  // constituency only
   bool general_ = false;
   int64_t rows_ = 0, d_ = 0, N_ = 0;
-  bool save_ = false;
-  torch::Tensor leaf_grad_bias_;  // general setting: the leaves' share of the gates' bias gradient
-  std::vector<Context> contexts_;
-  std::vector<int64_t> offsets_;  // each level's first row in children_h_ and grad_gates_
-  torch::Tensor children_h_, grad_gates_;
+  Tensor leaf_grad_bias_;  // general setting: the leaves' share of the gates' bias gradient
+  Tensor grad_gates_;
 };
 
 }  // namespace
 
 void bind_nary_levels(pybind11::module& m) {
-  pybind11::class_<NaryLevels, graphtree::LevelKernel, std::shared_ptr<NaryLevels>>(
-      m, "NaryLevels", "The N-ary Tree-LSTM's level math for the engine's compiled level loop")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, bool>(),
-           pybind11::arg("gate_weights_t"), pybind11::arg("gate_bias"), pybind11::arg("U"),
-           pybind11::arg("leaf_weight"), pybind11::arg("leaf_bias"), pybind11::arg("general"));
+  bind_kernel<NaryLevels, Tensor, Tensor, Tensor, Tensor, Tensor, bool>(
+      m, "NaryLevels", "The N-ary Tree-LSTM's level math for the engine's compiled level loop",
+      py::arg("gate_weights_t"), py::arg("gate_bias"), py::arg("U"), py::arg("leaf_weight"),
+      py::arg("leaf_bias"), py::arg("general"));
 }
+
+}  // namespace graphtree
