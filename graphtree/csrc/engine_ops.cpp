@@ -1,4 +1,4 @@
-// Row scatter-add for the propagation engine (graphtree/engine.py): a level's gradients flow back into its
+// Row scatter-add for the propagation engine (graphtree/engine/): a level's gradients flow back into its
 // children's rows. On CPU, index_put_(accumulate=True) sorts its indices first, which dominates on large
 // levels; this is one pass. Rows may repeat (a DAG node with several parents, the padding row of empty
 // slots), so the pass is serial over rows and vectorized within a row.
@@ -78,8 +78,8 @@ std::vector<graphtree::Level> levels_of(const std::vector<int64_t>& ptr, const s
 
 }  // namespace
 
-// The forward loop of graphtree/engine.py (_run_levels) over a LevelKernel. buffers: the level-sorted state
-// buffers, [num_nodes + 1, d] each (the last row zero: empty slots point there), written level by level;
+// The forward loop of graphtree/engine/definition.py (run_update_levels) over a LevelKernel. buffers: the
+// level-sorted state buffers, [num_nodes + 1, d] each (the last row zero: empty slots point there), written level by level;
 // inputs: level-sorted per-node inputs; ptr: level boundaries; slots: each level's flat predecessor index;
 // position_groups: each level's row groups (see Level), or empty.
 void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tensor> buffers,

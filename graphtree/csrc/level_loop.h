@@ -1,5 +1,5 @@
 // The propagation engine's level loop in C++ (engine_ops.cpp), and the frame of the cells' kernels that it runs.
-// The loop is _run_levels of graphtree/engine.py and its derivative, level by level over the same level-sorted
+// The loop is run_update_levels of graphtree/engine/definition.py and its derivative, over the same level-sorted
 // buffers and slot indices; running it in C++ spares each level the Python interpreter between its operators,
 // which on a tree level's few rows costs as much as the arithmetic.
 #pragma once
