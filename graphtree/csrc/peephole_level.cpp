@@ -233,7 +233,9 @@ class PeepholeLevels : public Levels<PeepholeSaved> {
     const int64_t d = d_, N = N_;
     return {weight_grad(W_h_, grad_gates_, gathered(0, N * d)),
             weight_grad(W_c_, grad_gates_.narrow(1, 0, (N + 1) * d), gathered(1, N * d)),
-            weight_grad(W_co_, grad_o_, c_buffer_.narrow(0, internal_begin_, internal_)),
+            // In an empty batch no level ran forward and no buffer was seen: no rows, a zero gradient.
+            weight_grad(W_co_, grad_o_,
+                        c_buffer_.defined() ? c_buffer_.narrow(0, internal_begin_, internal_) : Tensor()),
             bias_grad(b_, grad_gates_)};
   }
 
