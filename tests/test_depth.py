@@ -11,6 +11,10 @@ and memory of the same thing at up to 10^6 nodes.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -108,3 +112,10 @@ def test_the_count_sees_a_graph_sized_write_per_level():
 
     shallow, deep = _written(lambda: make(48), 48, False), _written(lambda: make(192), 192, False)
     assert deep / shallow > 5, (shallow, deep)
+
+
+def test_the_performance_pages_depth_table_is_what_its_command_prints():
+    repo = Path(__file__).resolve().parent.parent
+    printed = subprocess.run([sys.executable, "benchmarks/depth.py", "--table", "benchmarks/results/depth-cpu.json"],
+                             cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    assert printed.count("\n") > 10 and printed in (repo / "docs" / "performance.md").read_text()
