@@ -98,8 +98,11 @@ def test_masked_reductions_by_hand():
     torch.testing.assert_close(children.mean(), torch.tensor([[2.0, -3.0], [0.0, 0.0], [-3.0, -7.0]]))
     # The empty slot's zero is not a maximum of node 0's second column, nor of node 2's.
     torch.testing.assert_close(children.max(), torch.tensor([[3.0, -2.0], [0.0, 0.0], [-1.0, -6.0]]))
-    weights = children.softmax(torch.tensor([[0.0, 0.0, 9.0], [1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]))
+    scores = torch.tensor([[0.0, 0.0, 9.0], [1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], requires_grad=True)
+    weights = children.softmax(scores)
     torch.testing.assert_close(weights, torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]]))
+    weights[:, 0].sum().backward()  # node 1, with no children, must not send NaN back
+    assert torch.isfinite(scores.grad).all() and not scores.grad[1].any()
     leaves = Children((torch.zeros(2, 0, 4),), torch.zeros(2, 0, dtype=torch.bool), torch.zeros(2, 0))
     for reduce in (leaves.sum, leaves.mean, leaves.max):  # K = 0 at the leaves: torch's amax(dim=1) fails there
         torch.testing.assert_close(reduce(), torch.zeros(2, 4))

@@ -83,8 +83,10 @@ class Children(NamedTuple):
                              f"{list(scores.shape)}")
         if scores.size(1) == 0:
             return scores
-        weights = torch.softmax(scores.masked_fill(~self.mask, -math.inf), dim=1)
-        return torch.where(self.mask, weights, torch.zeros_like(weights))  # a row with no slot filled: NaN -> 0
+        # A row with no slot filled is softmaxed over zeros instead of all -inf, whose softmax is NaN: no NaN
+        # is made at all, rather than made and then masked away.
+        masked = scores.masked_fill(~self.mask, -math.inf).masked_fill(~self.mask.any(dim=1, keepdim=True), 0.0)
+        return torch.softmax(masked, dim=1) * self.mask
 
 
 class Prepared(NamedTuple):
