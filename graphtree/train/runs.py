@@ -189,8 +189,9 @@ def recorded_command(script: str, argv: Sequence[str]) -> str:
 
 def default_mirror(repo: Path) -> str | None:
     """Where the corpora come from: ``$GRAPHTREE_MIRROR``, else ``../shared/data`` beside the repository."""
-    if settings.current().mirror:
-        return settings.current().mirror
+    mirror = settings.current().mirror
+    if mirror:
+        return mirror
     shared = repo.parent / "shared" / "data"
     return str(shared) if shared.is_dir() else None
 
