@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch_geometric.data import Batch, Data
 
-from graphtree.engine import schedule_of
+from graphtree.data import with_schedule
 from graphtree.models import node_loss
 from graphtree.replay import Buckets, ReplayedStep
 from graphtree.train import make_optimizer
@@ -131,8 +131,7 @@ def workload(trees: list[Data], B: int, count: int, device: torch.device) -> tup
     groups = [trees[k:k + B] for k in range(0, count, B)]
     host = [Batch.from_data_list(g) for g in groups]
     for batch in host:
-        schedule_of(batch).plan("bottom_up")
-        schedule_of(batch).plan("top_down")
+        with_schedule(batch, ("bottom_up", "top_down"))
     stats = TreeStats()
     for tree in trees[:count]:
         stats.add(tree)

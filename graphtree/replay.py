@@ -56,8 +56,7 @@ from torch_geometric.data import Data
 
 from .backend import native
 from .data import NO_LABEL
-from .engine import schedule_of
-from .schedule import LevelPlan, Schedule
+from .schedule import LevelPlan, Schedule, schedule_of
 
 __all__ = ["BucketShape", "Buckets", "PaddedBatch", "ReplayError", "ReplayStats", "ReplayedStep", "pad",
            "padded_batch", "weighted_node_loss"]
@@ -165,6 +164,10 @@ class _PaddedSchedule(Schedule):
     def describe_node(self, node: int) -> str:
         return f"padded node {node}"
 
+    def check_fits(self, data: Any) -> None:  # a padded batch has nodes but no edges: its plan holds its slots
+        if data.num_nodes != self.num_nodes:
+            raise ReplayError(f"a padded schedule of {self.num_nodes} nodes on a batch of {data.num_nodes}")
+
 
 class PaddedBatch(Data):
     """A batch padded to a :class:`BucketShape`: every per-node attribute of the batch, gathered from the node
@@ -259,7 +262,7 @@ def _new_bucket(shape: BucketShape, tensors: dict[str, Tensor], device: torch.de
     for key, value in fixed.items():
         if key not in ("slots", "slot_pos"):
             batch[key] = value
-    batch.__dict__["_fixed_schedule"] = _PaddedSchedule(plan)  # the engine takes it as the batch's schedule
+    batch.schedule = _PaddedSchedule(plan)
     return _Bucket(batch, plan, fixed)
 
 

@@ -30,6 +30,15 @@ Building it is vectorized over nodes and edges, in NumPy on the host arrays
 each for a fraction of what PyTorch takes): every level's slot matrix is a block
 of one matrix filled in one indexed write, so the only Python loop takes a view
 per level.
+
+A schedule is data, passed explicitly. A batch carries it as ``batch.schedule``
+(set where the batch is collated: :class:`~graphtree.data.TreeLoader`,
+:func:`~graphtree.data.with_schedule`), a cell is handed one in place of
+``edge_index`` (``cell(x, schedule)``), or a cell builds one from the bare
+``edge_index`` or the ``Data`` it is called on, for that call only. Nothing is
+cached behind the caller's back: a schedule holds its own copies of the graph's
+tensors, so the pass runs on the graph the schedule was built from, and a graph
+that changes needs a new schedule (``batch.schedule = Schedule.from_data(batch)``).
 """
 
 from __future__ import annotations
@@ -37,15 +46,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .data.levels import topological_levels
 from .errors import ScheduleError
+from .levels import topological_levels
 
-__all__ = ["DIRECTIONS", "LevelPlan", "Schedule", "block"]
+__all__ = ["DIRECTIONS", "LevelPlan", "Schedule", "block", "schedule_of"]
 
 DIRECTIONS = ("bottom_up", "top_down")
 
@@ -129,8 +139,7 @@ class Schedule:
         if self.num_nodes < 0:
             raise ScheduleError(f"num_nodes must be non-negative, got {self.num_nodes}")
         # Private host copies, not views of the caller's tensors: plans are built lazily from these, so an
-        # in-place edit of the caller's tensors must not reach a schedule that is already in use (a cached
-        # one is replaced instead: engine.schedule_of keys its cache by the tensors' version counters).
+        # in-place edit of the caller's tensors cannot reach a schedule that is already in use.
         self.batch = _host_long(batch) if batch is not None else None
         if self.batch is not None and self.batch.numel() != self.num_nodes:
             raise ScheduleError(f"batch has {self.batch.numel()} entries for {self.num_nodes} nodes "
@@ -210,6 +219,10 @@ class Schedule:
         return self._plans[direction]
 
     @property
+    def num_edges(self) -> int:
+        return self.edge_index.size(1)
+
+    @property
     def bottom_up(self) -> LevelPlan:
         return self.plan("bottom_up")
 
@@ -228,6 +241,51 @@ class Schedule:
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, num_edges={self.edge_index.size(1)}, "
                 f"height={int(self.height.max()) + 1 if self.num_nodes else 0} levels)")
+
+    def check_fits(self, data: Any) -> None:
+        """Raise a :class:`ScheduleError` unless ``data`` has this schedule's numbers of nodes and edges: a graph
+        whose size changed after its schedule was attached fails here, by name, rather than inside a pass."""
+        num_nodes, num_edges = data.num_nodes, data.edge_index.size(1)
+        if self.num_nodes != num_nodes or self.num_edges != num_edges:
+            raise ScheduleError(f"the graph's schedule was built for {self.num_nodes} nodes and {self.num_edges} "
+                                f"edges, but the graph has {num_nodes} nodes and {num_edges} edges; attach a new "
+                                "one: data.schedule = Schedule.from_data(data)")
+
+    def to(self, *args, **kwargs) -> Schedule:
+        """This schedule itself: it stays on the host, where its checks and counts cost no synchronization, and
+        each pass moves the plan it runs to its inputs' device (once per plan and device). Defined so that
+        ``batch.to(device)`` carries ``batch.schedule`` along unchanged."""
+        return self
+
+
+def schedule_of(graph: Any, num_nodes: int | None = None, edge_pos: Tensor | None = None) -> Schedule:
+    """The :class:`Schedule` a pass over ``graph`` runs on.
+
+    ``graph`` may be a ``Schedule`` (returned as it is); a ``Data``/``Batch``
+    that carries one as ``graph.schedule`` (returned, after a check that it
+    has the graph's numbers of nodes and edges); another ``Data``/``Batch``
+    (a schedule built from its ``edge_index``, ``edge_pos``, ``height``,
+    ``depth`` and ``batch``); or a bare ``edge_index`` (``[2, E]``, child ->
+    parent) with ``num_nodes`` and optionally ``edge_pos`` (each child's
+    position under its parent), as PyG layers are called: ``cell(x, edge_index)``.
+    A schedule built here is not kept anywhere: to run several passes, or
+    many steps, on one graph, build it once and pass it (or attach it with
+    :func:`~graphtree.data.with_schedule`).
+    """
+    if isinstance(graph, Schedule):
+        return graph
+    if isinstance(graph, Tensor):
+        if num_nodes is None:
+            raise ScheduleError("a bare edge_index needs num_nodes (a cell passes x.size(0))")
+        return Schedule(graph, num_nodes, edge_pos=edge_pos)
+    attached = getattr(graph, "schedule", None)
+    if isinstance(attached, Schedule):  # not PyG's list of the graphs' own after Batch.from_data_list
+        attached.check_fits(graph)
+        return attached
+    if getattr(graph, "edge_index", None) is None:
+        raise ScheduleError(f"expected a graphtree Schedule, an edge_index or a torch_geometric Data/Batch with "
+                            f"an edge_index, got {type(graph).__name__}")
+    return Schedule.from_data(graph)
 
 
 def _require_integers(name: str, tensor: Tensor) -> None:

@@ -14,8 +14,7 @@ import torch
 from torch_geometric.data import Batch
 from trees import random_ptb
 
-from graphtree.data import from_ptb
-from graphtree.engine import schedule_of
+from graphtree.data import from_ptb, with_schedule
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
 from graphtree.nn import (
     LSTMRNN,
@@ -85,7 +84,7 @@ def test_level_loop_never_synchronizes(name):
     torch.manual_seed(0)
     layer = LAYERS[name]().cuda()
     batch = mixed_batch(seed=1)
-    schedule_of(batch)  # as the Trainer does: the schedule is built on the host, before the batch moves
+    with_schedule(batch)  # as the Trainer does: the schedule is built on the host, before the batch moves
     batch = batch.to("cuda")
     x = torch.randn(batch.num_nodes, CHANNELS, device="cuda")
     run_layer(layer, x, batch)

@@ -31,7 +31,6 @@ from torch_geometric.data import Batch, Data
 from trees import chain_ptb, random_ptb
 
 import graphtree
-import graphtree.engine as engine
 from graphtree.backend import compiled, native
 from graphtree.data import from_ptb
 from graphtree.models.bicontree import _LeafSum
@@ -371,12 +370,10 @@ def test_a_cell_takes_a_bare_edge_index_as_pyg_layers_do():
 
 
 def test_the_schedule_of_a_bare_edge_index_follows_its_edits():
-    # Cached on the tensor, keyed by its version: an in-place edit gives a new schedule, not the old levels.
+    # Built for each call and kept nowhere: an in-place edit is a new graph, not the old levels.
     cell = ChildSumTreeLSTM(3, 4)
     x = torch.randn(4, 3)
     edges = torch.tensor([[0, 1, 2], [2, 2, 3]])  # 0, 1 -> 2 -> 3
-    first = engine.schedule_of(edges, num_nodes=4)
-    assert engine.schedule_of(edges, num_nodes=4) is first
     h_before, _ = cell(x, edges)
     edges[1, 2] = 0  # now 2 -> 0 is impossible (0 is a child of 2): a cycle, which must be reported
     with pytest.raises(Exception, match="cycle"):

@@ -16,11 +16,10 @@ import torch
 from torch_geometric.data import Batch, Data
 
 import graphtree.schedule as schedule_module
-from graphtree.data import from_networkx, from_parents, from_ptb
-from graphtree.engine import schedule_of
+from graphtree.data import from_networkx, from_parents, from_ptb, with_schedule
 from graphtree.errors import ScheduleError, TreeFormatError
 from graphtree.nn import SLSTM, ChildSumTreeLSTM, HeadLexicalization, NaryTreeLSTM
-from graphtree.schedule import Schedule
+from graphtree.schedule import Schedule, schedule_of
 
 # Two binary trees with the same node and edge counts (5 and 4) but different shapes. Pre-order numbering:
 #   LEFT:  0 = root, 1 = (1 (1 a) (1 b)), 2 = a, 3 = b, 4 = c    edges 1->0, 2->1, 3->1, 4->0
@@ -48,46 +47,70 @@ def _check_right_result(cell: NaryTreeLSTM, x: torch.Tensor, got: tuple[torch.Te
     torch.testing.assert_close(got[1], fresh[1])
 
 
-# -- 1. the cached schedule follows the graph ---------------------------------------------------------------
+# -- 1. the schedule is data: a pass runs on the graph it is given, or on the schedule it carries ------------
 
 
-def test_cached_schedule_is_rebuilt_when_edges_are_reassigned_with_the_same_counts():
-    cell, x = _cell_and_input()
-    left, right = from_ptb(LEFT), from_ptb(RIGHT)
-    d = left.clone()
-    cell(x, d)
-    d.edge_index, d.edge_pos, d.height, d.depth = right.edge_index, right.edge_pos, right.height, right.depth
-    assert schedule_of(d).height.tolist() == RIGHT_HEIGHT
-    _check_right_result(cell, x, cell(x, d))
-
-
-def test_cached_schedule_is_rebuilt_after_an_in_place_edit():
-    cell, x = _cell_and_input()
-    left, right = from_ptb(LEFT), from_ptb(RIGHT)
-    d = left.clone()
-    cell(x, d)
+def _edit_to_right(d: Data, how: str) -> None:
+    """Turn LEFT's tensors in ``d`` into RIGHT's, in one of the ways a user might."""
+    right = from_ptb(RIGHT)
     for key in ("edge_index", "edge_pos", "height", "depth"):
-        d[key].copy_(right[key])  # same tensors, new contents: only their version counters tell
+        if how == "reassign":
+            d[key] = right[key]
+        elif how == "in place":
+            d[key].copy_(right[key])
+        elif how == ".data":  # bypasses the version counter
+            d[key].data.copy_(right[key])
+        else:  # through a NumPy view: no version counter at all
+            d[key].numpy()[...] = right[key].numpy()
+
+
+@pytest.mark.parametrize("how", ["reassign", "in place", ".data", "numpy view"])
+def test_a_graph_without_a_schedule_runs_on_its_edges_as_they_are_now(how: str):
+    """Nothing is cached on the graph, so no kind of write, however it bypasses PyTorch's bookkeeping, can
+    leave a pass running on the old edges."""
+    cell, x = _cell_and_input()
+    d = from_ptb(LEFT)
+    cell(x, d)
+    _edit_to_right(d, how)
     assert schedule_of(d).height.tolist() == RIGHT_HEIGHT
     _check_right_result(cell, x, cell(x, d))
 
 
-def test_clone_does_not_carry_a_stale_schedule():
+@pytest.mark.parametrize("how", ["reassign", "in place", "numpy view"])
+def test_an_attached_schedule_is_the_graph_the_pass_runs_on_until_it_is_replaced(how: str):
     cell, x = _cell_and_input()
-    left, right = from_ptb(LEFT), from_ptb(RIGHT)
-    cell(x, left)  # left now caches its schedule; clone() copies the object's __dict__ along with it
-    d = left.clone()
-    d.edge_index, d.edge_pos, d.height, d.depth = right.edge_index, right.edge_pos, right.height, right.depth
+    d = with_schedule(from_ptb(LEFT))
+    left_states = cell(x, from_ptb(LEFT))
+    _edit_to_right(d, how)
+    # The schedule holds its own copies of LEFT's tensors: the pass still runs on LEFT, whole and consistent.
+    for got, want in zip(cell(x, d), left_states, strict=True):
+        torch.testing.assert_close(got, want)
+    d.schedule = Schedule.from_data(d)  # the graph changed: its new schedule, as the docs say
     _check_right_result(cell, x, cell(x, d))
-    # The original keeps its own, correct schedule (LEFT's heights: 2, 1, 0, 0, 0).
-    assert schedule_of(left).height.tolist() == [2, 1, 0, 0, 0]
 
 
-def test_schedule_is_rebuilt_when_only_the_node_count_changes():
-    d = from_ptb("(1 (1 a) (1 b))")
-    assert schedule_of(d).num_nodes == 3
+def test_a_clone_shares_the_schedule_of_the_graph_it_copies():
+    cell, x = _cell_and_input()
+    left = with_schedule(from_ptb(LEFT))
+    d = left.clone()
+    assert d.schedule is left.schedule
+    d.edge_index, d.edge_pos, d.height, d.depth = (from_ptb(RIGHT)[k] for k in ("edge_index", "edge_pos",
+                                                                                  "height", "depth"))
+    del d.schedule  # other edges: without the copied schedule, the pass builds the clone's own
+    _check_right_result(cell, x, cell(x, d))
+    assert schedule_of(left).height.tolist() == [2, 1, 0, 0, 0]  # LEFT's heights, kept by the original
+
+
+def test_an_attached_schedule_of_another_size_is_an_error_that_names_both_sizes():
+    d = with_schedule(from_ptb("(1 (1 a) (1 b))"))
     d.num_nodes = 4  # an isolated extra node: a leaf and a root, height 0 and depth 0
     d.height, d.depth = torch.tensor([1, 0, 0, 0]), torch.tensor([0, 1, 1, 0])
+    with pytest.raises(ScheduleError, match=r"built for 3 nodes and 2 edges, but the graph has 4 nodes and 2 "
+                                            r"edges; attach a new one"):
+        schedule_of(d)
+    with pytest.raises(ScheduleError, match="built for 3 nodes"):
+        with_schedule(d)
+    d.schedule = Schedule.from_data(d)
     assert schedule_of(d).num_nodes == 4 and schedule_of(d).bottom_up.level_sizes() == [3, 1]
 
 
@@ -105,29 +128,33 @@ def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_trainer_flow_builds_each_schedule_once(count_builds: list[int]):
-    """The trainer builds a batch's schedule on the host, then moves the batch (new tensors, same values):
-    the passes after the move reuse that schedule instead of building it again."""
+    """The trainer attaches a batch's schedule on the host, then moves the batch (new tensors, same values):
+    the schedule moves with it, and the passes after the move use it instead of building another."""
     torch.manual_seed(0)
     cell = NaryTreeLSTM(4, 3)
-    batch = Batch.from_data_list([from_ptb(LEFT), from_ptb(RIGHT)])
-    schedule_of(batch)  # Trainer.to_device
+    batch = with_schedule(Batch.from_data_list([from_ptb(LEFT), from_ptb(RIGHT)]))  # Trainer.to_device
     assert count_builds[0] == 1
-    batch.apply(lambda t: t.clone())  # what batch.to(device) does to every tensor, here without a GPU
+    moved = batch.apply(lambda t: t.clone())  # what batch.to(device) does to every tensor, here without a GPU
+    assert moved.schedule is batch.schedule
     x = torch.randn(10, 4, requires_grad=True)
-    h, c = cell(x, batch)
+    h, c = cell(x, moved)
     (h.sum() + c.sum()).backward()
-    cell(x, batch)
+    cell(x, moved)
     assert count_builds[0] == 1
 
 
-def test_plain_forward_builds_each_schedule_once(count_builds: list[int]):
+def test_a_batch_without_a_schedule_gets_one_per_pass_and_keeps_none(count_builds: list[int]):
     torch.manual_seed(0)
     cell = NaryTreeLSTM(4, 3)
     batch = Batch.from_data_list([from_ptb(LEFT), from_ptb(RIGHT)])
     x = torch.randn(10, 4)
     for _ in range(3):
         cell(x, batch)
-    assert count_builds[0] == 1
+    assert count_builds[0] == 3 and "schedule" not in batch
+    schedule = Schedule.from_data(batch)  # built once, passed to every call
+    for _ in range(3):
+        cell(x, schedule)
+    assert count_builds[0] == 4
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -143,10 +170,9 @@ def test_trainer_to_device_keeps_the_host_schedule(count_builds: list[int]):
     assert count_builds[0] == 1
 
 
-def test_cache_hit_is_cheap():
-    """A hit runs once per forward: it must stay a few attribute reads (generous bound for a loaded machine)."""
-    batch = Batch.from_data_list([from_ptb(LEFT)] * 25)
-    schedule_of(batch)
+def test_taking_an_attached_schedule_is_cheap():
+    """It runs once per forward: it must stay a few attribute reads (generous bound for a loaded machine)."""
+    batch = with_schedule(Batch.from_data_list([from_ptb(LEFT)] * 25))
     seconds = min(timeit.repeat(lambda: schedule_of(batch), number=2000, repeat=5)) / 2000
     assert seconds < 50e-6
 

@@ -99,9 +99,8 @@ def test_tree_loader_builds_each_schedule_in_its_worker_and_the_main_process_non
     arrived, states = [], []
     with torch.no_grad():
         for batch in loader:
-            cached = batch.__dict__.get("_schedule")
-            assert cached is not None, "the batch arrived without its schedule"
-            assert schedule_of(batch) is cached.schedule  # taken as it came: equal tensors, not rebuilt
+            assert isinstance(batch.schedule, Schedule), "the batch arrived without its schedule"
+            assert schedule_of(batch) is batch.schedule  # taken as it came, not rebuilt
             arrived.append(batch)
             states.append(cell(embedding(batch.word), batch)[0])
     log = builds()
@@ -125,7 +124,7 @@ def test_pyg_loader_alone_leaves_the_schedule_to_the_training_step(listops, buil
     embedding = NodeEmbedding(len(listops.vocab), 6)
     with torch.no_grad():
         for batch in DataLoader(listops, batch_size=12, num_workers=2, multiprocessing_context="fork"):
-            assert "_schedule" not in batch.__dict__
+            assert "schedule" not in batch
             cell(embedding(batch.word), batch)
     main = str(os.getpid())
     assert builds() == [("schedule", main), ("plan", main)] * 3
@@ -147,7 +146,7 @@ def test_tree_loader_builds_the_directions_asked_for(listops, builds):
     assert all(pid != str(os.getpid()) for _, pid in builds())
 
 
-def test_a_cached_schedule_survives_the_pickling_between_processes(builds):
+def test_a_carried_schedule_survives_the_pickling_between_processes(builds):
     batch = with_schedule(Batch.from_data_list([from_ptb("(3 (2 The) (3 (2 Rock) (4 rocks)))"),
                                                 from_ptb("(1 (2 a) (1 b))")]))
     built = schedule_of(batch)
@@ -157,19 +156,20 @@ def test_a_cached_schedule_survives_the_pickling_between_processes(builds):
     assert builds() == [("schedule", str(os.getpid())), ("plan", str(os.getpid()))]
     schedule = schedule_of(copy)
     assert builds() == [("schedule", str(os.getpid())), ("plan", str(os.getpid()))]  # nothing rebuilt
-    assert schedule is not built and torch.equal(schedule.bottom_up.order, built.bottom_up.order)
-    # The kept schedule is checked against the batch's values: other edges of the same size get a new one.
-    copy.edge_index = copy.edge_index.flip(1)
-    assert schedule_of(copy) is not schedule
-    assert [what for what, _ in builds()].count("schedule") == 2
+    assert schedule is copy.schedule and schedule is not built
+    assert torch.equal(schedule.bottom_up.order, built.bottom_up.order)
+    # It travels as data: a graph taken apart again leaves it behind, and the graphs batch anew.
+    graphs = copy.to_data_list()
+    assert all("schedule" not in g for g in graphs)
+    assert torch.equal(schedule_of(Batch.from_data_list(graphs)).bottom_up.order, built.bottom_up.order)
 
 
 def test_with_schedule_checks_directions_and_passes_other_batches_through():
     batch = Batch.from_data_list([from_ptb("(1 (2 a) (1 b))")])
     with pytest.raises(ValueError, match="directions must be among"):
         with_schedule(batch, ("sideways",))
-    assert "_schedule" not in batch.__dict__
-    assert with_schedule(batch, "top_down") is batch
+    assert "schedule" not in batch
+    assert with_schedule(batch, "top_down") is batch and "top_down" in batch.schedule._plans
     plain = Batch.from_data_list([from_ptb("(1 a)")])
     del plain.edge_index
-    assert with_schedule(plain) is plain and "_schedule" not in plain.__dict__
+    assert with_schedule(plain) is plain and "schedule" not in plain

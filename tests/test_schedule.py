@@ -126,10 +126,14 @@ def test_slots_follow_child_positions():
     assert down.slot_pos[1].view(-1).tolist() == [0, 1, 2]  # each child's own position
 
 
-def test_schedule_is_cached_and_rebuilt_when_the_graph_changes():
+def test_schedule_of_takes_what_the_graph_carries_and_builds_nothing_to_keep():
     data = from_ptb("(0 (1 a) (2 b))")
     first = schedule_of(data)
+    assert schedule_of(data) is not first and "schedule" not in data  # built for the call, kept nowhere
+    assert schedule_of(first) is first
+    data.schedule = first
     assert schedule_of(data) is first
+    # A graph's own schedule is left out of a batch, which gets its own when asked.
     batch = Batch.from_data_list([data, data])
     assert schedule_of(batch) is not first and schedule_of(batch).num_nodes == 6
 

@@ -28,7 +28,7 @@ indices), ``tokens`` becomes one list per graph, and ``batch`` maps nodes to gra
 schedule where the batch is built (in the worker processes, with ``num_workers``).
 """
 
-from .levels import topological_levels
+from ..levels import topological_levels
 from .loader import ScheduleCollater, TreeLoader, with_schedule
 from .networkx import from_networkx
 from .parents import from_parents

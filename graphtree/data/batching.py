@@ -62,7 +62,8 @@ def collate_graphs(data_list: Sequence[Data], follow_batch: Iterable[str] | None
     if not data_list:
         raise ValueError("cannot batch an empty list of graphs")
     follow_batch = list(follow_batch or [])
-    exclude_keys = list(exclude_keys or [])
+    # A graph's own schedule says nothing about the batch's: the batch gets its own (with_schedule).
+    exclude_keys = [*(exclude_keys or []), "schedule"]
     columns = _columns(data_list, exclude_keys)
     if columns is None:
         return Batch.from_data_list(list(data_list), follow_batch, exclude_keys)

@@ -1,20 +1,15 @@
 """PyG's ``DataLoader`` with each batch's level schedule built where the batch is built.
 
-A cell needs the level schedule of its batch (:class:`~graphtree.schedule.Schedule`:
-which nodes run at each level, which states they read). Called on a bare
-batch, the cell builds it at its first pass, in the training step. With
+A cell runs on the level schedule of its batch (:class:`~graphtree.schedule.Schedule`:
+which nodes run at each level, which states they read). With
 :class:`TreeLoader` (or :class:`ScheduleCollater` as the ``collate_fn`` of any
-``torch.utils.data.DataLoader``) the batch arrives with its schedule and the
-plans of the directions asked for already built: in the loader's worker
-processes when ``num_workers > 0``, beside the next batch's collation.
-
-The schedule travels with the batch: it is cached in
-``batch.__dict__["_schedule"]`` (:func:`graphtree.engine.schedule_of`), and a
-PyG ``Batch`` pickles its whole ``__dict__``, so a worker's batch reaches the
-main process with it. There the cache's key (which names the worker's tensor
-objects) no longer matches, and :func:`~graphtree.engine.schedule_of` compares
-the batch's tensors with the schedule's own copies once, finds them equal and
-keeps the schedule: a comparison of a few integer tensors, not a rebuild.
+``torch.utils.data.DataLoader``) every batch arrives carrying it, as
+``batch.schedule``, with the plans of the directions asked for already built:
+in the loader's worker processes when ``num_workers > 0``, beside the next
+batch's collation. It is a plain attribute: pickled with the batch from a
+worker, kept by ``batch.to(device)`` (a schedule stays on the host), left out
+of the graphs ``batch.to_data_list()`` gives back. Called on a batch without
+one, a cell builds a schedule for that call only.
 """
 
 from __future__ import annotations
@@ -26,14 +21,13 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.loader.dataloader import Collater
 
+from ..schedule import DIRECTIONS, Schedule
 from .batching import collate_graphs
 
 __all__ = ["ScheduleCollater", "TreeLoader", "with_schedule"]
 
 
 def _check_directions(directions: Sequence[str]) -> tuple[str, ...]:
-    from ..schedule import DIRECTIONS  # here, not above: graphtree.schedule imports graphtree.data
-
     directions = (directions,) if isinstance(directions, str) else tuple(directions)
     unknown = [d for d in directions if d not in DIRECTIONS]
     if unknown:
@@ -42,17 +36,21 @@ def _check_directions(directions: Sequence[str]) -> tuple[str, ...]:
 
 
 def with_schedule(batch: Any, directions: Sequence[str] = ("bottom_up",)) -> Any:
-    """``batch`` with its schedule cached on it and the plans of ``directions`` built; returns ``batch``.
+    """``batch`` carrying its schedule as ``batch.schedule``, with the plans of ``directions`` built; returns
+    ``batch``.
 
-    A ``Batch`` without ``edge_index`` (e.g. a pair batch, whose sides are
-    scheduled by the model) is returned as it is.
+    A schedule the batch already carries is kept (after a check that it fits the batch's numbers of nodes and
+    edges); otherwise one is built from the batch's edges. A ``Batch`` without ``edge_index`` (e.g. a pair
+    batch, whose sides are scheduled by the model) is returned as it is.
     """
-    from ..engine import schedule_of  # here, not above: the engine imports graphtree.data
-
     directions = _check_directions(directions)
     if getattr(batch, "edge_index", None) is None:
         return batch
-    schedule = schedule_of(batch)
+    schedule = getattr(batch, "schedule", None)
+    if isinstance(schedule, Schedule):
+        schedule.check_fits(batch)
+    else:
+        schedule = batch.schedule = Schedule.from_data(batch)
     for direction in directions:
         schedule.plan(direction)
     return batch

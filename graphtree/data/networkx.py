@@ -17,7 +17,7 @@ import torch
 from torch_geometric.data import Data
 
 from ..errors import CycleError, TreeFormatError
-from .levels import topological_levels
+from ..levels import topological_levels
 
 __all__ = ["from_networkx"]
 

@@ -18,7 +18,7 @@ import torch
 from torch_geometric.data import Data
 
 from ..errors import CycleError, TreeFormatError
-from .levels import topological_levels
+from ..levels import topological_levels
 from .tree import NO_LABEL, Vocabulary, tree_data
 
 __all__ = ["from_parents"]

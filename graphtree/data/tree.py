@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch_geometric.data import Data
 
-from .levels import topological_levels
+from ..levels import topological_levels
 
 __all__ = ["NO_LABEL", "NO_WORD", "Vocabulary", "lookup_words", "tree_data"]
 

@@ -26,17 +26,19 @@ __all__ = ["DEFAULT_ROOT", "CorpusDataset", "code_fingerprint", "vocab_tag"]
 
 
 # The modules that turn text and generated structures into graphs: every cache of graphs depends on them.
-_CONVERTERS = ("levels", "networkx", "parents", "ptb", "tree")
+_CONVERTERS = ("graphtree.levels", "graphtree.data.networkx", "graphtree.data.parents", "graphtree.data.ptb",
+               "graphtree.data.tree")
 
 
 def code_fingerprint(module: ModuleType) -> str:
-    """A digest of the source of ``module`` and of the graph converters (:mod:`graphtree.data`): a cache of
-    graphs named by it is made anew whenever the code that made them changes, with nobody to remember to bump
-    a version (a comment's edit rebuilds it too: a rebuild costs seconds, a stale cache wrong results)."""
+    """A digest of the source of ``module`` and of the graph converters (:mod:`graphtree.data`,
+    :mod:`graphtree.levels`): a cache of graphs named by it is made anew whenever the code that made them
+    changes, with nobody to remember to bump a version (a comment's edit rebuilds it too: a rebuild costs
+    seconds, a stale cache wrong results)."""
     import importlib
 
     digest = hashlib.sha256()
-    for source in (module, *(importlib.import_module(f"graphtree.data.{name}") for name in _CONVERTERS)):
+    for source in (module, *(importlib.import_module(name) for name in _CONVERTERS)):
         digest.update(Path(source.__file__).read_bytes())
     return digest.hexdigest()[:12]
 

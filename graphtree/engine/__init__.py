@@ -11,8 +11,6 @@ scattered.
 The engine is in parts, each with one job, each importing only those listed
 before it:
 
-* :mod:`~graphtree.engine.cache`: a graph's schedule, built once and cached on
-  the graph (:func:`schedule_of`);
 * :mod:`~graphtree.engine.layout`: the level-sorted state buffers, each level's
   slots and the :class:`Children` a cell reads them through;
 * :mod:`~graphtree.engine.definition`: the definition pass, the cell's
@@ -36,8 +34,7 @@ from torch import Tensor
 
 from ..backend import compiled
 from ..errors import ScheduleError
-from ..schedule import Schedule
-from .cache import schedule_of
+from ..schedule import Schedule, schedule_of
 from .definition import Update, definition_pass, run_update_levels
 from .kernel_pass import LevelPass, SideBySidePasses, by_pass, run_compiled_levels, run_side_by_side
 from .layout import Children, Prepared, in_node_order, level_slots, num_outputs

@@ -153,8 +153,9 @@ class TreeCell(MessagePassing):
 
         Args:
             edge_index: ``[2, E]`` child -> parent edges, or a ``Data``/``Batch``
-                (its schedule is cached on it), or a
-                :class:`~graphtree.schedule.Schedule`.
+                (which may carry its ``schedule``), or a
+                :class:`~graphtree.schedule.Schedule`: passing one built once
+                spares each call the build.
             size: Must be ``None``: a tree cell maps one node set onto itself.
             edge_pos: Each edge's child position under its parent, with a bare
                 ``edge_index`` (a ``Data`` carries its own); by default children

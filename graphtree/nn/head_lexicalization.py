@@ -66,7 +66,8 @@ class HeadLexicalization(TreeCell):
         - **input:** word vectors :math:`(|\mathcal{V}|, D)` (the rows of
           internal nodes are ignored), edge indices
           :math:`(2, |\mathcal{E}|)` (child :math:`\to` parent) and positions
-          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (its schedule is cached on it).
+          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (with its ``schedule``, if it carries one),
+          or a :class:`~graphtree.schedule.Schedule`.
         - **output:** head vectors :math:`(|\mathcal{V}|, D)` for every node.
     """
 

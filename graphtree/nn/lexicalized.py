@@ -82,7 +82,8 @@ class LexicalizedTreeLSTM(TreeCell):
         - **input:** head vectors :math:`(|\mathcal{V}|, D)` for every node
           (with ``lexicalized=False`` only the leaves' rows are read), edge indices
           :math:`(2, |\mathcal{E}|)` (child :math:`\to` parent) and positions
-          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (its schedule is cached on it).
+          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (with its ``schedule``, if it carries one),
+          or a :class:`~graphtree.schedule.Schedule`.
         - **output:** :math:`(h, c)`, each :math:`(|\mathcal{V}|, d)`, for every node.
     """
 

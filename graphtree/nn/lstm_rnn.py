@@ -126,7 +126,8 @@ class LSTMRNN(TreeCell):
         - **input:** node features :math:`(|\mathcal{V}|, d)` (read at leaves
           only), edge indices
           :math:`(2, |\mathcal{E}|)` (child :math:`\to` parent) and positions
-          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (its schedule is cached on it).
+          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (with its ``schedule``, if it carries one),
+          or a :class:`~graphtree.schedule.Schedule`.
         - **output:** :math:`(h, c)` = :math:`(\mathbf{p}, \mathbf{c}_p)`, each
           :math:`(|\mathcal{V}|, d)`, for every node (leaves included).
     """

@@ -66,7 +66,8 @@ class NaryTreeLSTM(TreeCell):
     Shapes:
         - **input:** node features :math:`(|\mathcal{V}|, F_{in})`, edge indices
           :math:`(2, |\mathcal{E}|)` (child :math:`\to` parent) and positions
-          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (its schedule is cached on it).
+          :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (with its ``schedule``, if it carries one),
+          or a :class:`~graphtree.schedule.Schedule`.
         - **output:** :math:`(h, c)`, each :math:`(|\mathcal{V}|, d)`, for every node.
     """
 

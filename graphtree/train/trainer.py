@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from .. import settings
 from ..backend import native, threads
 from ..data.batching import BatchCutter, collate_graphs
-from ..engine import schedule_of
+from ..data.loader import with_schedule
 from ..models.classifier import node_loss
 from . import distributed
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
@@ -209,12 +209,10 @@ class Trainer:
         self.device = torch.device(device)
 
     def to_device(self, batch: Batch) -> Batch:
-        """``batch`` on the trainer's device, its schedule built first (on the CPU, where it is cheap)."""
-        if self.device.type == "cpu":
-            return batch
-        if getattr(batch, "edge_index", None) is not None:  # pairs build their sides' schedules in the model
-            schedule_of(batch)
-        return batch.to(self.device)
+        """``batch`` carrying its schedule (built on the host, where it is cheap, unless it came with one), on
+        the trainer's device. Batches kept across epochs (the dev set's) keep their schedules."""
+        batch = with_schedule(batch)
+        return batch if self.device.type == "cpu" else batch.to(self.device)
 
     # -- what differs between trainers (see PairTrainer) ----------------------------------------------
 
@@ -396,12 +394,7 @@ class Trainer:
         zero."""
         minibatch = order[start:start + self.batch_size]
         mine = distributed.shard(minibatch)
-        return minibatch, mine, self._scheduled(collate_graphs([train[i] for i in mine or minibatch[:1]]))
-
-    def _scheduled(self, batch: Batch) -> Batch:
-        if getattr(batch, "edge_index", None) is not None:  # pairs build their sides' schedules in the model
-            schedule_of(batch)
-        return self.to_device(batch)
+        return minibatch, mine, self.to_device(collate_graphs([train[i] for i in mine or minibatch[:1]]))
 
     def _minibatches(self, train: Sequence[Data], order: list[int]) -> Iterator[tuple[list[int], list[int], Batch]]:
         """The epoch's minibatches, as :meth:`_minibatch` gives them. In one process, from plain ``Data``
@@ -419,7 +412,7 @@ class Trainer:
             return
         for start, batch in zip(starts, cutter.batches(order, self.batch_size)):
             minibatch = order[start:start + self.batch_size]
-            yield minibatch, minibatch, self._scheduled(batch)
+            yield minibatch, minibatch, self.to_device(batch)
 
     def _train_epoch(self, model: torch.nn.Module, train: Sequence[Data], epoch: int, step: int,
                      history: list[dict]) -> tuple[float, dict[str, float]]:

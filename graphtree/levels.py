@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import CycleError
+from .errors import CycleError
 
 __all__ = ["longest_path_levels", "topological_levels"]
 
