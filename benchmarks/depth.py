@@ -12,10 +12,15 @@ node the same memory in a graph of 10^4 nodes as in one of 10^6. Two families:
   cells that take any number of children).
 
 Each measurement runs in a process of its own (one thread), so that its peak resident memory is its own: a
-forward and backward pass once to warm up, then ``--repeats`` timed passes (the median is reported), over
-features of width ``--channels``. ``bytes/node`` is the growth of the process's peak resident memory over what it
-held before the first pass (the graph and its features), per node. ``path``: ``compiled`` (the C++ level
-kernels where the cell has one) or ``pytorch`` (``GRAPHTREE_NATIVE=0``: the cell's ``update`` under autograd).
+forward and backward pass once to warm up, then ``--repeats`` timed passes, over features of width
+``--channels``; of those, the pass with the least processor time is reported (a pass slowed by other work on
+the machine says nothing of the code), with its wall time, its processor time in the program (user) and in
+the kernel on its behalf (system: mostly page faults, the first touch of memory fresh from the kernel), and its
+page faults. The ratios compare each row with the smallest graph of its cell, family and path: per level, or
+per node for the random trees, whose levels are not alike. ``bytes/node`` is the growth of the process's peak
+resident memory over what it held before the first pass (the graph and its features), per node. ``path``:
+``compiled`` (the C++ level kernels where the cell has one) or ``pytorch`` (``GRAPHTREE_NATIVE=0``: the cell's
+``update`` under autograd).
 
     python benchmarks/depth.py --quick                              # a minute: two depths, two cells
     python benchmarks/depth.py --out /tmp/depth.json                # every cell, 200 to 3,200 levels, 10^6 nodes
@@ -28,7 +33,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -110,19 +114,24 @@ def measure_one(cell_name: str, family: str, size: int, width: int, channels: in
     graph = with_schedule(graph, [direction])  # built once, outside the timed passes, as a loader would
     levels = graph.schedule.plan(direction).num_levels
     before = _peak_bytes()
-    times = []
+    passes = []
     for k in range(repeats + 1):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
         states = cell(x, graph)
         sum(s.sum() for s in (states if isinstance(states, tuple) else (states,))).backward()
+        end, cpu_end = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
         if k:  # the first pass warms up (and loads the kernels)
-            times.append(time.perf_counter() - start)
+            passes.append((end - start, cpu_end.ru_utime - cpu.ru_utime, cpu_end.ru_stime - cpu.ru_stime,
+                           cpu_end.ru_minflt - cpu.ru_minflt))
         del states
         x.grad = None
         cell.zero_grad(set_to_none=True)
-    seconds = statistics.median(times)
+    # The pass with the least processor time: a pass slowed by other work on the machine is not the code's.
+    seconds, user, system, faults = min(passes, key=lambda p: p[1] + p[2])
     return {"cell": cell_name, "family": family, "size": size, "nodes": graph.num_nodes, "levels": levels,
             "seconds": seconds, "ms_per_level": 1e3 * seconds / levels, "us_per_node": 1e6 * seconds / graph.num_nodes,
+            "user_ms_per_level": 1e3 * user / levels, "system_ms_per_level": 1e3 * system / levels,
+            "faults_per_node": faults / graph.num_nodes,
             "bytes_per_node": max(0, _peak_bytes() - before) / graph.num_nodes}
 
 
@@ -137,16 +146,22 @@ def run_in_subprocess(cell: str, family: str, size: int, path: str, args: argpar
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| cell | family | levels | nodes | path | ms per level | µs per node | bytes per node | "
-             "× per level (vs the smallest) |", "|---|---|---|---|---|---|---|---|---|"]
-    smallest: dict[tuple, float] = {}
+    """Markdown: per level (per node for the random trees) the wall time, the processor time in the program
+    (user) and in the kernel for it (system: mostly first touches of fresh memory), each row's ratio to the
+    smallest graph of its kind, and memory."""
+    lines = ["| cell | family | levels | nodes | path | ms per level | user ms per level | system ms per level | "
+             "× user per level | × per level | page faults per node | bytes per node |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    smallest: dict[tuple, tuple[float, float]] = {}
     for row in sorted(rows, key=lambda r: (r["cell"], r["family"], r["path"], r["nodes"])):
         key = (row["cell"], row["family"], row["path"])
-        unit = "us_per_node" if row["family"] == "random-tree" else "ms_per_level"
-        smallest.setdefault(key, row[unit])
+        per = row["levels"] if row["family"] != "random-tree" else row["nodes"]  # a tree's levels are not alike
+        user, total = row["user_ms_per_level"] * row["levels"] / per, row["ms_per_level"] * row["levels"] / per
+        smallest.setdefault(key, (user, total))
         lines.append(f"| {row['cell']} | {row['family']} | {row['levels']:,} | {row['nodes']:,} | {row['path']} | "
-                     f"{row['ms_per_level']:.2f} | {row['us_per_node']:.2f} | {row['bytes_per_node']:,.0f} | "
-                     f"{row[unit] / smallest[key]:.2f} |")
+                     f"{row['ms_per_level']:.2f} | {row['user_ms_per_level']:.2f} | "
+                     f"{row['system_ms_per_level']:.2f} | {user / smallest[key][0]:.2f} | "
+                     f"{total / smallest[key][1]:.2f} | {row['faults_per_node']:.2f} | {row['bytes_per_node']:,.0f} |")
     return "\n".join(lines)
 
 
@@ -159,7 +174,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=500, help="nodes per level of the layered DAGs")
     parser.add_argument("--channels", type=int, default=32)
     parser.add_argument("--paths", nargs="+", choices=("compiled", "pytorch"), default=["compiled", "pytorch"])
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="child_sum and own, 100 and 400 levels, no tree")
     parser.add_argument("--out", default=None, help="write every measurement to this JSON (default: print only)")
     parser.add_argument("--table", default=None, metavar="JSON", help="only print the table of this results file")
@@ -181,7 +196,8 @@ def main() -> None:
     for cell, family, size in jobs:
         for path in args.paths:
             rows.append(run_in_subprocess(cell, family, size, path, args))
-            print(f"{cell} {family} {size} {path}: {rows[-1]['ms_per_level']:.2f} ms/level, "
+            print(f"{cell} {family} {size} {path}: {rows[-1]['ms_per_level']:.2f} ms/level "
+                  f"({rows[-1]['user_ms_per_level']:.2f} user, {rows[-1]['system_ms_per_level']:.2f} system), "
                   f"{rows[-1]['bytes_per_node']:,.0f} B/node", file=sys.stderr, flush=True)
     print(table(rows))
     if args.out:
