@@ -312,7 +312,7 @@ def test_gated_head_kernels_match_the_recursive_reference(kernels, monkeypatch):
     upstream = torch.randn(batch.num_nodes, 6)
     calls = _count_calls(kernels, ["GatedHeadLevels"], monkeypatch)
     with native.use_native(True):
-        heads = cell(x, batch)
+        (heads,) = cell(x, batch)
         got = (heads, *torch.autograd.grad((heads * upstream).sum(), [x, *cell.parameters()]))
     assert all(calls.values()), f"the compiled level loop was not used: {calls}"
     cell64 = copy.deepcopy(cell).double()

@@ -282,7 +282,7 @@ def test_forced_gate_and_fixed_heads_pick_the_outermost_leaf(side):
         gated.b_z.fill_(1000.0 if side == "left" else -1000.0)  # sigma is exactly 1 (or 0) in float64
     fixed = HeadLexicalization(6, side).to(DTYPE)
     for layer in (gated, fixed):
-        heads = layer(x, batch)
+        (heads,) = layer(x, batch)  # its one state, as every cell returns its states
         assert torch.equal(heads, x[expected])
         assert torch.equal(head_leaves(heads, batch), expected)
 

@@ -146,7 +146,7 @@ class BiTreeLSTM(torch.nn.Module):
         """Head vectors, bottom-up and top-down states, and classifier inputs of every node."""
         x = dropout(x, self.dropout, self.training)
         batch = schedule_of(batch)  # built once (unless the batch carries it) for every pass below
-        x_head = self.head(x, batch) if self.head is not None else None
+        x_head = first_state(self.head(x, batch)) if self.head is not None else None
         lexical = x_head if x_head is not None else x
         if self.bottom_up is not None and self.top_down is not None:
             # Both directions read the head vectors only, not each other's states: their passes run side by side.

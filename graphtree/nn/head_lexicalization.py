@@ -68,7 +68,7 @@ class HeadLexicalization(TreeCell):
           :math:`(2, |\mathcal{E}|)` (child :math:`\to` parent) and positions
           :math:`(|\mathcal{E}|)`, or the ``Data``/``Batch`` (with its ``schedule``, if it carries one),
           or a :class:`~graphtree.schedule.Schedule`.
-        - **output:** head vectors :math:`(|\mathcal{V}|, D)` for every node.
+        - **output:** :math:`(x_{head},)`, the head vectors :math:`(|\mathcal{V}|, D)` of every node.
     """
 
     def __init__(self, channels: int, method: str = "gated", n_ary: int = 2) -> None:
@@ -96,12 +96,11 @@ class HeadLexicalization(TreeCell):
         (``d = channels``), as ``torch.nn.LSTM`` initializes."""
         self._uniform_everywhere(self.channels)
 
-    def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> Tensor:
-        """Return the head vector of every node; ``edge_index``: child -> parent edges (with ``edge_pos``, each
-        child's position) or the ``Data``/``Batch``."""
+    def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> tuple[Tensor]:
+        """``(x_head,)``: the head vector of every node, its one state, returned as every cell returns its states;
+        ``edge_index``: child -> parent edges (with ``edge_pos``, each child's position) or the ``Data``/``Batch``."""
         self._check_features(x, self.channels, edge_index)
-        (x_head,) = self.propagate(edge_index, x=x, edge_pos=edge_pos)
-        return x_head
+        return self.propagate(edge_index, x=x, edge_pos=edge_pos)
 
     def update(self, children: Children, x: Tensor) -> tuple[Tensor]:
         """The head vectors of one level's nodes (eqs 8-9, or a Table 5 baseline)."""
