@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from graphtree.backend.native import ensure_built
+from graphtree.datasets import SST
+from graphtree.nn.functional import dropout
+from graphtree.train.runs import corpus_file
 
-from graphtree.backend.native import ensure_built  # noqa: E402
-from graphtree.datasets import SST  # noqa: E402
-from graphtree.nn.functional import dropout  # noqa: E402
-from graphtree.train.runs import corpus_file  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 REPS, CALLS = 7, 20
 

@@ -52,13 +52,12 @@ from pathlib import Path
 
 import torch
 
+from graphtree.train import atomic_write_text
+from graphtree.train.provenance import processor
+from graphtree.train.report import write_readme_section
+
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "performance.md"  # where --readme writes its block
-sys.path.insert(0, str(REPO))
-
-from graphtree.train import atomic_write_text  # noqa: E402
-from graphtree.train.provenance import processor  # noqa: E402
-from graphtree.train.report import write_readme_section  # noqa: E402
 
 NAMES = {"nary": "Constituency Tree-LSTM (Tai et al.)", "childsum": "Child-Sum Tree-LSTM (Tai et al.)",
          "slstm": "S-LSTM (Zhu et al.)", "lstmrnn": "LSTM-RNN (Le & Zuidema)", "contree": "ConTree (Teng & Zhang)",

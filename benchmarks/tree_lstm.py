@@ -61,6 +61,7 @@ from graphtree.data import NO_WORD, from_ptb
 from graphtree.data.tree import tree_data
 from graphtree.datasets import SST
 from graphtree.engine import schedule_of
+from graphtree.experiments.scripts import load_script
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.schedule import Schedule
@@ -68,9 +69,10 @@ from graphtree.train import make_optimizer
 from graphtree.train.provenance import code_state, processor_name
 from graphtree.train.runs import corpus_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plain_level_loop import PlainLevelTreeLSTM
-from recursive_reference import RecursiveTreeLSTM, tree_from_data
+# The two baselines beside this file, imported by their paths (this file is imported by its path too).
+PlainLevelTreeLSTM = load_script(Path(__file__).with_name("plain_level_loop.py")).PlainLevelTreeLSTM
+_reference = load_script(Path(__file__).with_name("recursive_reference.py"))
+RecursiveTreeLSTM, tree_from_data = _reference.RecursiveTreeLSTM, _reference.tree_from_data
 
 # --------------------------------------------------------------------------- configuration
 

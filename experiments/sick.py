@@ -39,30 +39,15 @@ from graphtree.data.spacy import binarize
 from graphtree.data.tree import lookup_words
 from graphtree.datasets import SICK
 from graphtree.datasets.sick import TREE_KEYS, make_pair
-from graphtree.embeddings import embedding_matrix, load_glove
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
+from graphtree.embeddings import embedding_matrix
+from graphtree.experiments.harness import SPLITS, Experiment, split_sizes, vectors_name
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.models import NodeEmbedding
-from graphtree.models.similarity import (
-    MeanEncoder,
-    PairSimilarity,
-    SequenceEncoder,
-    TreeEncoder,
-    similarity_loss,
-)
+from graphtree.models.similarity import MeanEncoder, PairSimilarity, SequenceEncoder, TreeEncoder, similarity_loss
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
-from graphtree.train import PRESETS, PaperOptimizer, distributed
+from graphtree.train import PRESETS
 from graphtree.train.pairs import PairTrainer, pearson_by_length
-from graphtree.train.runs import (
-    ArgumentParser,
-    add_run_arguments,
-    check_embeddings,
-    default_mirror,
-    epochs_of,
-    main_guard,
-    note,
-    quick_sample,
-    start_process,
-)
+from graphtree.train.runs import ArgumentParser, add_run_arguments, check_embeddings, main_guard, note
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -140,38 +125,27 @@ def build_model(model: str, vocab_size: int, dim: int, pretrained: torch.Tensor 
 def main(argv: list[str]) -> None:
     """Train, select on dev Pearson r and test one model per seed; write the JSON and CSV of each run."""
     args = parse_args(argv)
-    device = start_process(args)
-    spec = MODELS[args.model]
-    vectors = load_glove(None if args.embeddings == "glove50" else args.embeddings, verbose=False)
-    epochs = epochs_of(args, EPOCHS)
+    exp = Experiment.start("sick", args, argv, REPO, EPOCHS)
+    spec, vectors = MODELS[args.model], exp.vectors()
     cfg = dict(model=args.model, trees=spec["trees"], parses="stanford", embeddings=args.embeddings,
                freeze_embeddings=True, dim=vectors.dim, hidden=spec["hidden"], sim_hidden=SIM_HIDDEN,
-               epochs=epochs, optimizer=OPTIMIZER.as_dict(), quick=args.quick)
-    with distributed.main_first():  # the first run processes the corpus into datasets/ for the others
-        raw = {s: list(SICK(args.data_root, s, mirror=default_mirror(REPO), log=False))
-               for s in ("train", "dev", "test")}
+               epochs=exp.epochs, optimizer=OPTIMIZER.as_dict(), quick=args.quick)
+    with exp.main_first():  # the first run processes the corpus into datasets/ for the others
+        raw = {s: list(SICK(args.data_root, s, mirror=exp.mirror, log=False)) for s in SPLITS}
     # Every SICK word with a GloVe vector (as written or lowercased); the others share <unk>, the mean vector.
     vocab = Vocab.build([d.tokens_a for s in raw.values() for d in s] + [d.tokens_b for s in raw.values() for d in s],
                         pretrained=vectors)
-    if args.quick:
-        raw = {s: quick_sample(d, QUICK[s]) for s, d in raw.items()}
-    train_set, dev_set, test_set = ([with_words(d, spec["trees"], vocab) for d in raw[s]]
-                                    for s in ("train", "dev", "test"))
-    note(f"SICK ({spec['trees']} trees): {len(train_set)} / {len(dev_set)} / {len(test_set)} pairs, "
-         f"vocabulary {len(vocab)}")
-    data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
-                   sample="random-0" if args.quick else "all")
-    vectors_name = args.embeddings if args.embeddings == "glove50" else Path(args.embeddings).stem
+    raw = exp.sample(raw, QUICK)
+    splits = {s: [with_words(d, spec["trees"], vocab) for d in raw[s]] for s in SPLITS}
+    note(f"SICK ({spec['trees']} trees): {split_sizes(splits)} pairs, vocabulary {len(vocab)}")
 
     def build(run: SeedRun) -> PairTrainer:
         model = build_model(args.model, len(vocab), vectors.dim, embedding_matrix(vocab, vectors, missing="mean"))
-        model.to(device)
-        optimizer = PaperOptimizer.for_model(model, model.encoder.embedding, OPTIMIZER)
-        return PairTrainer(model, optimizer, epochs=epochs, batch_size=OPTIMIZER.batch_size,
-                           loss_fn=similarity_loss, **run.trainer_options())
+        return run.trainer(model, model.encoder.embedding, OPTIMIZER, exp.epochs, PairTrainer,
+                           loss_fn=similarity_loss)
 
     def score(trainer: PairTrainer, fit) -> Outcome:
-        test, pred, gold = trainer.evaluate(test_set)
+        test, pred, gold = trainer.evaluate(splits["test"])
         return Outcome(fit.best_dev, test, f"dev r {fit.best_dev['pearson']:.4f}, test r {test['pearson']:.4f}, "
                                            f"ρ {test['spearman']:.4f}, MSE {test['mse']:.4f}", {
             # Only the statistic: gold ratings are corpus data and stay out of the results.
@@ -179,9 +153,8 @@ def main(argv: list[str]) -> None:
             "num_parameters_without_embeddings": count_parameters(
                 trainer.model, lambda name: name.startswith("encoder.embedding."))})
 
-    run_name = seed_names(f"{args.model}_{vectors_name}", epochs, EPOCHS, args.quick)
-    train_seeds("sick", args, argv, cfg, run_name=run_name, build=build, score=score, train=train_set,
-                dev=dev_set, checkpoint_config={"data": data_id}, device=device)
+    exp.train_seeds(cfg, exp.run_names(f"{args.model}_{vectors_name(args.embeddings)}"), build, score, splits,
+                    exp.data_identity(splits, vocab))
 
 
 if __name__ == "__main__":

@@ -51,18 +51,13 @@ import torch
 from graphtree.datasets import BooleanCircuits, ListOps
 from graphtree.datasets.circuits import FAN_IN, NODE_TYPES
 from graphtree.datasets.listops import LISTOPS_VOCAB, TREES
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
+from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.models import NodeEmbedding
-from graphtree.train import PRESETS, PaperOptimizer, distributed
+from graphtree.train import PRESETS
 from graphtree.train.own_data import MODELS, NodeInputs, Task, TaskTrainer, build_model, model_settings
-from graphtree.train.runs import ArgumentParser, add_run_arguments, epochs_of, main_guard, note, start_process
-from graphtree.train.structure import (
-    SequenceLSTM,
-    accuracy_by,
-    structure_of,
-    token_sequence,
-    topological_sequence,
-)
+from graphtree.train.runs import ArgumentParser, add_run_arguments, main_guard, note
+from graphtree.train.structure import SequenceLSTM, accuracy_by, structure_of, token_sequence, topological_sequence
 
 # ----------------------------------------------------------------------------------------------------------------
 TASKS = {
@@ -100,8 +95,7 @@ def load_splits(args: argparse.Namespace) -> tuple[dict, dict[str, list]]:
     spec = TASKS[args.task]
     sizes = QUICK[args.task] if args.quick else spec["sizes"]
     options = dict(tree=args.listops_tree) if args.task == "listops" else {}
-    splits = {s: list(spec["dataset"](args.data_root, s, **sizes, **options, seed=0, log=False))
-              for s in ("train", "dev", "test")}
+    splits = {s: list(spec["dataset"](args.data_root, s, **sizes, **options, seed=0, log=False)) for s in SPLITS}
     if args.task == "circuits":
         for s in ("train", "dev"):
             splits[s] = [g for g in splits[s] if depth_of(args.task, g) <= TRAIN_MAX_DEPTH]
@@ -127,10 +121,9 @@ def build(args: argparse.Namespace, splits: dict[str, list], task: Task) -> tupl
 def main(argv: list[str]) -> None:
     """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
     args = parse_args(argv)
-    device = start_process(args)
-    epochs = epochs_of(args, EPOCHS)
+    exp = Experiment.start("structure", args, argv, REPO, EPOCHS)
     began = time.perf_counter()
-    with distributed.main_first():  # the first run generates the graphs into datasets/ for the others
+    with exp.main_first():  # the first run generates the graphs into datasets/ for the others
         sizes, splits = load_splits(args)
     if args.model == "lstm":
         for graphs in splits.values():
@@ -140,12 +133,12 @@ def main(argv: list[str]) -> None:
     data_seconds = time.perf_counter() - began
     task = Task("graph", "class", TASKS[args.task]["dataset"].num_classes)
     train_depths = sorted({depth_of(args.task, g) for g in splits["train"]})
-    cfg = dict(task=args.task, model=args.model, generator=dict(sizes, seed=0), epochs=epochs, dim=DIM,
+    cfg = dict(task=args.task, model=args.model, generator=dict(sizes, seed=0), epochs=exp.epochs, dim=DIM,
                hidden=HIDDEN, dropout=DROPOUT, optimizer=OPTIMIZER.as_dict(), quick=args.quick,
                train_max_depth=TRAIN_MAX_DEPTH if args.task == "circuits" else None)
     if args.task == "listops" and args.model != "lstm":
         cfg["tree"] = args.listops_tree
-    note(f"{args.task}: {' / '.join(str(len(splits[s])) for s in ('train', 'dev', 'test'))} graphs, training "
+    note(f"{args.task}: {split_sizes(splits)} graphs, training "
          f"depths {train_depths[0]}-{train_depths[-1]} ({data_seconds:.1f} s to generate)")
     depths = [depth_of(args.task, g) for g in splits["test"]]
     settings = {}
@@ -153,9 +146,7 @@ def main(argv: list[str]) -> None:
     def build_trainer(run: SeedRun) -> TaskTrainer:
         model, settings_, embedding = build(args, splits, task)
         settings.update(settings_)
-        model.to(device)
-        return TaskTrainer(model, PaperOptimizer.for_model(model, embedding, OPTIMIZER), task=task, epochs=epochs,
-                           batch_size=OPTIMIZER.batch_size, **run.trainer_options(settings=settings))
+        return run.trainer(model, embedding, OPTIMIZER, exp.epochs, TaskTrainer, dict(settings=settings), task=task)
 
     def score(trainer: TaskTrainer, fit) -> Outcome:
         test, predictions = trainer.evaluate(splits["test"])
@@ -171,8 +162,7 @@ def main(argv: list[str]) -> None:
             num_parameters=count_parameters(trainer.model)))
 
     stem = f"{args.task}_{args.model}" + ("_flat" if cfg.get("tree") == "flat" else "")
-    train_seeds("structure", args, argv, cfg, run_name=seed_names(stem, epochs, EPOCHS, args.quick),
-                build=build_trainer, score=score, train=splits["train"], dev=splits["dev"], device=device)
+    exp.train_seeds(cfg, exp.run_names(stem), build_trainer, score, splits)
 
 
 if __name__ == "__main__":

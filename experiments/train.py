@@ -32,34 +32,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from graphtree.embeddings import embedding_matrix, load_glove
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
-from graphtree.models import NodeEmbedding
-from graphtree.train import PRESETS, PaperOptimizer, distributed
-from graphtree.train.own_data import (
-    MODELS,
-    SPLITS,
-    NodeInputs,
-    TaskTrainer,
-    attach_words,
-    build_model,
-    describe_structure,
-    feature_channels,
-    find_task,
-    load_graph_splits,
-    model_settings,
-    write_predictions,
-)
-from graphtree.train.runs import (
-    ArgumentParser,
-    add_run_arguments,
-    check_embeddings,
-    epochs_of,
-    fail,
-    main_guard,
-    note,
-    start_process,
-)
+from graphtree.experiments.harness import Experiment, check_training_flags, split_sizes, vectors_name
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.train import PRESETS, distributed
+from graphtree.train import own_data as own
+from graphtree.train.runs import ArgumentParser, add_run_arguments, check_embeddings, fail, main_guard, note
 
 # ----------------------------------------------------------------------------------------------------------------
 # Defaults: word vectors of 100 (random) or GloVe's 50, memories of 100, no dropout, 10 epochs, and Teng & Zhang's
@@ -79,8 +56,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="learn a label per graph or per node (default: per graph where graphs have labels)")
     p.add_argument("--target", choices=["auto", "class", "regression"], default="auto",
                    help="graph labels as classes or numbers (default: classes if all are integers)")
-    p.add_argument("--model", choices=list(MODELS), default="childsum",
-                   help="; ".join(f"{k}: {v}" for k, v in MODELS.items()))
+    p.add_argument("--model", choices=list(own.MODELS), default="childsum",
+                   help="; ".join(f"{k}: {v}" for k, v in own.MODELS.items()))
     p.add_argument("--embeddings", default="random", help="random, glove50, or the path of a GloVe text file")
     p.add_argument("--dim", type=int, default=DIM, help=f"size of random word vectors (default {DIM})")
     p.add_argument("--hidden", type=int, default=HIDDEN, help=f"memory size (default {HIDDEN})")
@@ -99,72 +76,57 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--task node learns node classes; numbers are graph labels (--task graph --target regression)")
     if min(args.dim, args.hidden) < 1 or (args.batch_size is not None and args.batch_size < 1):
         p.error("--dim, --hidden and --batch-size must be positive")
-    if not 0.0 <= args.dropout < 1.0:
-        p.error(f"--dropout must be in [0, 1), got {args.dropout}")
+    check_training_flags(p, args)
     if min(args.split) < 0 or abs(sum(args.split) - 1) > 1e-6:
         p.error(f"--split takes three non-negative fractions summing to 1, got {' '.join(map(str, args.split))}")
-    if args.lr is not None and args.lr <= 0:
-        p.error(f"--lr must be positive, got {args.lr}")
     return args
 
 
 def main(argv: list[str]) -> None:
     """Train, select on dev and test one model per seed; write the JSON, CSV and predictions of each run."""
     args = parse_args(argv)
-    device = start_process(args)
-    with distributed.main_first():  # the first run converts the files into datasets/ for the others
-        splits = load_graph_splits(args.data, format=args.format, labels=args.labels, target=args.target,
-                                   ratios=args.split, seed=args.split_seed, root=args.data_root)
-    task = find_task(splits, args.task)
+    exp = Experiment.start("train", args, argv, REPO, EPOCHS)
+    with exp.main_first():  # the first run converts the files into datasets/ for the others
+        splits = own.load_graph_splits(args.data, format=args.format, labels=args.labels, target=args.target,
+                                       ratios=args.split, seed=args.split_seed, root=args.data_root)
+    task = own.find_task(splits, args.task)
     if args.quick:
         splits = splits.sample(QUICK)
-    vectors = None if args.embeddings == "random" else load_glove(
-        None if args.embeddings == "glove50" else args.embeddings, verbose=False)
-    vocab = attach_words(splits, vectors)   # None: no node has a token
+    vectors = exp.vectors()
+    vocab = own.attach_words(splits, vectors)   # None: no node has a token
     dim = 0 if vocab is None else vectors.dim if vectors is not None else args.dim
-    features = feature_channels(splits)
+    features = own.feature_channels(splits)
     if dim + features == 0:
         fail(f"{splits.files['train']}: the nodes have neither tokens nor features x; give them one or both")
-    settings = model_settings(args.model, describe_structure(splits), dim + features, args.hidden)
+    settings = own.model_settings(args.model, own.describe_structure(splits), dim + features, args.hidden)
     preset = PRESETS[args.optimizer]
     spec = replace(preset, lr=args.lr or preset.lr, embedding_lr=args.lr or preset.embedding_lr,
                    batch_size=args.batch_size or preset.batch_size)
-    epochs = epochs_of(args, EPOCHS)
     cfg = dict(data=splits.identity(), format=splits.format, task=task.name, classes=task.num_classes,
                **settings, embeddings=args.embeddings, dim=dim, features=features, dropout=args.dropout,
-               epochs=epochs, optimizer=spec.as_dict(),
+               epochs=exp.epochs, optimizer=spec.as_dict(),
                split=dict(ratios=args.split, seed=args.split_seed) if splits.one_file else None, quick=args.quick)
-    sizes = " / ".join(str(len(splits.graphs[s])) for s in SPLITS)
-    note(f"{splits.name} ({splits.format}): {sizes} graphs, {task.name} with {task.out_channels} outputs, "
-         f"vocabulary {len(vocab) if vocab is not None else 0}, {features} node features")
+    note(f"{splits.name} ({splits.format}): {split_sizes(splits.graphs)} graphs, {task.name} with "
+         f"{task.out_channels} outputs, vocabulary {len(vocab) if vocab is not None else 0}, {features} node features")
 
-    def build(run: SeedRun) -> TaskTrainer:
-        embedding = None
-        if vocab is not None:   # GloVe's vectors where there are some (the mean for the rest), else random ones
-            pretrained = embedding_matrix(vocab, vectors, missing="mean") if vectors is not None else None
-            embedding = NodeEmbedding(len(vocab), dim, pretrained)
-        model = build_model(settings, task, NodeInputs(embedding, features), args.dropout).to(device)
-        return TaskTrainer(model, PaperOptimizer.for_model(model, embedding, spec), task=task, epochs=epochs,
-                           batch_size=spec.batch_size, extra={"vocab": vocab.itos[1:] if vocab is not None else None},
-                           **run.trainer_options())
+    def build(run: SeedRun) -> own.TaskTrainer:
+        embedding = own.word_embedding(vocab, vectors, dim)   # GloVe's vectors where there are some, else random
+        model = own.build_model(settings, task, own.NodeInputs(embedding, features), args.dropout)
+        return run.trainer(model, embedding, spec, exp.epochs, own.TaskTrainer, task=task,
+                           extra={"vocab": vocab.itos[1:] if vocab is not None else None})
 
-    def score(trainer: TaskTrainer, fit) -> Outcome:
+    def score(trainer: own.TaskTrainer, fit) -> Outcome:
         test, predictions = trainer.evaluate(splits.graphs["test"])
         name = trainer.desc
         if distributed.is_main():  # the first process writes the files
-            write_predictions(trainer.metrics_csv.with_name(f"{name}.predictions.tsv"), task, splits, "test",
-                              predictions)
-        scores = (f"test accuracy {test['accuracy']:.2f}" if task.kind == "class" and test["accuracy"] is not None
-                  else f"test MSE {test['mse']:.4g}, r {test['pearson']:.4f}" if test.get("mse") is not None
-                  else "no test labels")
-        return Outcome(fit.best_dev, test, f"{scores}; predictions in {name}.predictions.tsv",
+            own.write_predictions(trainer.metrics_csv.with_name(f"{name}.predictions.tsv"), task, splits, "test",
+                                  predictions)
+        return Outcome(fit.best_dev, test, f"{task.scores(test)}; predictions in {name}.predictions.tsv",
                        {"predictions": f"{name}.predictions.tsv", "num_parameters": count_parameters(trainer.model)})
 
     # Run names: data, model, task, vectors, epochs where not the default, seed.
-    vectors_name = args.embeddings if args.embeddings in ("random", "glove50") else Path(args.embeddings).stem
-    run_name = seed_names(f"{splits.name}_{args.model}_{task.name}_{vectors_name}", epochs, EPOCHS, args.quick)
-    train_seeds("train", args, argv, cfg, run_name=run_name, build=build, score=score, train=splits.graphs["train"],
-                dev=splits.graphs["dev"], device=device)
+    stem = f"{splits.name}_{args.model}_{task.name}_{vectors_name(args.embeddings)}"
+    exp.train_seeds(cfg, exp.run_names(stem), build, score, splits.graphs)
 
 
 if __name__ == "__main__":

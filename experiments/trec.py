@@ -37,25 +37,15 @@ from torch.nn import Linear
 
 from graphtree.data.tree import lookup_words
 from graphtree.datasets import TREC
-from graphtree.embeddings import embedding_matrix, load_glove
-from graphtree.experiments.baselines import trec_question_baseline
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
+from graphtree.embeddings import embedding_matrix
+from graphtree.experiments.baselines import single_process, trec_question_baseline
+from graphtree.experiments.harness import SPLITS, Experiment, sample_splits, split_sizes, vectors_name
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.models import BiTreeLSTM, NodeEmbedding
 from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
-from graphtree.train import PRESETS, PaperOptimizer, Trainer, WordInputModel, distributed
-from graphtree.train.runs import (
-    ArgumentParser,
-    add_run_arguments,
-    check_embeddings,
-    default_mirror,
-    epochs_of,
-    fail,
-    main_guard,
-    note,
-    quick_sample,
-    start_process,
-)
+from graphtree.train import PRESETS, Trainer, WordInputModel
+from graphtree.train.runs import ArgumentParser, add_run_arguments, check_embeddings, default_mirror, main_guard, note
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -89,8 +79,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def load_splits(args: argparse.Namespace, trees: str) -> dict[str, list]:
     """The three splits (parsed once and cached without word ids: a new vocabulary needs no new parse)."""
     mirror = default_mirror(REPO)
-    splits = {s: list(TREC(args.data_root, s, tree=trees, mirror=mirror, log=False)) for s in ("train", "dev", "test")}
-    return {s: quick_sample(d, QUICK[s]) for s, d in splits.items()} if args.quick else splits
+    splits = {s: list(TREC(args.data_root, s, tree=trees, mirror=mirror, log=False)) for s in SPLITS}
+    return sample_splits(splits, QUICK, args.quick)
 
 
 class RootMLP(torch.nn.Module):
@@ -126,51 +116,40 @@ def build_model(model: str, vocab_size: int, dim: int, num_classes: int, pretrai
 
 def train(args: argparse.Namespace, argv: list[str]) -> None:
     """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
-    device = start_process(args)
-    spec = MODELS[args.model]
-    vectors = load_glove(None if args.embeddings == "glove50" else args.embeddings, verbose=False)
-    epochs = epochs_of(args, EPOCHS)
+    exp = Experiment.start("trec", args, argv, REPO, EPOCHS)
+    spec, vectors = MODELS[args.model], exp.vectors()
     cfg = dict(model=args.model, trees=spec["trees"], parser="spacy", embeddings=args.embeddings, dim=vectors.dim,
-               hidden=HIDDEN, mlp=MLP_CHANNELS, dropout=DROPOUT, epochs=epochs, optimizer=OPTIMIZER.as_dict(),
+               hidden=HIDDEN, mlp=MLP_CHANNELS, dropout=DROPOUT, epochs=exp.epochs, optimizer=OPTIMIZER.as_dict(),
                supervision="root", quick=args.quick)
-    with distributed.main_first():  # the first run parses the corpus into datasets/ for the others
+    with exp.main_first():  # the first run parses the corpus into datasets/ for the others
         splits = load_splits(args, spec["trees"])
     # Teng & Zhang's vocabulary: every word of the corpus with a vector (as written or lowercased).
     vocab = Vocab.build([d.tokens for s in splits.values() for d in s], pretrained=vectors)
     for data in splits.values():
         for d in data:
             d.word = lookup_words(d.tokens, d.word_pos.tolist(), vocab)
-    train_set, dev_set, test_set = splits["train"], splits["dev"], splits["test"]
-    note(f"TREC ({spec['trees']} trees): {len(train_set)} / {len(dev_set)} / {len(test_set)} questions, "
-         f"vocabulary {len(vocab)}")
-    data_id = dict(train=len(train_set), dev=len(dev_set), test=len(test_set), vocab=vocab.fingerprint,
-                   sample="random-0" if args.quick else "all")
-    vectors_name = args.embeddings if args.embeddings == "glove50" else Path(args.embeddings).stem
+    note(f"TREC ({spec['trees']} trees): {split_sizes(splits)} questions, vocabulary {len(vocab)}")
 
     def build(run: SeedRun) -> Trainer:
         model, embedding = build_model(args.model, len(vocab), vectors.dim, len(TREC.COARSE_CLASSES),
                                        embedding_matrix(vocab, vectors, missing="mean"))
-        model.to(device)
-        return Trainer(model, PaperOptimizer.for_model(model, embedding, OPTIMIZER), epochs=epochs,
-                       batch_size=OPTIMIZER.batch_size, **run.trainer_options())
+        return run.trainer(model, embedding, OPTIMIZER, exp.epochs)
 
     def score(trainer: Trainer, fit) -> Outcome:
-        test = trainer.test(test_set)
+        test = trainer.test(splits["test"])
         return Outcome({"accuracy": fit.best_dev["root"], **fit.best_dev}, {"accuracy": test.root, **test.as_dict()},
                        f"dev {fit.best_dev['root']:.2f}, test {test.root:.2f}",
                        {"num_parameters_without_embeddings": count_parameters(trainer.model,
                                                                               lambda name: "embedding." in name)})
 
-    run_name = seed_names(f"{args.model}_{vectors_name}", epochs, EPOCHS, args.quick)
-    train_seeds("trec", args, argv, cfg, run_name=run_name, build=build, score=score, train=train_set, dev=dev_set,
-                checkpoint_config={"data": data_id}, device=device)
+    exp.train_seeds(cfg, exp.run_names(f"{args.model}_{vectors_name(args.embeddings)}"), build, score, splits,
+                    exp.data_identity(splits, vocab))
 
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
-    if args.model == "svm" and distributed.launched():
-        fail("--model svm trains in one process (scikit-learn); run it without torchrun")
     if args.model == "svm":  # on the questions' words: the dependency trees' tokens, parsed once for every model
+        single_process(args.model)
         trec_question_baseline(args, argv, load_splits(args, "dependency"), SVM_GRID)
     else:
         train(args, argv)

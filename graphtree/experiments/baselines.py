@@ -24,13 +24,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..train import distributed
 from ..train.checkpoint import atomic_write_text
-from ..train.runs import RunPaths, recorded_command, run_record
+from ..train.runs import RunPaths, fail, recorded_command, run_record
 
-__all__ = ["GridResult", "grid_search", "phrase_texts", "sst_phrase_baseline", "trec_question_baseline",
-           "write_baseline"]
+__all__ = ["GridResult", "grid_search", "phrase_texts", "single_process", "sst_phrase_baseline",
+           "trec_question_baseline", "write_baseline"]
 
 Predict = Callable[[Sequence[str]], np.ndarray]
+
+
+def single_process(model: str) -> None:
+    """A user error under ``torchrun``: a baseline trains in one process."""
+    if distributed.launched():
+        fail(f"--model {model} trains in one process (scikit-learn); run it without torchrun")
 
 
 @dataclass

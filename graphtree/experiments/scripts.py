@@ -1,4 +1,5 @@
-"""An experiment script imported by its path, for the report scripts and tests that read its settings table.
+"""An experiment script imported by its path, for the report scripts and tests that read its settings table
+(and a benchmark script, for the benchmarks and tests that use its set-up).
 
 The scripts are programs, not a package: ``python experiments/sst.py`` puts their
 folder first on ``sys.path``, an installed graphtree does not. Importing one by
@@ -18,7 +19,7 @@ __all__ = ["load_script"]
 
 
 def load_script(path: str | os.PathLike) -> ModuleType:
-    """The module of the experiment script at ``path`` (e.g. ``experiments/sst.py``), imported once."""
+    """The module of the script at ``path`` (e.g. ``experiments/sst.py``), imported once."""
     path = Path(path).resolve()
     name = f"graphtree_script_{path.stem}"
     module = sys.modules.get(name)

@@ -25,6 +25,7 @@ import torch
 
 from ..train import distributed
 from ..train.checkpoint import atomic_write_text, seed_everything
+from ..train.optim import OptimizerSpec, PaperOptimizer
 from ..train.runs import RunPaths, finished_run, note, recorded_command, run_record
 from ..train.trainer import FitResult, Trainer
 
@@ -48,6 +49,16 @@ class SeedRun:
         return dict(seed=self.seed, checkpoint=self.checkpoint, metrics_csv=self.metrics_csv,
                     config={**self.config, **config, "seed": self.seed}, progress=self.progress, desc=self.name,
                     device=self.device)
+
+    def trainer(self, model: torch.nn.Module, embedding: torch.nn.Module | None, optimizer: OptimizerSpec,
+                epochs: int, kind: type[Trainer] = Trainer, config: dict[str, Any] | None = None,
+                **options: Any) -> Trainer:
+        """The run's trainer (a ``kind``) of ``model``, moved to the run's device first: the paper optimizer
+        ``optimizer`` (its minibatch size too; ``embedding`` gets the embedding update) for ``epochs``, with the
+        flags of :meth:`trainer_options` (``config`` adds to the checkpoint's) and ``options`` (e.g. ``extra=``)."""
+        model.to(self.device)
+        return kind(model, PaperOptimizer.for_model(model, embedding, optimizer), epochs=epochs,
+                    batch_size=optimizer.batch_size, **self.trainer_options(**(config or {})), **options)
 
 
 @dataclass

@@ -6,8 +6,9 @@ one module per role.
   or a folder holding ``train.*``, ``dev.*`` and ``test.*``.
 * :func:`find_task` decides what is learnt from the labels there are
   (:class:`Task`): a class or a number per graph, or a class per node.
-* :func:`attach_words` gives the nodes word ids; :class:`NodeInputs` turns
-  them (and numeric features ``x``) into node vectors.
+* :func:`attach_words` gives the nodes word ids, :func:`word_embedding`
+  their vectors; :class:`NodeInputs` turns them (and numeric features ``x``)
+  into node vectors.
 * :func:`model_settings` checks that a cell fits the data (children per node,
   where the inputs are) and :func:`build_model` builds it under an output
   layer (:class:`GraphModel`).
@@ -20,7 +21,7 @@ A problem with the data or the settings is a :class:`~graphtree.train.runs.RunEr
 naming the file, the line and what to change.
 """
 
-from .inputs import NodeInputs, attach_words, feature_channels
+from .inputs import NodeInputs, attach_words, feature_channels, word_embedding
 from .models import MODELS, GraphModel, Structure, build_model, describe_structure, model_settings
 from .predictions import write_predictions
 from .splits import SPLITS, GraphSplits, load_graph_splits
@@ -29,4 +30,4 @@ from .training import Prediction, TaskTrainer
 
 __all__ = ["MODELS", "SPLITS", "GraphModel", "GraphSplits", "NodeInputs", "Prediction", "Structure", "Task",
            "TaskTrainer", "attach_words", "build_model", "describe_structure", "feature_channels", "find_task",
-           "load_graph_splits", "model_settings", "write_predictions"]
+           "load_graph_splits", "model_settings", "word_embedding", "write_predictions"]

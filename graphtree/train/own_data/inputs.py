@@ -10,12 +10,13 @@ import torch
 from torch import Tensor
 
 from ...data.tree import lookup_words
+from ...embeddings import embedding_matrix
 from ...models import NodeEmbedding
 from ...vocab import Vocab
 from ..runs import fail
 from .splits import SPLITS, GraphSplits
 
-__all__ = ["NodeInputs", "attach_words", "feature_channels"]
+__all__ = ["NodeInputs", "attach_words", "feature_channels", "word_embedding"]
 
 def attach_words(splits: GraphSplits, vectors: Any = None) -> Vocab | None:
     """Give every node with a token its word id (``word``); the vocabulary, or ``None`` where no node has a token.
@@ -34,6 +35,15 @@ def attach_words(splits: GraphSplits, vectors: Any = None) -> Vocab | None:
         for graph in splits.graphs[split]:
             graph.word = lookup_words(graph.tokens, graph.word_pos.tolist(), vocab)
     return vocab
+
+
+def word_embedding(vocab: Vocab | None, vectors: Any, dim: int) -> NodeEmbedding | None:
+    """Word vectors of size ``dim`` for ``vocab``'s words: ``vectors``' (of that size; their mean for a word
+    without one), else random ones; ``None`` without a vocabulary (no node has a token)."""
+    if vocab is None:
+        return None
+    pretrained = embedding_matrix(vocab, vectors, missing="mean") if vectors is not None else None
+    return NodeEmbedding(len(vocab), dim, pretrained)
 
 
 def feature_channels(splits: GraphSplits) -> int:

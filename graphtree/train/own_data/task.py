@@ -49,6 +49,13 @@ class Task:
         """What dev selection maximizes (``accuracy``) or minimizes (``mse``)."""
         return "accuracy" if self.kind == "class" else "mse"
 
+    def scores(self, test: dict[str, Any]) -> str:
+        """The test metrics ``test`` (of ``TaskTrainer.evaluate``) as a run's line says them."""
+        if self.kind == "class" and test["accuracy"] is not None:
+            return f"test accuracy {test['accuracy']:.2f}"
+        return f"test MSE {test['mse']:.4g}, r {test['pearson']:.4f}" if test.get("mse") is not None else (
+            "no test labels")
+
     def gold(self, batch: Any) -> Tensor:
         """The labels of a batch: one per graph, or one per node (unlabelled: ``NO_LABEL``, or NaN)."""
         if self.level == "node":
