@@ -46,6 +46,7 @@ from graphtree.train.report import (
     windows,
     with_seeds,
     within,
+    within_table,
 )
 
 # experiments/sst.py's settings tables: the paper's epochs and optimizer per model
@@ -342,22 +343,9 @@ def target_lines(runs: list[dict], prov: Provenance | None = None) -> list[str]:
              f"Checked from the same files; a check on fewer than {MIN_SEEDS} seeds per row says *incomplete*.", "",
              "Settings we can reproduce exactly (random vectors): within one standard deviation or one point of "
              "the paper's test root accuracy.", "",
-             "| Row | Task | Paper | Ours | Ours − paper | Within |", "|---|---|---|---|---|---|"]
-    for name in EXACT_ROWS:
-        for task in tasks_of(rows[name]):
-            mine, paper = task_runs(rows[name], runs, task), paper_root(rows[name], task)
-            values = [r["test"]["root"] for r in mine]
-            if paper is None:
-                continue
-            if not values:
-                lines.append(f"| {name} | {task} | {paper:.1f} | not run | — | — |")
-                continue
-            gap = statistics.mean(values) - paper
-            verdict = "yes" if within(values, paper) else "no"
-            if len(values) < MIN_SEEDS:
-                verdict += " (incomplete)"
-            lines.append(f"| {name} | {task} | {paper:.1f} | {mean_std(values)}{stale_mark(prov, mine)} | {gap:+.1f} "
-                         f"| {verdict} |")
+             *within_table([(f"{name} | {task}", paper_root(rows[name], task), task_runs(rows[name], runs, task))
+                            for name in EXACT_ROWS for task in tasks_of(rows[name])],
+                           lambda r: r["test"]["root"], prov, MIN_SEEDS)]
     lines += explained_misses(runs)
     lines += ["", "With the 50d GloVe vectors, test root accuracy (mean ± std of seeds):", ""]
     lines += [f"- {floor_line(name, task, floor, runs, prov)}" for name, task, floor in FLOORS]

@@ -25,7 +25,7 @@ __all__ = ["CHECKS_FILE", "RESULTS_PAGE", "SECTIONS", "SEEDS_CAP", "STALE_MARK",
            "pooled_std", "provenance_lines", "publish", "report_head", "report_script", "results_folder",
            "runs_section", "runs_table", "seeds_to_separate", "short", "shown", "stale_footnote", "stale_lines",
            "stale_mark", "summary_label", "target_line", "wall_minutes", "welch_p", "windows", "with_seeds",
-           "within", "write_readme_section", "write_summary"]
+           "within", "within_table", "write_readme_section", "write_summary"]
 
 
 def load_runs(folder: Path, experiment: str, keep: Callable[[dict], bool] = lambda record: True, *,
@@ -448,6 +448,25 @@ def within(values: Sequence[float], paper: float) -> bool:
     paper."""
     spread = statistics.stdev(values) if len(values) > 1 else 0.0
     return abs(statistics.mean(values) - paper) <= max(1.0, spread)
+
+
+def within_table(rows: Sequence[tuple[str, float | None, Sequence[dict]]], metric: Callable[[dict], float],
+                 prov: Provenance | None = None, min_seeds: int = 3) -> list[str]:
+    """Rows checked against the paper by :func:`within`: ``(label, the paper's number, our runs)`` each, ``label``
+    filling the first two columns (``name | task``), ``metric`` a run's number; rows without a paper's number are
+    left out."""
+    lines = ["| Row | Task | Paper | Ours | Ours − paper | Within |", "|---|---|---|---|---|---|"]
+    for label, paper, runs in rows:
+        if paper is None:
+            continue
+        values = [metric(r) for r in runs]
+        if not values:
+            lines.append(f"| {label} | {paper:.1f} | not run | — | — |")
+            continue
+        verdict = ("yes" if within(values, paper) else "no") + (" (incomplete)" if len(values) < min_seeds else "")
+        lines.append(f"| {label} | {paper:.1f} | {mean_std(values)}{stale_mark(prov, runs)} | "
+                     f"{statistics.mean(values) - paper:+.1f} | {verdict} |")
+    return lines
 
 
 def best_dev_run(runs: Sequence[dict], metric: str) -> dict:
