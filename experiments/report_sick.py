@@ -1,7 +1,8 @@
-"""Build experiments/results/sick.md, sick_by_length.png and the README's SICK section from the per-run JSON files.
+"""Build experiments/results/sick.md, sick_by_length.png, the SICK section of docs/results.md and README's SICK rows
+from the per-run JSON files.
 
-    python experiments/report_sick.py                  # the committed results, and README's SICK section
-    python experiments/report_sick.py --results runs   # your own runs: runs/sick.md and the plot, README untouched
+    python experiments/report_sick.py                  # the committed results, docs/results.md and README
+    python experiments/report_sick.py --results runs   # your own runs: runs/sick.md and the plot, the rest untouched
 
 Every number of ours comes from ``<results>/sick/*.json`` (written by
 ``experiments/sick.py``); the only numbers typed here are Tai et al.'s (Table 3).
@@ -21,18 +22,27 @@ from pathlib import Path
 from graphtree.experiments.scripts import load_script
 from graphtree.train.report import (
     Provenance,
-    compute_used,
-    hardware,
+    code_cell,
+    commands_section,
+    compute_note,
+    line_plot,
     load_runs,
+    markdown_table,
     mean_std,
     minutes,
     provenance_lines,
+    publish,
+    report_head,
+    report_script,
     results_folder,
+    runs_section,
+    runs_table,
     shown,
-    stale_footnote,
+    stale_lines,
     stale_mark,
+    summary_label,
     target_line,
-    write_readme_section,
+    wall_minutes,
 )
 
 _SICK = load_script(Path(__file__).with_name("sick.py"))
@@ -68,28 +78,19 @@ def model_runs(runs: list[dict], model: str) -> list[dict]:
 
 
 def table(runs: list[dict], prov: Provenance | None = None) -> list[str]:
-    lines = ["| Model (Tai et al. Table 3) | Pearson r | Spearman ρ | MSE | Seeds | Minutes per run | Code |",
-             "|---|---|---|---|---|---|---|"]
+    rows = []
     for model, spec in MODELS.items():
         mine = model_runs(runs, model)
         mark = stale_mark(prov, mine)
-        cells = [f"{mean_std([r['test'][m] for r in mine], 4)}{mark} ({paper:.4f})"
-                 for m, paper in zip(METRICS, PAPER[model])]
-        wall = mean_std([r["wall_time_s"] / 60 for r in mine], 1, empty="—")
-        code = prov.code(mine) if prov is not None and mine else "—"
-        lines.append(f"| {spec['name']} | " + " | ".join(cells) + f" | {len(mine)} | {wall} | {code} |")
-    return lines
+        rows.append([spec["name"], *(f"{mean_std([r['test'][m] for r in mine], 4)}{mark} ({paper:.4f})"
+                                     for m, paper in zip(METRICS, PAPER[model])),
+                     str(len(mine)), wall_minutes(mine), code_cell(prov, mine)])
+    return markdown_table(["Model (Tai et al. Table 3)", "Pearson r", "Spearman ρ", "MSE", "Seeds", "Minutes per run",
+                           "Code"], rows)
 
 
-def runs_table(runs: list[dict], prov: Provenance | None = None) -> list[str]:
-    lines = ["| Run | Best epoch / epochs | Dev r | Test r | Test ρ | Test MSE | s per epoch (train) | Where | Code |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(runs, key=lambda r: r["run"]):
-        lines.append(f"| {r['run']} | {r['best_epoch']} / {len(r['history'])} | {r['dev']['pearson']:.4f} | "
-                     f"{r['test']['pearson']:.4f} | {r['test']['spearman']:.4f} | {r['test']['mse']:.4f} | "
-                     f"{r['train_seconds_per_epoch']:.0f} | {hardware(r)} | "
-                     f"{prov.origin(r) if prov is not None else '—'} |")
-    return lines
+RUN_COLUMNS = [("Dev r", lambda r: f"{r['dev']['pearson']:.4f}"), ("Test r", lambda r: f"{r['test']['pearson']:.4f}"),
+               ("Test ρ", lambda r: f"{r['test']['spearman']:.4f}"), ("Test MSE", lambda r: f"{r['test']['mse']:.4f}")]
 
 
 def target(runs: list[dict], prov: Provenance | None = None) -> str:
@@ -100,72 +101,49 @@ def target(runs: list[dict], prov: Provenance | None = None) -> str:
                        floor_digits=2, mark=stale_mark(prov, mine))
 
 
-def by_length(run: dict) -> tuple[list[int], list[float]]:
-    """Tai et al. Fig. 4 curve of one run, as stored by experiments/sick.py."""
-    curve = run["test_by_length"]
-    return curve["length"], curve["pearson"]
-
-
 def plot(runs: list[dict], out: Path = RESULTS) -> bool:
-    """Mean over seeds of r by length, one line per model with runs; False when there is nothing to draw."""
+    """Mean over seeds of r by length (Tai et al. Fig. 4), one line per model with runs; False when there is
+    nothing to draw."""
     series = []
     for model, spec in MODELS.items():
-        mine = [r for r in runs if r["config"]["model"] == model]
+        mine = model_runs(runs, model)
         if mine:
-            curves = [dict(zip(*by_length(r))) for r in mine]
+            curves = [dict(zip(r["test_by_length"]["length"], r["test_by_length"]["pearson"])) for r in mine]
             xs = sorted(set.intersection(*(set(c) for c in curves)))
             series.append((f"{spec['name']} ({len(mine)} seed{'s' if len(mine) > 1 else ''})", xs,
                            [statistics.mean(c[x] for c in curves) for x in xs]))
-    if not series:
-        return False
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, xs, ys in series:
-        ax.plot(xs, ys, label=label, lw=1.4, marker="o", ms=3)
-    ax.set_xlabel("mean sentence length of the pair (words), window [l-2, l+2], at least 30 pairs")
-    ax.set_ylabel("test Pearson r")
-    ax.set_title("SICK: Pearson r by sentence length (cf. Tai et al. Fig. 4)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "sick_by_length.png", dpi=120)
-    plt.close(fig)
-    return True
+    if series:
+        line_plot(out / "sick_by_length.png", [(series, "mean sentence length of the pair (words), window [l-2, l+2], "
+                                                "at least 30 pairs", "test Pearson r",
+                                                "SICK: Pearson r by sentence length (cf. Tai et al. Fig. 4)")],
+                  (7, 4.5), marker="o", ms=3)
+    return bool(series)
 
 
 def report(runs: list[dict], plotted: bool, prov: Provenance | None = None, results: str = "experiments/results",
            others: Sequence[dict] = ()) -> str:
     """sick.md. ``results``: the results folder as the report names it; ``others``: the runs at other epochs."""
-    script = "python experiments/report_sick.py" + ("" if results == "experiments/results" else f" --results {results}")
-    lines = ["# SICK semantic relatedness: our runs next to Tai et al. (2015), Table 3", "",
-             f"Generated by `{script}` from `{results}/sick/*.json`; do not edit.",
-             "", "Test Pearson r, Spearman ρ and MSE of the epoch with the best dev Pearson r: mean ± sample "
-             "standard deviation over seeds, Tai et al.'s number (mean of 5 runs) in parentheses. Code: the commits "
-             "the row's runs come from (see Provenance below).", ""]
-    lines += table(runs, prov)
-    if any(stale_mark(prov, model_runs(runs, model)) for model in MODELS):
-        lines += ["", stale_footnote(commands="under Commands below")]
+    lines = report_head("SICK semantic relatedness: our runs next to Tai et al. (2015), Table 3", "sick", results,
+                        "Test Pearson r, Spearman ρ and MSE of the epoch with the best dev Pearson r: mean ± sample "
+                        "standard deviation over seeds, Tai et al.'s number (mean of 5 runs) in parentheses. Code: "
+                        "the commits the row's runs come from (see Provenance below).")
+    lines += table(runs, prov) + stale_lines(prov, (model_runs(runs, model) for model in MODELS))
     lines += ["", "Settings: Tai et al.'s similarity network (eq 15, hidden layer 50), KL loss to the sparse "
               "target, AdaGrad 0.05, minibatch 25, per-minibatch L2 1e-4, no dropout, word vectors held fixed, "
               f"{EPOCHS} epochs; memory sizes of Tai's Table 1 (150; 142 for the Constituency Tree-LSTM). "
               "Differences: GloVe 6B 50d vectors instead of 840B 300d; the Constituency Tree-LSTM runs on the "
               "Stanford dependency trees binarized (`graphtree.data.spacy.binarize`), not on constituency "
               "parses.", ""]
-    lines += ["## Target", "", f"- {target(runs, prov)}", ""]
-    lines += [f"Compute: {compute_used(runs)}.", ""] if runs else []
+    lines += ["## Target", "", f"- {target(runs, prov)}", "", *compute_note(runs)]
     lines += ["![Pearson r by sentence length](sick_by_length.png)", ""] if plotted else \
         ["Plot of Pearson r by sentence length: no runs yet.", ""]
     if prov is not None:
         rows = [(spec["name"], model_runs(runs, model), command_for(model)) for model, spec in MODELS.items()]
         rows += [(f"{name}, {epochs} epochs", mine, command) for name, epochs, mine, command in epoch_groups(others)]
         lines += provenance_lines(prov, rows)
-    lines += ["## Runs", ""] + (runs_table(runs, prov) if runs else ["No runs yet."])
-    lines += other_epochs(others, prov)
-    lines += ["", "## Commands", "", "```"]
-    lines += [f"{command_for(m)}    # {s['name']}" for m, s in MODELS.items()]
-    lines += [script, "```", ""]
+    lines += runs_section(runs, runs_table(runs, prov, RUN_COLUMNS)) + other_epochs(others, prov)
+    lines += commands_section((f"{command_for(m)}    # {s['name']}" for m, s in MODELS.items()),
+                              report_script("sick", results))
     return "\n".join(lines)
 
 
@@ -187,36 +165,39 @@ def other_epochs(runs: Sequence[dict], prov: Provenance | None = None) -> list[s
     """Runs at other epoch counts than the default, pooled by model and epochs."""
     if not runs:
         return []
-    lines = ["", f"## Other training lengths (not in the table above, which uses {EPOCHS} epochs)", "",
-             "| Model | Epochs | Pearson r | Spearman ρ | MSE | Seeds | Command | Code |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name, epochs, mine, command in epoch_groups(runs):
-        mark = stale_mark(prov, mine)
-        cells = " | ".join(mean_std([r["test"][m] for r in mine], 4) + mark for m in METRICS)
-        code = prov.code(mine) if prov is not None else "—"
-        lines.append(f"| {name} | {epochs} | {cells} | {len(mine)} | `{command}` | {code} |")
-    return lines
+    rows = [[name, str(epochs), *(mean_std([r["test"][m] for r in mine], 4) + stale_mark(prov, mine) for m in METRICS),
+             str(len(mine)), f"`{command}`", code_cell(prov, mine)]
+            for name, epochs, mine, command in epoch_groups(runs)]
+    return ["", f"## Other training lengths (not in the table above, which uses {EPOCHS} epochs)", "",
+            *markdown_table(["Model", "Epochs", "Pearson r", "Spearman ρ", "MSE", "Seeds", "Command", "Code"], rows)]
 
 
-def readme_section(runs: list[dict], prov: Provenance | None = None) -> str:
-    lines = ["## Results: SICK semantic relatedness", "",
-             "Test Pearson r and MSE, mean ± std over seeds, Tai et al.'s Table 3 in parentheses; settings, "
-             "differences, Spearman ρ, the by-length plot, every run and the commits the runs come from in "
-             "`experiments/results/sick.md`.", "",
-             "| Model | Pearson r | MSE | Minutes per run (1 thread) | Command |", "|---|---|---|---|---|"]
-    marked = False
+def results_section(runs: list[dict], prov: Provenance | None = None) -> str:
+    """The SICK section of docs/results.md: Pearson r and MSE, wall time and command of each model, the target."""
+    rows = []
     for model, spec in MODELS.items():
         mine = model_runs(runs, model)
         r_paper, _, mse_paper = PAPER[model]
         mark = stale_mark(prov, mine)
-        marked = marked or bool(mark)
-        lines.append(f"| {spec['name']} | {mean_std([r['test']['pearson'] for r in mine], 4)}{mark} ({r_paper:.4f}) "
-                     f"| {mean_std([r['test']['mse'] for r in mine], 4)}{mark} ({mse_paper:.4f}) | {minutes(mine)} | "
-                     f"`{command_for(model)}` |")
-    if marked:
-        lines += ["", stale_footnote("experiments/results/reproduced.json")]
-    lines += ["", f"Target: {target(runs, prov)}"]
+        rows.append([spec["name"], f"{mean_std([r['test']['pearson'] for r in mine], 4)}{mark} ({r_paper:.4f})",
+                     f"{mean_std([r['test']['mse'] for r in mine], 4)}{mark} ({mse_paper:.4f})", minutes(mine),
+                     f"`{command_for(model)}`"])
+    lines = ["Test Pearson r and MSE, mean ± std over seeds, Tai et al.'s Table 3 in parentheses; settings, "
+             "differences, Spearman ρ, the by-length plot, every run and the commits the runs come from in "
+             "[`experiments/results/sick.md`](../experiments/results/sick.md).", "",
+             *markdown_table(["Model", "Pearson r", "MSE", "Minutes per run (1 thread)", "Command"], rows),
+             *stale_lines(prov, (model_runs(runs, model) for model in MODELS), "experiments/results/reproduced.json",
+                          "beside it"),
+             "", f"Target: {target(runs, prov)}"]
     return "\n".join(lines) + "\n"
+
+
+def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[str]]:
+    """README's rows: each model's test Pearson r against Tai et al.'s."""
+    return [[summary_label("sick", "SICK"), spec["name"],
+             mean_std([r["test"]["pearson"] for r in mine], 4) + stale_mark(prov, mine),
+             f"{PAPER[model][0]:.4f}", minutes(mine), f"`{command_for(model)}`"]
+            for model, spec in MODELS.items() if (mine := model_runs(runs, model))]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -225,10 +206,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     prov = Provenance.of(results, "sick")
     plotted = plot(runs, results)
     (results / "sick.md").write_text(report(runs, plotted, prov, shown(results, REPO), others))
-    # Only the committed results speak for the README: a report on one's own runs stays in their folder.
-    readme = committed and write_readme_section(REPO / "README.md", "sick", readme_section(runs, prov))
+    # Only the committed results speak for docs/results.md and README: a report on one's own runs stays in their folder.
+    written = publish(REPO, "sick", results_section(runs, prov), summary_rows(runs, prov)) if committed else []
     print(f"{len(runs)} runs -> {results / 'sick.md'}" + (", sick_by_length.png" if plotted else "")
-          + (", README.md" if readme else ""))
+          + "".join(f", {path}" for path in written))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Build experiments/results/sst.md and the SST plots from the per-run JSON files.
 
-    python experiments/report_sst.py                 # sst.md, sst_by_length.png, sst_by_depth.png, README's section
-    python experiments/report_sst.py --results runs  # your own runs: runs/sst.md and the plots, README untouched
+    python experiments/report_sst.py                 # sst.md and its plots, docs/results.md, README's SST rows
+    python experiments/report_sst.py --results runs  # your own runs: runs/sst.md and the plots, the rest untouched
 
 Every number of ours comes from ``<results>/sst/*.json`` (written by
 ``experiments/sst.py``); the only numbers typed here are the papers'. A row
@@ -14,34 +14,39 @@ stale mark.
 
 from __future__ import annotations
 
-import re
 import statistics
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 from graphtree.experiments.scripts import load_script
 from graphtree.train.report import (
     Provenance,
-    compute_used,
-    duration,
-    format_p,
-    format_seeds,
-    hardware,
+    best_dev_run,
+    commands_section,
+    compute_note,
+    line_plot,
     load_runs,
-    mean_interval,
+    markdown_table,
     mean_std,
     minutes,
-    pooled_std,
+    orderings_table,
+    pooled_counts,
     provenance_lines,
+    publish,
+    report_head,
+    report_script,
     results_folder,
-    seeds_to_separate,
+    runs_section,
+    runs_table,
     shown,
-    stale_footnote,
+    stale_lines,
     stale_mark,
+    summary_label,
     target_line,
-    welch_p,
-    write_readme_section,
+    windows,
+    with_seeds,
+    within,
+    within_table,
 )
 
 # experiments/sst.py's settings tables: the paper's epochs and optimizer per model
@@ -133,6 +138,8 @@ ROWS = [
 COLUMNS = (("fine", "root"), ("fine", "phrase"), ("binary", "root"), ("binary", "phrase"))
 PLOT_ROWS = ("Constituency Tree-LSTM, random vectors", "Constituency Tree-LSTM, GloVe", "S-LSTM", "LSTM-RNN (tanh)",
              "ConTree", "Top-down ConTree", "ConTree + Lex", "BiConTree (gated heads)")
+# README's rows: one per model, in its paper's main setting (the variants' rows are on docs/results.md)
+SUMMARY_ROWS = (*PLOT_ROWS, "Naive Bayes, n-grams", "SVM, n-grams", "Bidirectional LSTM")
 
 
 def full_runs(results: Path = RESULTS) -> list[dict]:
@@ -242,97 +249,47 @@ def tasks_of(row: dict) -> list[str]:
 
 
 def table(runs: list[dict], prov: Provenance | None = None) -> list[str]:
-    lines = ["| Source | Model | Paper's setting | Ours | Fine root | Fine phrase | Binary root | Binary phrase "
-             "| Seeds (fine / bin.) | Minutes per run | Code |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for row in ROWS:
         mine = row_runs(row, runs)
-        cells = [cell(mine, task, metric, paper, prov) for (task, metric), paper in zip(COLUMNS, row["paper"])]
         seeds = " / ".join(str(sum(task_of(r) == t for r in mine)) for t in ("fine", "binary"))
-        wall = mean_std([r["wall_time_s"] / 60 for r in mine], 0, empty="—")
-        lines.append(f"| {row['source']} | {row['name']} | {row['setting']} | {row['ours']} | "
-                     + " | ".join(cells) + f" | {seeds} | {wall} | {code(mine, prov)} |")
-    return lines
+        rows.append([row["source"], row["name"], row["setting"], row["ours"],
+                     *(cell(mine, task, metric, paper, prov) for (task, metric), paper in zip(COLUMNS, row["paper"])),
+                     seeds, mean_std([r["wall_time_s"] / 60 for r in mine], 0, empty="—"), code(mine, prov)])
+    return markdown_table(["Source", "Model", "Paper's setting", "Ours", "Fine root", "Fine phrase", "Binary root",
+                           "Binary phrase", "Seeds (fine / bin.)", "Minutes per run", "Code"], rows)
 
 
-def runs_table(runs: list[dict], prov: Provenance | None = None) -> list[str]:
-    lines = ["| Run | Best epoch / epochs | Dev root | Test root | Test phrase | s per epoch (train) | Where | Code |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in sorted(runs, key=lambda r: r["run"]):
-        lines.append(f"| {r['run']} | {r['best_epoch']} / {len(r['history'])} | {r['dev']['root']:.2f} | "
-                     f"{r['test']['root']:.2f} | {r['test']['phrase']:.2f} | {r['train_seconds_per_epoch']:.0f} | "
-                     f"{hardware(r)} | {prov.origin(r) if prov is not None else '—'} |")
-    return lines
-
-
-def pooled(runs: list[dict], key: str) -> dict[int, list[int]]:
-    """Counts by sentence length / height / span summed over runs (same test set, so seeds weigh equally)."""
-    out: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    for r in runs:
-        for k, (c, t) in r["test"].get(key, {}).items():
-            out[int(k)][0] += c
-            out[int(k)][1] += t
-    return out
-
-
-def windows(counts: dict[int, list[int]], last: int = 45, half: int = 2) -> tuple[list[int], list[float]]:
-    """Tai et al. Fig. 3: accuracy over lengths in [l - 2, l + 2]; lengths beyond ``last`` join the last window."""
-    xs, ys = [], []
-    for center in range(1 + half, last + 1):
-        lo, hi = center - half, (center + half if center < last else 10**9)
-        c = sum(v[0] for k, v in counts.items() if lo <= k <= hi)
-        t = sum(v[1] for k, v in counts.items() if lo <= k <= hi)
-        if t:
-            xs.append(center)
-            ys.append(100.0 * c / t)
-    return xs, ys
+RUN_COLUMNS = [("Dev root", lambda r: f"{r['dev']['root']:.2f}"), ("Test root", lambda r: f"{r['test']['root']:.2f}"),
+               ("Test phrase", lambda r: f"{r['test']['phrase']:.2f}")]
 
 
 def plots(runs: list[dict], out: Path = RESULTS) -> list[str]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Accuracy by sentence length (Tai et al. Fig. 3), and by node depth and phrase length (Zhu et al. Fig. 4), of
+    the fine-grained runs of ``PLOT_ROWS``."""
     series = []
     for row in ROWS:
         if row["name"] in PLOT_ROWS:
             mine = [r for r in row_runs(row, runs) if task_of(r) == "fine"]
             if mine:
                 series.append((f"{row['name']} ({len(mine)} seed{'s' if len(mine) > 1 else ''})", mine))
-    written = []
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, mine in series:
-        xs, ys = windows(pooled(mine, "by_length"))
-        ax.plot(xs, ys, label=label, lw=1.4)
-    ax.set_xlabel("sentence length (words), window [l-2, l+2]; l = 45 holds all longer")
-    ax.set_ylabel("test root accuracy (%)")
-    ax.set_title("SST fine-grained: accuracy by sentence length (cf. Tai et al. Fig. 3)")
-    if series:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "sst_by_length.png", dpi=120)
-    plt.close(fig)
-    written.append("sst_by_length.png")
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    for label, mine in series:
-        for ax, key in zip(axes, ("by_height", "by_span")):
-            counts = pooled(mine, key)
+    by_length = [(label, *windows(pooled_counts(mine, "by_length"))) for label, mine in series]
+    line_plot(out / "sst_by_length.png", [(by_length, "sentence length (words), window [l-2, l+2]; l = 45 holds all "
+                                           "longer", "test root accuracy (%)",
+                                           "SST fine-grained: accuracy by sentence length (cf. Tai et al. Fig. 3)")],
+              (7, 4.5))
+    panels = []
+    for key, xlabel, title in (("by_height", "node depth (longest path down to a word)",
+                                "by depth (cf. Zhu et al. Fig. 4, upper)"),
+                               ("by_span", "phrase length (words)", "by phrase length (cf. Zhu et al. Fig. 4, lower)")):
+        lines = []
+        for label, mine in series:
+            counts = pooled_counts(mine, key)
             keys = sorted(k for k, (c, t) in counts.items() if t >= 20 * len(mine))  # drop sparse tails
-            ax.plot(keys, [100.0 * counts[k][0] / counts[k][1] for k in keys], label=label, lw=1.4)
-    axes[0].set_xlabel("node depth (longest path down to a word)")
-    axes[1].set_xlabel("phrase length (words)")
-    for ax in axes:
-        ax.set_ylabel("test accuracy, all phrases (%)")
-    axes[0].set_title("by depth (cf. Zhu et al. Fig. 4, upper)")
-    axes[1].set_title("by phrase length (cf. Zhu et al. Fig. 4, lower)")
-    if series:
-        axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "sst_by_depth.png", dpi=120)
-    plt.close(fig)
-    written.append("sst_by_depth.png")
-    return written
+            lines.append((label, keys, [100.0 * counts[k][0] / counts[k][1] for k in keys]))
+        panels.append((lines, xlabel, "test accuracy, all phrases (%)", title))
+    line_plot(out / "sst_by_depth.png", panels, (11, 4.5))
+    return ["sst_by_length.png", "sst_by_depth.png"]
 
 
 # The issue's targets. Rows in settings we can reproduce exactly (random vectors): within one standard deviation
@@ -375,11 +332,8 @@ def floor_line(name: str, task: str, floor: float, runs: list[dict], prov: Prove
     """One of the GloVe targets (``FLOORS``): met or missed by the mean over seeds, with the figure and, where asked,
     the 95% confidence interval of the mean."""
     mine = task_runs(next(row for row in ROWS if row["name"] == name), runs, task)
-    values = [r["test"]["root"] for r in mine]
-    bounds = mean_interval(values) if interval else None
-    detail = f"; 95% confidence interval of the mean {bounds[0]:.1f} to {bounds[1]:.1f}" if bounds else ""
-    return target_line(f"{name}, {task} root", floor, values, mark=stale_mark(prov, mine), detail=detail,
-                       min_seeds=MIN_SEEDS)
+    return target_line(f"{name}, {task} root", floor, [r["test"]["root"] for r in mine], mark=stale_mark(prov, mine),
+                       min_seeds=MIN_SEEDS, interval=interval)
 
 
 def target_lines(runs: list[dict], prov: Provenance | None = None) -> list[str]:
@@ -389,66 +343,15 @@ def target_lines(runs: list[dict], prov: Provenance | None = None) -> list[str]:
              f"Checked from the same files; a check on fewer than {MIN_SEEDS} seeds per row says *incomplete*.", "",
              "Settings we can reproduce exactly (random vectors): within one standard deviation or one point of "
              "the paper's test root accuracy.", "",
-             "| Row | Task | Paper | Ours | Ours − paper | Within |", "|---|---|---|---|---|---|"]
-    for name in EXACT_ROWS:
-        for task in tasks_of(rows[name]):
-            mine, paper = task_runs(rows[name], runs, task), paper_root(rows[name], task)
-            values = [r["test"]["root"] for r in mine]
-            if paper is None:
-                continue
-            if not values:
-                lines.append(f"| {name} | {task} | {paper:.1f} | not run | — | — |")
-                continue
-            gap = statistics.mean(values) - paper
-            verdict = "yes" if within(values, paper) else "no"
-            if len(values) < MIN_SEEDS:
-                verdict += " (incomplete)"
-            lines.append(f"| {name} | {task} | {paper:.1f} | {mean_std(values)}{stale_mark(prov, mine)} | {gap:+.1f} "
-                         f"| {verdict} |")
+             *within_table([(f"{name} | {task}", paper_root(rows[name], task), task_runs(rows[name], runs, task))
+                            for name in EXACT_ROWS for task in tasks_of(rows[name])],
+                           lambda r: r["test"]["root"], prov, MIN_SEEDS)]
     lines += explained_misses(runs)
     lines += ["", "With the 50d GloVe vectors, test root accuracy (mean ± std of seeds):", ""]
     lines += [f"- {floor_line(name, task, floor, runs, prov)}" for name, task, floor in FLOORS]
-    lines += ["", f"Orderings: each pair of rows the paper separates by at least {ORDER_MIN_GAP} points, and "
-              "whether our means rank them the same way. A pair our seeds separate is one whose difference "
-              f"Welch's t-test finds at p < {ORDER_P}; each reversed pair gives its p. The last column is a power "
-              "analysis: how many seeds per row a two-sample t-test would need to find the paper's gap between "
-              f"two rows (at p < {ORDER_P}, 80% of the time) when the seeds spread as ours do (pooled standard "
-              "deviation of the pair); over the table's pairs, smallest to largest.", "",
-              "| Table | Paper's order (best first) | Pairs as in the paper | Reversed | Pairs our seeds separate "
-              "| Seeds per row to find the paper's gaps |",
-              "|---|---|---|---|---|---|"]
-    for title, task, names in ORDERINGS:
-        papers = {n: paper_root(rows[n], task) for n in names}
-        ranked = sorted(names, key=lambda n: -papers[n])
-        order = " > ".join(f"{n} {papers[n]:.1f}" for n in ranked)
-        values = {n: root_accuracies(rows[n], runs, task) for n in names}
-        missing = [n for n in names if not values[n]]
-        means = {n: statistics.mean(values[n]) for n in names if values[n]}
-        # Pairs among the rows that have runs: a table half run still says what its finished rows show.
-        pairs = [(a, b) for i, a in enumerate(ranked) for b in ranked[i + 1:]
-                 if a in means and b in means and papers[a] - papers[b] >= ORDER_MIN_GAP]
-        if not pairs:
-            lines.append(f"| {title} | {order} | not run: {', '.join(missing)} | — | — | — |" if missing
-                         else f"| {title} | {order} | no pair {ORDER_MIN_GAP} points apart | — | — | — |")
-            continue
-        p_of = {(a, b): welch_p(values[a], values[b]) for a, b in pairs}
-        reversed_pairs = [f"{a} {means[a]:.1f} < {b} {means[b]:.1f} (p {format_p(p_of[a, b])})"
-                          for a, b in pairs if means[a] <= means[b]]
-        separated = [(a, b) for a, b in pairs if p_of[a, b] < ORDER_P]
-        held = sum(means[a] > means[b] for a, b in separated)
-        verdict = (f"{held} as in the paper, {len(separated) - held} reversed, of {len(pairs)}" if separated
-                   else f"none of {len(pairs)}")
-        kept = f"{len(pairs) - len(reversed_pairs)} of {len(pairs)}"
-        if any(len(values[n]) < MIN_SEEDS for n in means):
-            kept += " (incomplete)"
-        if missing:
-            kept += f"; not run: {', '.join(missing)}"
-        needed = sorted(seeds_to_separate(papers[a] - papers[b], pooled_std(values[a], values[b]))
-                        for a, b in pairs if len(values[a]) > 1 and len(values[b]) > 1)
-        power = "—" if not needed else format_seeds(needed[0]) + (
-            f" to {format_seeds(needed[-1])}" if needed[-1] != needed[0] else "")
-        lines.append(f"| {title} | {order} | {kept} | {'; '.join(reversed_pairs) or 'none'} | {verdict} "
-                     f"| {power} |")
+    orderings = [(title, {n: paper_root(rows[n], task) for n in names},
+                  {n: root_accuracies(rows[n], runs, task) for n in names}) for title, task, names in ORDERINGS]
+    lines += ["", *orderings_table(orderings, min_gap=ORDER_MIN_GAP, alpha=ORDER_P, min_seeds=MIN_SEEDS)]
     return lines + [""]
 
 
@@ -495,7 +398,7 @@ def best_dev_lines(runs: list[dict]) -> list[str]:
             paper = paper_root(row, task)
             if not mine or paper is None:
                 continue
-            best = max(mine, key=lambda r: (r["dev"]["root"], -r["seed"]))  # ties: the lower seed
+            best = best_dev_run(mine, "root")
             lines.append(f"| {row['name']} | {task} | {paper:.1f} (best dev of {paper_runs}) | "
                          f"{best['test']['root']:.1f} (seed {best['seed']}, best dev of {len(mine)}) | "
                          f"{mean_std([r['test']['root'] for r in mine])} |")
@@ -599,18 +502,6 @@ def variant_groups(runs: list[dict], split: str = "test") -> dict[tuple[str, str
     return {key: [r[split]["root"] for r in mine] for key, mine in variant_runs(runs).items()}
 
 
-def with_seeds(command: str, seeds: Sequence[int]) -> str:
-    """A run's recorded command with ``--seeds`` set to ``seeds`` (each run records the one seed it ran)."""
-    listed = "--seeds " + " ".join(map(str, sorted(seeds)))
-    return re.sub(r"--seeds(\s+\d+)+", listed, command) if "--seeds" in command else f"{command} {listed}"
-
-
-def within(values: list[float], paper: float) -> bool:
-    """The reproduction criterion: within one point or one sample standard deviation of the paper."""
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return abs(statistics.mean(values) - paper) <= max(1.0, spread)
-
-
 def explained_misses(runs: list[dict]) -> list[str]:
     """For each exactly reproducible row that misses its paper, the runs outside its settings that land within."""
     rows = {row["name"]: row for row in ROWS}
@@ -638,23 +529,21 @@ def other_settings(runs: list[dict], prov: Provenance | None = None) -> list[str
     if not groups:
         return []
     rows = {row["name"]: row for row in ROWS}
-    lines = ["## Other settings", "",
-             "Runs outside the papers' settings, each next to the row it varies (root accuracy at the epoch of best "
-             "dev root accuracy, mean ± std over seeds). A setting chosen for its dev accuracy is chosen fairly; "
-             "one chosen for its test accuracy is not.", "",
-             "| Row | Task | Changed | Seeds | Dev root | The row's dev root | Test root | The row's test root "
-             "| Code |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = []
     for key, values in sorted(groups.items()):
         name, task, changed = key
         reference = [r for r in row_runs(rows[name], runs) if task_of(r) == task] if name in rows else []
         mine = grouped[key]
-        lines.append(f"| {name} | {task} | {changed} | {len(values)} | {mean_std(dev[key])} | "
-                     f"{mean_std([r['dev']['root'] for r in reference]) if reference else 'not run'} | "
-                     f"{mean_std(values)}{stale_mark(prov, mine)} | "
-                     f"{mean_std([r['test']['root'] for r in reference]) if reference else 'not run'} | "
-                     f"{code(mine, prov)} |")
-    return lines + [""]
+        lines.append([name, task, changed, str(len(values)), mean_std(dev[key]),
+                      mean_std([r["dev"]["root"] for r in reference]) if reference else "not run",
+                      f"{mean_std(values)}{stale_mark(prov, mine)}",
+                      mean_std([r["test"]["root"] for r in reference]) if reference else "not run", code(mine, prov)])
+    return ["## Other settings", "",
+            "Runs outside the papers' settings, each next to the row it varies (root accuracy at the epoch of best "
+            "dev root accuracy, mean ± std over seeds). A setting chosen for its dev accuracy is chosen fairly; "
+            "one chosen for its test accuracy is not.", "",
+            *markdown_table(["Row", "Task", "Changed", "Seeds", "Dev root", "The row's dev root", "Test root",
+                             "The row's test root", "Code"], lines), ""]
 
 
 def provenance_rows(runs: list[dict]) -> list[tuple[str, list[dict], str]]:
@@ -669,18 +558,15 @@ def provenance_rows(runs: list[dict]) -> list[tuple[str, list[dict], str]]:
 
 def report(runs: list[dict], prov: Provenance | None = None, results: str = "experiments/results") -> str:
     """sst.md. ``results``: the results folder as the report names it."""
-    script = "python experiments/report_sst.py" + ("" if results == "experiments/results" else f" --results {results}")
-    lines = ["# Stanford Sentiment Treebank: our runs next to the papers", "",
-             f"Generated by `{script}` from `{results}/sst/*.json`; do not edit.",
-             "", "Test accuracy (%) of the epoch with the best dev root accuracy: mean ± sample standard deviation "
-             "over seeds, the paper's number in parentheses. Fine: 5 classes; binary: neutral sentences dropped "
-             "and neutral phrases not counted. Phrase accuracy counts every labelled node (words and roots "
-             "included). Paper numbers are means over 5 runs (Tai), single runs (Zhu), the best-dev of 10 runs "
-             "(Le & Zuidema) and the best-dev model of 5 seeds (Teng & Zhang). Code: the commits the row's runs "
-             "come from (see Provenance below).", ""]
-    lines += table(runs, prov)
-    if any(stale_mark(prov, task_runs(row, runs, task)) for row in ROWS for task in ("fine", "binary")):
-        lines += ["", stale_footnote(commands="under Commands below")]
+    lines = report_head("Stanford Sentiment Treebank: our runs next to the papers", "sst", results,
+                        "Test accuracy (%) of the epoch with the best dev root accuracy: mean ± sample standard "
+                        "deviation over seeds, the paper's number in parentheses. Fine: 5 classes; binary: neutral "
+                        "sentences dropped and neutral phrases not counted. Phrase accuracy counts every labelled node "
+                        "(words and roots included). Paper numbers are means over 5 runs (Tai), single runs (Zhu), the "
+                        "best-dev of 10 runs (Le & Zuidema) and the best-dev model of 5 seeds (Teng & Zhang). Code: "
+                        "the commits the row's runs come from (see Provenance below).")
+    lines += table(runs, prov) + stale_lines(prov, (task_runs(row, runs, task) for row in ROWS
+                                                    for task in ("fine", "binary")))
     lines += ["", "Settings: the papers' optimizers (`graphtree.train.optim.PRESETS`), minibatches, dropout and "
               "epochs (`MODELS` in `experiments/sst.py`). The 300d GloVe 840B vectors of Tai, Zhu and Teng & "
               "Zhang and the 100d 6B vectors of Le & Zuidema are not available here; our GloVe rows use the "
@@ -691,56 +577,60 @@ def report(runs: list[dict], prov: Provenance | None = None, results: str = "exp
               "![accuracy by sentence length](sst_by_length.png)", "",
               "![accuracy by depth and phrase length](sst_by_depth.png)", "", *other_settings(runs, prov)]
     lines += provenance_lines(prov, provenance_rows(runs)) if prov is not None else []
-    lines += ["## Runs", ""]
-    lines += runs_table(runs, prov) if runs else ["No runs yet."]
-    lines += ["", "## Commands", "", "```"]
-    for row in ROWS:
-        for task in tasks_of(row):
-            lines.append(f"{command_for(row, task, runs)}    # {row['name']}, {task}")
-    lines += [script, "```", ""]
+    lines += runs_section(runs, runs_table(runs, prov, RUN_COLUMNS))
+    lines += commands_section((f"{command_for(row, task, runs)}    # {row['name']}, {task}"
+                               for row in ROWS for task in tasks_of(row)), report_script("sst", results))
     return "\n".join(lines)
 
 
 def compute_lines(runs: list[dict]) -> list[str]:
     """What the runs cost: in all, and split between the papers' settings and the other settings."""
-    if not runs:
-        return []
-
-    def cost(some: list[dict]) -> str:
-        return f"{len(some)} run{'s' if len(some) != 1 else ''} and {duration(sum(r['wall_time_s'] for r in some))}"
-
-    papers = [r for r in runs if not departures(r["config"])]
-    varied = [r for r in runs if departures(r["config"])]
-    return [f"Compute: {compute_used(runs)}: {cost(papers)} in the papers' settings (the table above), "
-            f"{cost(varied)} in other settings (below). Wall time counts each epoch's dev evaluation and any "
-            "time lost to other jobs on the machine.", ""]
+    return compute_note(runs, [([r for r in runs if not departures(r["config"])],
+                                "in the papers' settings (the table above)"),
+                               ([r for r in runs if departures(r["config"])], "in other settings (below)")],
+                        "Wall time counts each epoch's dev evaluation and any time lost to other jobs on the machine.")
 
 
-def readme_section(runs: list[dict], prov: Provenance | None = None) -> str:
-    """Rows with runs: test root accuracy, wall time and the command of each task; the stale marks' footnote and the
-    GloVe targets."""
-    lines = ["## Results: Stanford Sentiment Treebank", "",
-             "Test root accuracy (%), mean ± std over seeds, the paper's number in parentheses; rows that have "
-             "runs so far. The full table (phrase accuracies, every row of the four papers), the plots and the "
-             "settings are in `experiments/results/sst.md`, with the machine each run used, the commits the runs "
-             "come from and the reproduction targets checked row by row.", "",
-             "| Source | Model | Fine | Binary | Minutes per run (1 CPU thread) | Command |",
-             "|---|---|---|---|---|---|"]
-    marked = False
+def results_section(runs: list[dict], prov: Provenance | None = None) -> str:
+    """The SST section of docs/results.md: rows with runs, with the test root accuracy, wall time and command of each
+    task; the stale marks' footnote and the GloVe targets."""
+    rows, marked = [], []
     for row in ROWS:
         mine = row_runs(row, runs)
         if mine:
             done = [task for task in tasks_of(row) if any(task_of(r) == task for r in mine)]
-            commands = "<br>".join(f"`{command_for(row, task, runs)}`" for task in done)
-            marked = marked or any(stale_mark(prov, task_runs(row, runs, task)) for task in done)
-            lines.append(f"| {row['source']} | {row['name']} | {cell(mine, 'fine', 'root', row['paper'][0], prov)} | "
-                         f"{cell(mine, 'binary', 'root', row['paper'][2], prov)} | {minutes(mine)} | {commands} |")
-    if marked:
-        lines += ["", stale_footnote("experiments/results/reproduced.json")]
+            marked += [task_runs(row, runs, task) for task in done]
+            rows.append([row["source"], row["name"], cell(mine, "fine", "root", row["paper"][0], prov),
+                         cell(mine, "binary", "root", row["paper"][2], prov), minutes(mine),
+                         "<br>".join(f"`{command_for(row, task, runs)}`" for task in done)])
     targets = [floor_line(name, task, floor, runs, prov, interval=False).removesuffix(".")
                for name, task, floor in FLOORS]
-    lines += ["", f"Targets (GloVe 6B 50d): {'; '.join(targets)}."]
+    lines = ["Test root accuracy (%), mean ± std over seeds, the paper's number in parentheses; rows that have "
+             "runs so far. The full table (phrase accuracies, every row of the four papers), the plots and the "
+             "settings are in [`experiments/results/sst.md`](../experiments/results/sst.md), with the machine each "
+             "run used, the commits the runs come from and the reproduction targets checked row by row.", "",
+             *markdown_table(["Source", "Model", "Fine", "Binary", "Minutes per run (1 CPU thread)", "Command"], rows),
+             *stale_lines(prov, marked, "experiments/results/reproduced.json", "beside it"),
+             "", f"Targets (GloVe 6B 50d): {'; '.join(targets)}."]
     return "\n".join(lines) + "\n"
+
+
+def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[str]]:
+    """README's rows: each of ``SUMMARY_ROWS`` with runs, its test root accuracy per task (fine / binary) against the
+    paper's."""
+    found = []
+    for row in (row for row in ROWS if row["name"] in SUMMARY_ROWS):
+        mine = row_runs(row, runs)
+        done = [task for task in tasks_of(row) if any(task_of(r) == task for r in mine)]
+        if not done:
+            continue
+        papers = [paper_root(row, task) for task in done]
+        found.append([summary_label("sst", "SST " + " / ".join(done)), row["name"],
+                      " / ".join(f"{mean_std(root_accuracies(row, runs, task))}"
+                                 f"{stale_mark(prov, task_runs(row, runs, task))}" for task in done),
+                      " / ".join(f"{p:.1f}" if p is not None else "—" for p in papers) if any(papers) else "—",
+                      minutes(mine), "<br>".join(f"`{command_for(row, task, runs)}`" for task in done)])
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -749,9 +639,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     prov = Provenance.of(results, "sst")
     (results / "sst.md").write_text(report(runs, prov, shown(results, REPO)))
     written = plots(runs, results)
-    # Only the committed results speak for the README: a report on one's own runs stays in their folder.
-    readme = committed and write_readme_section(REPO / "README.md", "sst", readme_section(runs, prov))
-    print(f"{len(runs)} runs -> {results / 'sst.md'}, " + ", ".join(written) + (", README.md" if readme else ""))
+    # Only the committed results speak for docs/results.md and README: a report on one's own runs stays in their folder.
+    written += publish(REPO, "sst", results_section(runs, prov), summary_rows(runs, prov)) if committed else []
+    print(f"{len(runs)} runs -> {results / 'sst.md'}, " + ", ".join(written))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Build ``<results>/structure.md`` from the per-run JSON files of ``experiments/structure.py``.
+"""Build ``<results>/structure.md`` from the per-run JSON files of ``experiments/structure.py`` (for the committed
+results, also the structure section of docs/results.md and README's structure rows).
 
     python experiments/report_structure.py                                  # experiments/results/structure
     python experiments/report_structure.py --results runs/structure         # your own runs
@@ -15,13 +16,12 @@ keeps (``../shared/papers``), so none can be checked here.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 
 from graphtree.train import atomic_write_text
-from graphtree.train.report import mean_std, write_readme_section
+from graphtree.train.report import Provenance, load_runs, markdown_table, mean_std, minutes, publish, summary_label
 from graphtree.train.runs import ArgumentParser
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,10 +59,8 @@ def display(variant: str) -> str:
 def load(results: Path, quick: bool) -> dict[tuple[str, str], list[dict]]:
     """The runs in ``results`` by (task, variant), quick ones only with ``quick``."""
     runs: dict[tuple[str, str], list[dict]] = {}
-    for path in sorted(results.glob("*.json")):
-        record = json.loads(path.read_text())
-        if record.get("experiment") == "structure" and bool(record["config"].get("quick")) == quick:
-            runs.setdefault((record["config"]["task"], variant(record)), []).append(record)
+    for record in load_runs(results, "structure", quick=quick):
+        runs.setdefault((record["config"]["task"], variant(record)), []).append(record)
     return runs
 
 
@@ -70,31 +68,31 @@ def breakdown(runs: list[dict], field: str) -> list[str]:
     """A table of accuracy by ``field`` (``by_depth``, ``by_size``): one row per model, one column per value."""
     keys = sorted({int(k) for r in runs for k in r["test"][field]})
     label = field.removeprefix("by_")
-    lines = [f"| Model | {' | '.join(str(k) for k in keys)} |", "|---" * (len(keys) + 1) + "|"]
     models = sorted({variant(r) for r in runs})
+    rows = []
     for model in models:
         mine = [r for r in runs if variant(r) == model]
         cells = []
         for k in keys:
             values = [r["test"][field][str(k)]["accuracy"] for r in mine if str(k) in r["test"][field]]
             cells.append(f"{statistics.mean(values):.1f}" if values else "—")
-        lines.append(f"| {display(model)} | {' | '.join(cells)} |")
+        rows.append([display(model), *cells])
     first = next(r for r in runs if variant(r) == models[0])
     counts = " · ".join(f"{k}: {first['test'][field].get(str(k), {}).get('total', 0)}" for k in keys)
-    return [f"Test accuracy (%) by {label} (test graphs per {label}: {counts}):", "", *lines, ""]
+    return [f"Test accuracy (%) by {label} (test graphs per {label}: {counts}):", "",
+            *markdown_table(["Model", *map(str, keys)], rows), ""]
 
 
 LISTOPS_TARGET = 98.0  # the project's target for a tree model on the gold trees
 
 
-def ran_at(runs: list[dict]) -> str:
-    """The commits the runs ran at, with counts: ``ran at 1a2b3c4 (3)`` (``+dirty``: uncommitted changes)."""
-    counts: dict[str, int] = {}
-    for r in runs:
-        block = r.get("provenance") or {}
-        commit = str(block.get("commit", "unknown"))[:7] + ("+dirty" if block.get("dirty") else "")
-        counts[commit] = counts.get(commit, 0) + 1
-    return "ran at " + ", ".join(f"{commit} ({n})" for commit, n in counts.items())
+def command_for(task: str, model: str, runs: list[dict]) -> str:
+    """The command that trains a row's runs (``model``: its variant) with their seeds."""
+    name, tree, epochs = parts(model)
+    tree_flag = (f" --listops-tree {tree}" if tree else "") + (f" --epochs {epochs}" if epochs else "")
+    quick = " --quick" if runs[0]["config"]["quick"] else ""
+    seeds = " ".join(str(r["seed"]) for r in runs)
+    return f"python experiments/structure.py --task {task} --model {name}{tree_flag} --seeds {seeds}{quick}"
 
 
 def report(runs: dict[tuple[str, str], list[dict]]) -> str:
@@ -105,14 +103,12 @@ def report(runs: dict[tuple[str, str], list[dict]]) -> str:
         if not task_runs:
             continue
         deeper = task == "circuits"
-        extra = "Deeper than training (%) | " if deeper else ""
         lines += [f"## {title}", ""]
         if task == "listops":
             lines += ["On the paper's gold parse (every token a leaf, left-branching within each list: Nangia & "
                       "Bowman 2018, Figure 1) unless marked *flat tree* (one node per list, its arguments as "
                       "children).", ""]
-        lines += [f"| Model | Test accuracy (%) | {extra}Seeds | Minutes per run | Command | Code |",
-                  "|---|---|" + ("---|" if deeper else "") + "---|---|---|---|"]
+        rows = []
         for (t, model), rs in sorted(runs.items()):
             if t != task:
                 continue
@@ -120,14 +116,11 @@ def report(runs: dict[tuple[str, str], list[dict]]) -> str:
             if deeper:
                 row.append(mean_std(r["test"]["deeper_than_training"]["accuracy"] for r in rs
                                     if r["test"].get("deeper_than_training")))
-            name, tree, epochs = parts(model)
-            seeds = " ".join(str(r["seed"]) for r in rs)
-            tree_flag = (f" --listops-tree {tree}" if tree else "") + (f" --epochs {epochs}" if epochs else "")
-            quick = " --quick" if rs[0]["config"]["quick"] else ""
-            row += [seeds, f"{statistics.mean(r['wall_time_s'] for r in rs) / 60:.1f}",
-                    f"`python experiments/structure.py --task {task} --model {name}{tree_flag} --seeds {seeds}{quick}`",
-                    ran_at(rs)]
-            lines.append("| " + " | ".join(row) + " |")
+            wall = statistics.mean(r["wall_time_s"] for r in rs) / 60
+            rows.append([*row, " ".join(str(r["seed"]) for r in rs), f"{wall:.1f}", f"`{command_for(task, model, rs)}`",
+                         Provenance("structure").origins(rs)])
+        lines += markdown_table(["Model", "Test accuracy (%)", *(["Deeper than training (%)"] if deeper else []),
+                                 "Seeds", "Minutes per run", "Command", "Code"], rows)
         lines.append("")
         if task == "listops":
             # The target is for the tree models on the gold parse: not the sequence model, not the flat tree.
@@ -165,21 +158,23 @@ def main(argv: list[str]) -> Path:
     out = results / "structure.md"
     text = report(runs)
     atomic_write_text(text, out)
-    # Only the committed results speak for the README: a report on one's own runs stays in their folder.
+    # Only the committed results speak for docs/results.md and README: a report on one's own runs stays in their folder.
     committed = results.resolve() == (REPO / "experiments" / "results" / "structure").resolve() and not args.quick
-    readme = committed and write_readme_section(REPO / "README.md", "structure", readme_section(text))
-    print(f"wrote {out}" + (" and README.md's structure section" if readme else ""), file=sys.stderr)
+    written = publish(REPO, "structure", results_section(text), summary_rows(runs)) if committed else []
+    print(f"wrote {out}" + "".join(f" and {path}" for path in written), file=sys.stderr)
     return out
 
 
-def readme_section(report_text: str) -> str:
-    """README's section: the report's summary tables (the breakdowns by depth and size stay in structure.md)."""
-    lines = ["## Results: structure benchmarks", "",
-             "Trees and DAGs that are not sentences, generated by seeded code in `graphtree.datasets` (the "
+def results_section(report_text: str) -> str:
+    """The structure section of docs/results.md: the report's summary tables (the breakdowns by depth and size stay
+    in structure.md)."""
+    lines = ["Trees and DAGs that are not sentences, generated by seeded code in `graphtree.datasets` (the "
              "generator is the dataset). ListOps runs on the paper's gold parse (every token a leaf, left-branching "
              "within each list: Nangia & Bowman 2018, Figure 1); rows marked *flat tree* use one node per list with "
              "its arguments as children. Mean ± std over seeds; accuracy by depth and size, the settings and the "
-             "commits in `experiments/results/structure/structure.md`.", ""]
+             "commits in [`experiments/results/structure/structure.md`]"
+             "(../experiments/results/structure/structure.md).",
+             ""]
     blocks = report_text.split("\n## ")[1:]
     missing = [title for title in TASK_NAMES.values() if not any(b.startswith(title) for b in blocks)]
     if missing:
@@ -192,6 +187,15 @@ def readme_section(report_text: str) -> str:
         targets = [p for p in paragraphs[first + 1:first + 2] if p.startswith("Target:")]
         lines += [f"{title}:", "", *table, "", *(f"{t}\n" for t in targets)]
     return "\n".join(lines)
+
+
+def summary_rows(runs: dict[tuple[str, str], list[dict]]) -> list[list[str]]:
+    """README's rows: each model's test accuracy on each task in the default setting (the paper's parse, the default
+    epochs), without published numbers to set beside them."""
+    return [[summary_label("structure", TASK_NAMES[task]), display(model),
+             mean_std(r["test"]["accuracy"] for r in rs), "—", minutes(rs), f"`{command_for(task, model, rs)}`"]
+            for task in TASK_NAMES for (t, model), rs in sorted(runs.items())
+            if t == task and parts(model)[1:] == ("", "")]
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Every command README (and docs/distributed.md) prints runs, in a short form: the same flags plus a one-epoch
-quick switch.
+"""Every command README (and docs/distributed.md, docs/results.md) prints runs, in a short form: the same flags plus a
+one-epoch quick switch.
 
 The set-up and test commands are the ones CI runs (``.ci/run``), so CI fails
 when they drift apart. The main job, the report on one's own runs and
@@ -31,6 +31,7 @@ from graphtree.experiments.scripts import load_script
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 DISTRIBUTED = (REPO / "docs" / "distributed.md").read_text()
+RESULTS = (REPO / "docs" / "results.md").read_text()  # the full results tables, which README's table summarizes
 TRAINING_SCRIPTS = ("sst", "sick", "trec", "structure")
 SHORT = ["--quick", "--epochs", "1", "--threads", "1", "--no-progress"]
 
@@ -46,10 +47,10 @@ def shell_lines(page: str = README) -> list[str]:
     return lines
 
 
-def table_commands() -> list[str]:
-    """The commands in README's results tables (backticked, one or more per cell)."""
+def table_commands(pages: tuple[str, ...] = (README, RESULTS)) -> list[str]:
+    """The commands in the results tables of README and docs/results.md (backticked, one or more per cell)."""
     return re.findall(r"`(python experiments/\w+\.py [^`]*)`", "\n".join(
-        line for line in README.splitlines() if line.startswith("|")))
+        line for page in pages for line in page.splitlines() if line.startswith("|")))
 
 
 def training_commands() -> list[str]:
@@ -108,6 +109,7 @@ def test_every_training_command_names_a_script_flags_it_knows():
     # Parsing alone catches a renamed or removed flag in a table cell without training anything.
     commands = training_commands()
     assert len(commands) >= 20
+    assert set(table_commands((README,))) < set(commands)  # README's table and the rows only docs/results.md has
     for command in commands:
         words = shlex.split(command)
         module = load_script(REPO / words[1])

@@ -11,7 +11,7 @@ import pytest
 
 from graphtree.experiments.scripts import load_script
 from graphtree.train.provenance import NUMERICS_VERSION
-from graphtree.train.report import Provenance, git_added, load_checks
+from graphtree.train.report import SECTIONS, Provenance, git_added, load_checks, summary_label
 
 pytest.importorskip("scipy")
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
@@ -107,7 +107,7 @@ def test_a_legacy_row_is_stale_and_dated_by_the_commit_that_added_its_files():
     row = row_of(report_sick.table(runs, prov), DEPENDENCY)
     assert row.startswith(f"| Dependency Tree-LSTM | 0.8500 ± 0.0100{MARK} (0.8676) | 0.7500 ± 0.0000{MARK} (0.8083) |")
     assert row.endswith("| recorded in aaaaaaa (2), bbbbbbb (1) |")
-    readme = report_sick.readme_section(runs, prov)
+    readme = report_sick.results_section(runs, prov)
     assert f"0.8500 ± 0.0100{MARK} (0.8676)" in readme
     assert f"{MARK} stale: the runs predate the current numerics (version {NUMERICS_VERSION})" in readme
     # Outside git nothing dates the file.
@@ -123,7 +123,7 @@ def test_runs_at_the_current_numerics_are_current():
     assert prov.origins(runs) == "ran at ccccccc+dirty (1), ccccccc (1)"
     row = row_of(report_sick.table(runs, prov), DEPENDENCY)
     assert MARK not in row and "0.8550 ± 0.0071 (0.8676)" in row  # mean 0.855, std 0.005 * sqrt(2)
-    assert MARK not in report_sick.readme_section(runs, prov)
+    assert MARK not in report_sick.results_section(runs, prov)
     assert "Every row with runs is current." in report_sick.report(runs, False, prov)
     # One run at an older numerics version makes the row stale again.
     older = sick_run("dependency", 3, 0.84, provenance(SHA_A, numerics=NUMERICS_VERSION - 1))
@@ -149,7 +149,7 @@ def test_a_reproduced_run_makes_its_legacy_row_current(tmp_path: Path):
     assert MARK not in row and row.endswith("| unknown (3); reproduced at bbbbbbb (seed 2, 1 epoch) |")
     md = report_sick.report(runs, False, prov)
     assert "- Dependency Tree-LSTM: reproduced at bbbbbbb (seed 2, 1 epoch)." in md
-    assert MARK not in report_sick.readme_section(runs, prov)
+    assert MARK not in report_sick.results_section(runs, prov)
     # The rescue covers the row of the reproduced run only.
     lstm = [sick_run("lstm", 1, 0.81)]
     assert MARK in row_of(report_sick.table(runs + lstm, prov), "| LSTM |")
@@ -234,7 +234,7 @@ def test_targets_say_met_or_missed_with_the_figure():
         f"Dependency Tree-LSTM, test Pearson r ≥ 0.85: 0.8450 ± 0.0050{MARK} (3 seeds), missed."
     assert report_sick.target([]) == "Dependency Tree-LSTM, test Pearson r ≥ 0.85: not run."
     assert "- Dependency Tree-LSTM, test Pearson r ≥ 0.85: 0.8510" in report_sick.report(met, False)
-    assert "Target: Dependency Tree-LSTM, test Pearson r ≥ 0.85: 0.8510" in report_sick.readme_section(met)
+    assert "Target: Dependency Tree-LSTM, test Pearson r ≥ 0.85: 0.8510" in report_sick.results_section(met)
     # TREC: 92.0, 93.0, 94.5 -> 93.17, std sqrt(3.1667 / 2) = 1.26: met; two seeds 92.0, 93.0: missed, incomplete.
     assert report_trec.target([trec_run("bicontree", s, v) for s, v in ((1, 92.0), (2, 93.0), (3, 94.5))]) == \
         "BiConTree, test accuracy (%) ≥ 93.0: 93.2 ± 1.3 (3 seeds), met."
@@ -242,7 +242,7 @@ def test_targets_say_met_or_missed_with_the_figure():
     assert report_trec.target(two) == ("BiConTree, test accuracy (%) ≥ 93.0: 92.5 ± 0.7 (2 seeds), missed "
                                        "(incomplete: fewer than 3 seeds).")
     assert "Target: BiConTree, test accuracy (%) ≥ 93.0: 92.5 ± 0.7 (2 seeds), missed" in \
-        report_trec.readme_section(two)
+        report_trec.results_section(two)
     # SST: fine 50, 51, 52 -> 51.0 ± 1.0, interval 51 ± 4.303 / sqrt(3) = 48.5 to 53.5: met; binary 87.0, 87.5,
     # 88.0 -> 87.5 ± 0.5, interval 87.5 ± 4.303 * 0.5 / sqrt(3) = 86.3 to 88.7: missed.
     sst = [sst_run(True, s, v) for s, v in ((1, 50.0), (2, 51.0), (3, 52.0))]
@@ -255,7 +255,7 @@ def test_targets_say_met_or_missed_with_the_figure():
         "- BiConTree (gated heads), binary root ≥ 88.0: 87.5 ± 0.5 (3 seeds; 95% confidence interval of the mean "
         "86.3 to 88.7), missed.")
     assert ("Targets (GloVe 6B 50d): BiConTree (gated heads), fine root ≥ 50.0: 51.0 ± 1.0 (3 seeds), met; BiConTree "
-            "(gated heads), binary root ≥ 88.0: 87.5 ± 0.5 (3 seeds), missed.") in report_sst.readme_section(sst)
+            "(gated heads), binary root ≥ 88.0: 87.5 ± 0.5 (3 seeds), missed.") in report_sst.results_section(sst)
 
 
 def test_sst_marks_each_task_of_a_row_by_its_own_runs(tmp_path: Path):
@@ -268,24 +268,26 @@ def test_sst_marks_each_task_of_a_row_by_its_own_runs(tmp_path: Path):
     # phrase accuracies follow their task's runs: fine unmarked, binary marked
     assert f"| 51.0 ± 1.0 (53.5) | 80.0 ± 0.0 (83.5) | 87.5 ± 0.7{MARK} (90.3) | 80.0 ± 0.0{MARK} (92.8) |" in row
     assert row.endswith("| unknown (5); fine reproduced at bbbbbbb (seed 2, 1 epoch) |")
-    readme = report_sst.readme_section(runs, prov)
+    readme = report_sst.results_section(runs, prov)
     assert f"| 51.0 ± 1.0 (53.5) | 87.5 ± 0.7{MARK} (90.3) |" in readme
     md = report_sst.report(runs, prov)
     assert "- BiConTree (gated heads), binary: 2 runs without provenance (legacy), not reproduced." in md
     assert "- BiConTree (gated heads), fine: reproduced at bbbbbbb (seed 2, 1 epoch)." in md
 
 
-def fake_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module) -> tuple[Path, Path]:
-    """A stand-in repository for ``module``: README with the results markers and an empty committed results folder.
-    Returns (README, committed results folder)."""
+def fake_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module) -> tuple[Path, Path, Path]:
+    """A stand-in repository for ``module``: README with its summary table's markers, docs/results.md with each
+    task's markers, and an empty committed results folder. Returns (README, docs/results.md, committed folder)."""
     repo = tmp_path / "repo"
     committed = repo / "experiments" / "results"
     committed.mkdir(parents=True)
-    readme = repo / "README.md"
-    readme.write_text("".join(f"<!-- results:{k} -->\nold\n<!-- /results:{k} -->\n" for k in ("sst", "sick", "trec")))
+    (repo / "docs").mkdir()
+    readme, page = repo / "README.md", repo / "docs" / "results.md"
+    readme.write_text("<!-- results:summary -->\n<!-- /results:summary -->\n")
+    page.write_text("".join(f"<!-- results:{k} -->\nold\n<!-- /results:{k} -->\n" for k in ("sst", "sick", "trec")))
     monkeypatch.setattr(module, "REPO", repo)
     monkeypatch.setattr(module, "RESULTS", committed)
-    return readme, committed
+    return readme, page, committed
 
 
 REAL_RESULTS = Path(__file__).resolve().parent.parent / "experiments" / "results"
@@ -306,8 +308,8 @@ def test_results_elsewhere_are_reported_there_and_leave_committed_files_alone(
     # The real committed report and plots must not change either (the scripts' own REPO is patched, but a write
     # through a path computed elsewhere would land there).
     real = stamps([REAL_RESULTS / f"{task}.md", *(REAL_RESULTS / p for p in plots)])
-    readme, committed = fake_repo(tmp_path, monkeypatch, module)
-    before = readme.read_text()
+    readme, page, committed = fake_repo(tmp_path, monkeypatch, module)
+    before, page_before = readme.read_text(), page.read_text()
     mine = write_results(tmp_path / "mine", task, [make(1), make(2)])
 
     module.main(["--results", str(mine)])
@@ -316,14 +318,16 @@ def test_results_elsewhere_are_reported_there_and_leave_committed_files_alone(
     assert "ran at ccccccc (2)" in report and "Every row with runs is current." in report
     assert f"{MARK} stale" not in report
     assert all((mine / p).exists() for p in plots)
-    assert readme.read_text() == before
+    assert readme.read_text() == before and page.read_text() == page_before
     assert list(committed.iterdir()) == []
     assert stamps([REAL_RESULTS / f"{task}.md", *(REAL_RESULTS / p for p in plots)]) == real
 
-    # The control: the default folder is the committed one, whose report does rewrite the README's section.
+    # The control: the default folder is the committed one, whose report does rewrite its section of the results page
+    # and its rows of README's table.
     write_results(committed, task, [make(1)])
     module.main([])
     assert (committed / f"{task}.md").exists()
-    after = readme.read_text()
-    assert after != before and f"<!-- results:{task} -->\n## Results:" in after
+    assert f"<!-- results:{task} -->\n## {SECTIONS[task]}\n" in page.read_text()
+    (row,) = [line for line in readme.read_text().splitlines() if line.startswith("| [")]
+    assert summary_label(task, "")[1:] in row.split(" | ")[0]  # the row links to the task's section
     assert "`python experiments/report_" in (committed / f"{task}.md").read_text()

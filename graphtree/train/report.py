@@ -1,7 +1,8 @@
-"""The statistics and tables the experiment report scripts share: run files, mean ± std, README sections, the
-provenance of the numbers (which commit made them, and whether they still hold at the current numerics), the
-targets, and the statistics of seeds (confidence intervals, Welch's t-test, seeds needed to separate two rows;
-these need SciPy)."""
+"""The statistics and tables the experiment report scripts (``experiments/report_*.py``) share: run files, mean ± std,
+Markdown tables, the parts every report has (its head, runs, commands, compute), the results page
+``docs/results.md`` and README's summary table, the provenance of the numbers (which commit made them, and whether
+they still hold at the current numerics), the targets and orderings checked against a paper, the statistics of
+seeds (confidence intervals, Welch's t-test, seeds needed to separate two rows; these need SciPy), and the plots."""
 
 from __future__ import annotations
 
@@ -17,18 +18,24 @@ from .checkpoint import atomic_write_text
 from .provenance import NUMERICS_VERSION
 from .runs import ArgumentParser
 
-__all__ = ["CHECKS_FILE", "SEEDS_CAP", "STALE_MARK", "Provenance", "Standing", "compute_used", "duration",
-           "format_p", "format_seeds", "git_added", "hardware", "load_checks", "load_runs", "mean_interval",
-           "mean_std", "minutes", "pooled_std", "provenance_lines", "results_folder", "seeds_to_separate", "short",
-           "shown", "stale_footnote", "stale_mark", "target_line", "welch_p", "write_readme_section"]
+__all__ = ["CHECKS_FILE", "RESULTS_PAGE", "SECTIONS", "SEEDS_CAP", "STALE_MARK", "SUMMARY_HEADER", "Provenance",
+           "Standing", "anchor", "best_dev_run", "code_cell", "commands_section", "compute_note", "compute_used",
+           "duration", "format_p", "format_seeds", "git_added", "hardware", "line_plot", "load_checks", "load_runs",
+           "markdown_table", "mean_interval", "mean_std", "minutes", "orderings_table", "pooled_counts",
+           "pooled_std", "provenance_lines", "publish", "report_head", "report_script", "results_folder",
+           "runs_section", "runs_table", "seeds_to_separate", "short", "shown", "stale_footnote", "stale_lines",
+           "stale_mark", "summary_label", "target_line", "wall_minutes", "welch_p", "windows", "with_seeds",
+           "within", "within_table", "write_readme_section", "write_summary"]
 
 
-def load_runs(folder: Path, experiment: str, keep: Callable[[dict], bool] = lambda record: True) -> list[dict]:
-    """The run records (``*.json``) of ``experiment`` in ``folder``, sorted by file name; quick runs never count."""
+def load_runs(folder: Path, experiment: str, keep: Callable[[dict], bool] = lambda record: True, *,
+              quick: bool = False) -> list[dict]:
+    """The run records (``*.json``) of ``experiment`` in ``folder``, sorted by file name: the full runs, or with
+    ``quick`` the quick ones only (the two never mix)."""
     runs = []
     for path in sorted(folder.glob("*.json")):
         record = json.loads(path.read_text())
-        if record.get("experiment") == experiment and not record["config"].get("quick") and keep(record):
+        if record.get("experiment") == experiment and bool(record["config"].get("quick")) == quick and keep(record):
             runs.append(record)
     return runs
 
@@ -51,6 +58,11 @@ def minutes(runs: list[dict]) -> str:
     return f"{mean:.1f}" if mean < 10 else f"{mean:.0f}"
 
 
+def wall_minutes(runs: Sequence[dict]) -> str:
+    """Wall time per run in minutes, mean ± std; ``—`` when there are none."""
+    return mean_std([r["wall_time_s"] / 60 for r in runs], 1, empty="—")
+
+
 def compute_used(runs: list[dict]) -> str:
     """The wall time of ``runs`` in all and by where they ran, e.g. ``12 runs, 3.5 h of wall time (3.5 h on 1 thread,
     x86_64, 2 CPUs)``."""
@@ -62,6 +74,17 @@ def compute_used(runs: list[dict]) -> str:
                       for where, seconds in sorted(by_where.items(), key=lambda item: -item[1]))
     return f"{len(runs)} run{'s' if len(runs) != 1 else ''}, {duration(sum(by_where.values()))} of wall time" + (
         f" ({parts})" if parts else "")
+
+
+def compute_note(runs: list[dict], parts: Sequence[tuple[list[dict], str]] = (), note: str = "") -> list[str]:
+    """A report's compute paragraph: ``Compute: 12 runs, 3.5 h of wall time (...)``, then what each of ``parts``
+    (runs, where they are reported) cost, then ``note``; nothing without runs."""
+    if not runs:
+        return []
+    costs = ", ".join(f"{plural(len(some), 'run')} and {duration(sum(r['wall_time_s'] for r in some))} {where}"
+                      for some, where in parts)
+    return [f"Compute: {compute_used(runs)}" + (f": {costs}" if costs else "") + "." + (f" {note}" if note else ""),
+            ""]
 
 
 def duration(seconds: float) -> str:
@@ -81,8 +104,10 @@ def hardware(record: dict) -> str:
 def write_readme_section(readme: Path, key: str, text: str) -> bool:
     """Replace the README block between ``<!-- results:KEY -->`` and ``<!-- /results:KEY -->`` by ``text``.
 
-    Returns False (and writes nothing) when the README has no such markers.
+    Returns False (and writes nothing) when the file or its markers are missing.
     """
+    if not readme.is_file():
+        return False
     source = readme.read_text()
     begin, end = f"<!-- results:{key} -->", f"<!-- /results:{key} -->"
     pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), flags=re.S)
@@ -316,12 +341,15 @@ def provenance_lines(prov: Provenance, rows: Sequence[tuple[str, Sequence[dict],
 
 
 def target_line(what: str, floor: float, values: Sequence[float], digits: int = 1, *, floor_digits: int = 1,
-                mark: str = "", detail: str = "", min_seeds: int = 3) -> str:
+                mark: str = "", detail: str = "", min_seeds: int = 3, interval: bool = False) -> str:
     """A target checked on the mean of seeds: ``BiConTree, test accuracy ≥ 93.0: 93.3 ± 0.7 (3 seeds), met.``
 
-    ``mark`` follows the measured figure (the stale mark), ``detail`` the seed count; fewer than ``min_seeds`` seeds
-    make the verdict incomplete.
+    ``mark`` follows the measured figure (the stale mark), ``detail`` the seed count (with ``interval``, the 95%
+    confidence interval of the mean comes first); fewer than ``min_seeds`` seeds make the verdict incomplete.
     """
+    bounds = mean_interval(values) if interval else None
+    if bounds:
+        detail = f"; 95% confidence interval of the mean {bounds[0]:.1f} to {bounds[1]:.1f}{detail}"
     head = f"{what} ≥ {floor:.{floor_digits}f}"
     if not values:
         return f"{head}: not run."
@@ -413,3 +441,260 @@ def shown(results: Path, repo: Path) -> str:
         return results.resolve().relative_to(repo.resolve()).as_posix()
     except ValueError:
         return str(results)
+
+
+def within(values: Sequence[float], paper: float) -> bool:
+    """The reproduction criterion: the mean of seeds within one point or one sample standard deviation of the
+    paper."""
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return abs(statistics.mean(values) - paper) <= max(1.0, spread)
+
+
+def within_table(rows: Sequence[tuple[str, float | None, Sequence[dict]]], metric: Callable[[dict], float],
+                 prov: Provenance | None = None, min_seeds: int = 3) -> list[str]:
+    """Rows checked against the paper by :func:`within`: ``(label, the paper's number, our runs)`` each, ``label``
+    filling the first two columns (``name | task``), ``metric`` a run's number; rows without a paper's number are
+    left out."""
+    lines = ["| Row | Task | Paper | Ours | Ours − paper | Within |", "|---|---|---|---|---|---|"]
+    for label, paper, runs in rows:
+        if paper is None:
+            continue
+        values = [metric(r) for r in runs]
+        if not values:
+            lines.append(f"| {label} | {paper:.1f} | not run | — | — |")
+            continue
+        verdict = ("yes" if within(values, paper) else "no") + (" (incomplete)" if len(values) < min_seeds else "")
+        lines.append(f"| {label} | {paper:.1f} | {mean_std(values)}{stale_mark(prov, runs)} | "
+                     f"{statistics.mean(values) - paper:+.1f} | {verdict} |")
+    return lines
+
+
+def best_dev_run(runs: Sequence[dict], metric: str) -> dict:
+    """The run a paper that reports the best-dev run of several would pick: the best dev ``metric``, ties to the
+    lower seed."""
+    return max(runs, key=lambda r: (r["dev"][metric], -r["seed"]))
+
+
+def orderings_table(orderings: Sequence[tuple[str, Mapping[str, float], Mapping[str, Sequence[float]]]], *,
+                    min_gap: float, alpha: float, min_seeds: int) -> list[str]:
+    """Whether our rows rank as a paper's do: one line per table of the paper, with the pairs it separates by at
+    least ``min_gap`` points, those our means keep in its order, the reversed ones (each with its p), those our
+    seeds separate (Welch's t-test at ``alpha``) and the seeds per row a t-test would need to find the paper's gaps.
+
+    Args:
+        orderings: ``(title, the paper's number by row, our seeds' values by row)`` for each table; a row without
+            values is named as not run.
+        min_gap: Pairs the paper separates by less are not counted (one seed's noise is larger).
+        alpha: The p below which our seeds separate a pair.
+        min_seeds: Fewer seeds in a row make its line incomplete.
+    """
+    lines = [f"Orderings: each pair of rows the paper separates by at least {min_gap} points, and "
+             "whether our means rank them the same way. A pair our seeds separate is one whose difference "
+             f"Welch's t-test finds at p < {alpha}; each reversed pair gives its p. The last column is a power "
+             "analysis: how many seeds per row a two-sample t-test would need to find the paper's gap between "
+             f"two rows (at p < {alpha}, 80% of the time) when the seeds spread as ours do (pooled standard "
+             "deviation of the pair); over the table's pairs, smallest to largest.", "",
+             "| Table | Paper's order (best first) | Pairs as in the paper | Reversed | Pairs our seeds separate "
+             "| Seeds per row to find the paper's gaps |",
+             "|---|---|---|---|---|---|"]
+    for title, papers, values in orderings:
+        names = list(papers)
+        ranked = sorted(names, key=lambda n: -papers[n])
+        order = " > ".join(f"{n} {papers[n]:.1f}" for n in ranked)
+        missing = [n for n in names if not values[n]]
+        means = {n: statistics.mean(values[n]) for n in names if values[n]}
+        # Pairs among the rows that have runs: a table half run still says what its finished rows show.
+        pairs = [(a, b) for i, a in enumerate(ranked) for b in ranked[i + 1:]
+                 if a in means and b in means and papers[a] - papers[b] >= min_gap]
+        if not pairs:
+            lines.append(f"| {title} | {order} | not run: {', '.join(missing)} | — | — | — |" if missing
+                         else f"| {title} | {order} | no pair {min_gap} points apart | — | — | — |")
+            continue
+        p_of = {(a, b): welch_p(values[a], values[b]) for a, b in pairs}
+        reversed_pairs = [f"{a} {means[a]:.1f} < {b} {means[b]:.1f} (p {format_p(p_of[a, b])})"
+                          for a, b in pairs if means[a] <= means[b]]
+        separated = [(a, b) for a, b in pairs if p_of[a, b] < alpha]
+        held = sum(means[a] > means[b] for a, b in separated)
+        verdict = (f"{held} as in the paper, {len(separated) - held} reversed, of {len(pairs)}" if separated
+                   else f"none of {len(pairs)}")
+        kept = f"{len(pairs) - len(reversed_pairs)} of {len(pairs)}"
+        if any(len(values[n]) < min_seeds for n in means):
+            kept += " (incomplete)"
+        if missing:
+            kept += f"; not run: {', '.join(missing)}"
+        needed = sorted(seeds_to_separate(papers[a] - papers[b], pooled_std(values[a], values[b]))
+                        for a, b in pairs if len(values[a]) > 1 and len(values[b]) > 1)
+        power = "—" if not needed else format_seeds(needed[0]) + (
+            f" to {format_seeds(needed[-1])}" if needed[-1] != needed[0] else "")
+        lines.append(f"| {title} | {order} | {kept} | {'; '.join(reversed_pairs) or 'none'} | {verdict} "
+                     f"| {power} |")
+    return lines
+
+
+# --------------------------------------------------------------------------- Markdown tables and report pages
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The lines of a Markdown table."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def code_cell(prov: Provenance | None, runs: Sequence[dict]) -> str:
+    """A table's code cell for a row: :meth:`Provenance.code`, ``—`` without runs or provenance."""
+    return prov.code(runs) if prov is not None and runs else "—"
+
+
+def runs_table(runs: Sequence[dict], prov: Provenance | None,
+               columns: Sequence[tuple[str, Callable[[dict], str]]], per_epoch_digits: int = 0) -> list[str]:
+    """A report's table of every run, by name: its best epoch, ``columns`` (header, cell of a run), its training
+    seconds per epoch, where it ran and the code it ran."""
+    header = ["Run", "Best epoch / epochs", *(name for name, _ in columns), "s per epoch (train)", "Where", "Code"]
+    return markdown_table(header, ([r["run"], f"{r['best_epoch']} / {len(r['history'])}",
+                                    *(cell(r) for _, cell in columns),
+                                    f"{r['train_seconds_per_epoch']:.{per_epoch_digits}f}", hardware(r),
+                                    prov.origin(r) if prov is not None else "—"]
+                                   for r in sorted(runs, key=lambda r: r["run"])))
+
+
+COMMITTED = "experiments/results"  # the committed results folder, as the reports name it
+
+
+def report_script(task: str, results: str = COMMITTED) -> str:
+    """The command that writes a report: ``python experiments/report_<task>.py [--results DIR]``."""
+    return f"python experiments/report_{task}.py" + ("" if results == COMMITTED else f" --results {results}")
+
+
+def report_head(title: str, task: str, results: str, lead: str) -> list[str]:
+    """A report's title, the command that generated it from which files, and its lead paragraph."""
+    return [f"# {title}", "", f"Generated by `{report_script(task, results)}` from `{results}/{task}/*.json`; do not "
+            "edit.", "", lead, ""]
+
+
+def stale_lines(prov: Provenance | None, groups: Iterable[Sequence[dict]], checks: str = CHECKS_FILE,
+                commands: str = "under Commands below") -> list[str]:
+    """The stale footnote after a table (with a blank line before it) where any of its ``groups`` of runs is
+    stale; nothing otherwise."""
+    return ["", stale_footnote(checks, commands)] if any(stale_mark(prov, runs) for runs in groups) else []
+
+
+def runs_section(runs: Sequence[dict], table: Sequence[str]) -> list[str]:
+    """A report's *Runs* section: ``table`` (every run), or that there are none."""
+    return ["## Runs", "", *(table if runs else ["No runs yet."])]
+
+
+def commands_section(commands: Iterable[str], script: str) -> list[str]:
+    """A report's *Commands* section: the command of each row, then the report's own."""
+    return ["", "## Commands", "", "```", *commands, script, "```", ""]
+
+
+def with_seeds(command: str, seeds: Sequence[int]) -> str:
+    """A run's recorded command with ``--seeds`` set to ``seeds`` (each run records the one seed it ran)."""
+    listed = "--seeds " + " ".join(map(str, sorted(seeds)))
+    return re.sub(r"--seeds(\s+\d+)+", listed, command) if "--seeds" in command else f"{command} {listed}"
+
+
+# The results page: each task's section, written by its report script between ``<!-- results:KEY -->`` markers, and
+# README's summary table, one row per model, whose rows each report script writes for its task.
+RESULTS_PAGE = "docs/results.md"
+SECTIONS = {"sst": "Stanford Sentiment Treebank", "sick": "SICK semantic relatedness",
+            "trec": "TREC question classification", "structure": "Structure benchmarks"}
+SUMMARY_HEADER = ("Task", "Model", "Ours", "Paper", "Minutes per run", "Command")
+
+
+def anchor(title: str) -> str:
+    """The anchor of a Markdown heading, as GitHub makes it: ``Structure benchmarks`` → ``structure-benchmarks``."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def summary_label(key: str, label: str) -> str:
+    """README summary table's first cell for a row of task ``key``: ``label`` linked to the task's section of the
+    results page (which is how :func:`write_summary` knows the row's task)."""
+    return f"[{label}]({RESULTS_PAGE}#{anchor(SECTIONS[key])})"
+
+
+def write_summary(readme: Path, key: str, rows: Sequence[Sequence[str]]) -> bool:
+    """Replace the rows of task ``key`` in README's summary table (between ``<!-- results:summary -->`` and
+    ``<!-- /results:summary -->``) by ``rows``, each starting with its :func:`summary_label`; the other tasks' rows
+    stay, in the order of ``SECTIONS``. Returns False (and writes nothing) without the file or its markers."""
+    text = readme.read_text() if readme.is_file() else ""
+    found = re.search(r"<!-- results:summary -->\n(.*?)<!-- /results:summary -->", text, re.S)
+    if found is None:
+        return False
+    targets = {k: f"]({RESULTS_PAGE}#{anchor(title)})" for k, title in SECTIONS.items()}
+    kept: dict[str, list[str]] = {k: [] for k in SECTIONS}
+    for line in found.group(1).splitlines()[2:]:  # below the header and its rule
+        first = line.split(" | ", 1)[0]
+        owner = next((k for k, target in targets.items() if target in first), None)
+        if owner is not None and owner != key:
+            kept[owner].append(line)
+    kept[key] = markdown_table(SUMMARY_HEADER, rows)[2:]
+    table = markdown_table(SUMMARY_HEADER, [])
+    return write_readme_section(readme, "summary", "\n".join([*table, *(line for k in SECTIONS for line in kept[k])]))
+
+
+def publish(repo: Path, key: str, section: str, summary: Sequence[Sequence[str]]) -> list[str]:
+    """Write a task's section of the results page (under the heading ``SECTIONS[key]``) and its rows of README's
+    summary table; returns the files written to (those with markers for it)."""
+    text = f"## {SECTIONS[key]}\n\n{section.strip()}\n"
+    written = [RESULTS_PAGE] if write_readme_section(repo / RESULTS_PAGE, key, text) else []
+    return written + (["README.md"] if write_summary(repo / "README.md", key, summary) else [])
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def pooled_counts(runs: Sequence[dict], key: str) -> dict[int, list[int]]:
+    """(correct, total) by sentence length, height or span (the test set's ``key``), summed over runs: one test set,
+    so seeds weigh equally."""
+    out: dict[int, list[int]] = {}
+    for r in runs:
+        for k, (c, t) in r["test"].get(key, {}).items():
+            counts = out.setdefault(int(k), [0, 0])
+            counts[0] += c
+            counts[1] += t
+    return out
+
+
+def windows(counts: Mapping[int, Sequence[int]], last: int = 45, half: int = 2) -> tuple[list[int], list[float]]:
+    """Accuracy (%) over the lengths in ``[l - half, l + half]`` for each ``l`` (Tai et al. Fig. 3); lengths beyond
+    ``last`` join the last window."""
+    xs, ys = [], []
+    for center in range(1 + half, last + 1):
+        lo, hi = center - half, (center + half if center < last else 10**9)
+        c = sum(v[0] for k, v in counts.items() if lo <= k <= hi)
+        t = sum(v[1] for k, v in counts.items() if lo <= k <= hi)
+        if t:
+            xs.append(center)
+            ys.append(100.0 * c / t)
+    return xs, ys
+
+
+def line_plot(path: Path, panels: Sequence[tuple[Sequence[tuple[str, Sequence[float], Sequence[float]]], str, str,
+                                                 str]],
+              figsize: tuple[float, float], **style) -> None:
+    """Save a figure of side-by-side panels of lines (needs matplotlib).
+
+    Args:
+        path: The PNG to write.
+        panels: ``(series, x label, y label, title)`` for each panel, ``series`` as ``(label, xs, ys)``; the first
+            panel carries the legend where it has lines.
+        figsize: The figure's size in inches.
+        style: Passed to each line (``marker``, ``ms``).
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=figsize, squeeze=False)
+    for ax, (series, xlabel, ylabel, title) in zip(axes[0], panels):
+        for label, xs, ys in series:
+            ax.plot(xs, ys, label=label, lw=1.4, **style)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+    if panels[0][0]:
+        axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
