@@ -1,4 +1,4 @@
-"""The Python examples of README and docs/performance.md run, and print what their comments say they print."""
+"""The Python examples of README and docs/ run, and print what their comments say they print."""
 
 import re
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-PAGES = [README, ROOT / "docs" / "performance.md"]  # the pages with runnable examples
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]  # every page a user may copy an example from
 EXAMPLES = [(page, code) for page in PAGES for code in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
 
 
