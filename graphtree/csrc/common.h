@@ -17,6 +17,19 @@ namespace graphtree {
 
 using torch::Tensor;
 
+// Each source file's part of the Python module: a function that adds its classes and functions, registered by a
+// static Binding in the file when the library loads, and run by the module's initialization (bindings.cpp).
+using Binder = void (*)(pybind11::module&);
+
+inline std::vector<Binder>& binders() {
+  static std::vector<Binder> all;
+  return all;
+}
+
+struct Binding {
+  explicit Binding(Binder add) { binders().push_back(add); }
+};
+
 // Every kernel takes float32 CPU tensors; the Python side (native_kernels) routes everything else to PyTorch.
 
 inline void check(const Tensor& t, const char* name) {
