@@ -142,27 +142,29 @@ class FixedHeadLevels : public Levels<Nothing> {
     const int64_t n = level.rows(), K = level.width;
     const auto& grad_head = grad_states[0];
     const int64_t D = grad_head.size(1), pad = padding_row(), method = method_;
-    auto grad_children = torch::zeros({n * K, D}, grad_head.options());
+    // Added straight into the children's rows of the heads' gradient, in the order in which the loop would
+    // scatter them (the level's own rows, read here, are none of them): no [n * K, D] rows, mostly zeros, for the
+    // loop to fill and scatter.
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* G = grad_head.data_ptr<float>();
-    float* gX = grad_children.data_ptr<float>();
+    float* gX = grad_state(0).data_ptr<float>();
     for_rows(n, [&](int64_t r) {
       const float* g = G + r * D;
       if (method < 2) {
-        float* gx = gX + (r * K + pick(S + r * K, K, pad)) * D;
+        float* gx = gX + S[r * K + pick(S + r * K, K, pad)] * D;
 #pragma omp simd
-        for (int64_t k = 0; k < D; ++k) gx[k] = g[k];
+        for (int64_t k = 0; k < D; ++k) gx[k] += g[k];
         return;
       }
       const float c = present(S + r * K, K, pad);
       for (int64_t l = 0; l < K; ++l) {
         if (S[r * K + l] == pad) continue;
-        float* gx = gX + (r * K + l) * D;
+        float* gx = gX + S[r * K + l] * D;
 #pragma omp simd
-        for (int64_t k = 0; k < D; ++k) gx[k] = g[k] / c;
+        for (int64_t k = 0; k < D; ++k) gx[k] += g[k] / c;
       }
     });
-    return {grad_children};
+    return {};
   }
 
   std::vector<Tensor> param_grads() override { return {}; }

@@ -48,7 +48,9 @@ class LevelKernel {
   virtual void forward(const Level& level, const std::vector<Tensor>& inputs, const std::vector<Tensor>& children,
                        std::vector<Tensor>& buffers, bool save) = 0;
 
-  // Called before the backward loop with the gradients of the whole state buffers, which the loop adds into.
+  // Called before the backward loop with the gradients of the whole state buffers, which the loop adds into. A
+  // kernel may add its children's gradients into their rows there itself, in the order in which the loop would
+  // scatter them, and return none.
   virtual void begin_backward(const std::vector<Tensor>& grad_states) = 0;
 
   // Given the gradients of the level's states, adds into `grad_inputs` (the level's rows; undefined where no
@@ -131,7 +133,7 @@ class GradientRows {
 // tensors, and the rows that its weights' gradients multiply, kept for all levels at once so that each gradient
 // is one product (a level's few rows make many small products cost more than the arithmetic).
 //
-// begin() checks that every internal level (one with predecessors) has the kernel's slot count (`width`; 0: any),
+// begin() checks that every internal level (one with predecessors) has the slot count that the kernel expect()s,
 // numbers the internal nodes level after level, and the slots. A kernel that names states to keep (kept_states:
 // each one's width) has the children's states gathered straight into one tensor per state, [slots, width]:
 // gathered(state) whole, gathered(state, w) as [internal nodes, w] where every internal node has the same slot

@@ -26,12 +26,7 @@ void forward_rows(float* G, const float* Cj, float* H, float* C, float* T, int64
     for (int64_t k = 0; k < width; ++k) g[k] = sigmoid(g[k]);
 #pragma omp simd
     for (int64_t k = 0; k < d; ++k) cr[k] = g[k] * (2.f * g[2 * d + k] - 1.f);  // i * u
-    for (int64_t l = 0; l < N; ++l) {
-      const float* f = g + (3 + l) * d;
-      const float* cl = cj + l * d;
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) cr[k] += f[k] * cl[k];  // + f_l * c_l
-    }
+    add_forgotten(cr, g + 3 * d, cj, N, d);  // + sum_l f_l * c_l
 #pragma omp simd
     for (int64_t k = 0; k < d; ++k) {
       tr[k] = tanh_of(cr[k]);
@@ -59,17 +54,7 @@ void backward_rows(const float* gH, const float* gC, const float* A, const float
       gg[d + k] = gh[k] * t[k] * o * (1.f - o);            // output gate
       gg[2 * d + k] = 4.f * gc[k] * i * s * (1.f - s);     // u = 2 sigmoid(2 z) - 1: du/dz = 4 s (1 - s)
     }
-    for (int64_t l = 0; l < N; ++l) {
-      const float* f = a + (3 + l) * d;
-      const float* cl = cj + l * d;
-      float* gf = gg + (3 + l) * d;
-      float* gcl = gcj + l * d;
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) {
-        gf[k] = gc[k] * cl[k] * f[k] * (1.f - f[k]);     // forget gate of child l
-        gcl[k] = gc[k] * f[k];
-      }
-    }
+    forgotten_backward(gc, a + 3 * d, cj, gg + 3 * d, gcj, N, d);  // the forget gates, the children's memories
   });
 }
 

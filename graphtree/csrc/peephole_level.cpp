@@ -45,11 +45,7 @@ void cell_into(const Tensor& pre, const Tensor& c_terms, const Tensor& c_childre
       tg[k] = tanh_of(g[k]);
       cr[k] = a[k] * tg[k];  // i tanh(g)
     }
-    for (int64_t l = 0; l < N; ++l) {
-      const float *f = a + (1 + l) * d, *cl = cj + l * d;
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) cr[k] += f[k] * cl[k];  // + f_l c_l
-    }
+    add_forgotten(cr, a + d, cj, N, d);  // + sum_l f_l c_l
   });
 }
 
@@ -107,15 +103,7 @@ Tensor cell_backward_into(const Tensor& grad_c, const Tensor& grad_h, const Tens
       g[(N + 1) * d + k] = gc[k] * i * (1.f - tg[k] * tg[k]);     // candidate g
       g[(N + 2) * d + k] = go[k];                                 // output gate
     }
-    for (int64_t l = 0; l < N; ++l) {
-      const float *f = a + (1 + l) * d, *cl = cj + l * d;
-      float *gf = g + (1 + l) * d, *gcl = gcj + l * d;
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) {
-        gf[k] = gc[k] * cl[k] * f[k] * (1.f - f[k]);  // forget gate of child l
-        gcl[k] = gc[k] * f[k];
-      }
-    }
+    forgotten_backward(gc, a + d, cj, g + d, gcj, N, d);  // the forget gates, the children's memories
   });
   return grad_cj;
 }
