@@ -83,11 +83,12 @@ struct ChildSumSaved {
 class ChildSumLevels : public Levels<ChildSumSaved> {
  public:
   ChildSumLevels(Tensor U_iou, Tensor b_iou, Tensor U_f, Tensor b_f)
-      : Levels("ChildSumLevels", U_f.options(), {U_f.size(0), 0}), U_iou_(U_iou), b_iou_(b_iou), U_f_(U_f), b_f_(b_f) {
+      : Levels("ChildSumLevels", U_f.options()), U_iou_(U_iou), b_iou_(b_iou), U_f_(U_f), b_f_(b_f) {
     check_all({&U_iou_, &b_iou_, &U_f_, &b_f_});
     d_ = U_f_.size(0);
     TORCH_CHECK(U_iou_.size(0) == 3 * d_ && U_iou_.size(1) == d_ && U_f_.size(1) == d_,
                 "ChildSumLevels: weight shapes do not agree");
+    expect(0, {d_, 0});
     U_iou_t_ = transposed(U_iou_);
     U_f_t_ = transposed(U_f_);
   }
@@ -104,16 +105,13 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
   void forward(const Level& level, const std::vector<Tensor>& inputs,
                const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
     const int64_t n = level.rows(), K = level.width, d = d_;
-    auto Wx = inputs[0].contiguous();
-    check(Wx, "Wx");
-    auto h_k = children[0].view({n, K, d});
-    auto c_k = children[1].contiguous().view({n, K, d});
+    auto h_k = children[0].view({n, K, d}), c_k = children[1].view({n, K, d});
     auto h_tilde = h_tilde_.narrow(0, level.begin - first_, n);
     at::sum_out(h_tilde, h_k, {1});  // eq 2
     auto iou_terms = at::addmm(b_iou_, h_tilde, U_iou_t_);
     auto uf_terms = at::addmm(b_f_, children[0], U_f_t_);
     auto tanh_c = fresh(n, d), activated = fresh(n, 3 * d), f = fresh(n * K, d);
-    forward_rows(Wx.data_ptr<float>(), iou_terms.data_ptr<float>(), uf_terms.data_ptr<float>(),
+    forward_rows(inputs[0].data_ptr<float>(), iou_terms.data_ptr<float>(), uf_terms.data_ptr<float>(),
                  c_k.data_ptr<float>(), rows_of(buffers[0], level).data_ptr<float>(),
                  rows_of(buffers[1], level).data_ptr<float>(), tanh_c.data_ptr<float>(), activated.data_ptr<float>(),
                  f.data_ptr<float>(), n, K, d);
@@ -122,18 +120,17 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
 
   std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
                                std::vector<Tensor>& grad_inputs) override {
-    const auto& s = saved_for_backward(level);
+    const auto& s = saved(level);
     const int64_t n = level.rows(), K = level.width, d = d_;
-    auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
     auto grad_wx = fresh(n, 4 * d), grad_c_k = fresh(n * K, d);
     auto grad_f = grad_f_.narrow(0, first_slot(level), n * K);
-    backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), s.activated.data_ptr<float>(),
+    backward_rows(grad_states[0].data_ptr<float>(), grad_states[1].data_ptr<float>(), s.activated.data_ptr<float>(),
                   s.f.data_ptr<float>(), s.c_children.data_ptr<float>(), s.tanh_c.data_ptr<float>(),
                   grad_wx.data_ptr<float>(), grad_f.data_ptr<float>(), grad_c_k.data_ptr<float>(), n, K, d);
     auto grad_iou = grad_iou_.narrow(0, level.begin - first_, n);
     grad_iou.copy_(grad_wx.narrow(1, 0, 3 * d));
     if (auto* grad_x = input_grad(grad_inputs)) grad_x->add_(grad_wx);
-    if (K == 0) return {Tensor(), Tensor()};
+    if (K == 0) return {};
     auto grad_h_k = at::mm(grad_f, U_f_).view({n, K, d});
     grad_h_k.add_(at::mm(grad_iou, U_iou_).unsqueeze(1));
     return {grad_h_k.view({n * K, d}), grad_c_k};
@@ -150,13 +147,11 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
   Tensor h_tilde_, grad_iou_, grad_f_;
 };
 
-}  // namespace
-
-void bind_child_sum_levels(pybind11::module& m) {
+const Binding binding([](pybind11::module& m) {
   bind_kernel<ChildSumLevels, Tensor, Tensor, Tensor, Tensor>(
       m, "ChildSumLevels", "The Child-Sum Tree-LSTM's level math for the engine's compiled level loop",
-      py::arg("U_iou_weight"), py::arg("U_iou_bias"), py::arg("U_f_weight"),
-      py::arg("U_f_bias"));
-}
+      py::arg("U_iou_weight"), py::arg("U_iou_bias"), py::arg("U_f_weight"), py::arg("U_f_bias"));
+});
 
+}  // namespace
 }  // namespace graphtree

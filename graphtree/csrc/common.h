@@ -17,6 +17,19 @@ namespace graphtree {
 
 using torch::Tensor;
 
+// Each source file's part of the Python module: a function that adds its classes and functions, registered by a
+// static Binding in the file when the library loads, and run by the module's initialization (bindings.cpp).
+using Binder = void (*)(pybind11::module&);
+
+inline std::vector<Binder>& binders() {
+  static std::vector<Binder> all;
+  return all;
+}
+
+struct Binding {
+  explicit Binding(Binder add) { binders().push_back(add); }
+};
+
 // Every kernel takes float32 CPU tensors; the Python side (native_kernels) routes everything else to PyTorch.
 
 inline void check(const Tensor& t, const char* name) {
@@ -95,6 +108,30 @@ inline float vexp(float x) {
 inline float sigmoid(float z) { return 1.f / (1.f + vexp(-z)); }
 
 inline float tanh_of(float z) { return 1.f - 2.f / (vexp(2.f * z) + 1.f); }
+
+// A row's memory through N ordered forget gates, c += sum_l f_l c_l, where f (the gates) and c_children (the
+// children's memories) hold N consecutive d-wide blocks; and its derivative, given gc = dL/dc: each gate's
+// pre-activation gradient gc c_l f_l (1 - f_l) into grad_f, each child memory's gc f_l into grad_children.
+inline void add_forgotten(float* c, const float* f, const float* c_children, int64_t N, int64_t d) {
+  for (int64_t l = 0; l < N; ++l) {
+    const float *fl = f + l * d, *cl = c_children + l * d;
+#pragma omp simd
+    for (int64_t k = 0; k < d; ++k) c[k] += fl[k] * cl[k];
+  }
+}
+
+inline void forgotten_backward(const float* gc, const float* f, const float* c_children, float* grad_f,
+                               float* grad_children, int64_t N, int64_t d) {
+  for (int64_t l = 0; l < N; ++l) {
+    const float *fl = f + l * d, *cl = c_children + l * d;
+    float *gfl = grad_f + l * d, *gcl = grad_children + l * d;
+#pragma omp simd
+    for (int64_t k = 0; k < d; ++k) {
+      gfl[k] = gc[k] * cl[k] * fl[k] * (1.f - fl[k]);
+      gcl[k] = gc[k] * fl[k];
+    }
+  }
+}
 
 // f(r) for each of a level's n rows, on the calling thread. The kernels are built with OpenMP for the engine's
 // side-by-side passes (engine_ops.cpp), each on one thread of PyTorch's pool; splitting the row loops of tree

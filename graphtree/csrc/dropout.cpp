@@ -64,8 +64,6 @@ void draw(at::mt19937_data_pod& state, uint32_t* out, int64_t count) {
   }
 }
 
-}  // namespace
-
 // out.bernoulli_(p, generator) for a contiguous float32 CPU tensor: out[k] = 1 where the k-th double drawn
 // (the generator's random64(): high word first, its low 53 bits over 2^53) is below p, else 0; `value`
 // instead of 1 (dropout's kept elements are 1 / (1 - p)).
@@ -101,3 +99,12 @@ void bernoulli_(torch::Tensor out, double p, std::optional<at::Generator> genera
   engine.set_data(state);
   gen->set_engine(engine);
 }
+
+const graphtree::Binding binding([](pybind11::module& m) {
+  m.def("bernoulli_", &bernoulli_,
+        "out.bernoulli_(p, generator) for a contiguous float32 tensor (kept elements set to `value`): the same mask "
+        "and generator state, drawn in blocks",
+        py::arg("out"), py::arg("p"), py::arg("generator") = py::none(), py::arg("value") = 1.0);
+});
+
+}  // namespace

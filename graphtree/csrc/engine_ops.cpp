@@ -1,7 +1,8 @@
-// Row scatter-add for the propagation engine (graphtree/engine/): a level's gradients flow back into its
-// children's rows. On CPU, index_put_(accumulate=True) sorts its indices first, which dominates on large
-// levels; this is one pass. Rows may repeat (a DAG node with several parents, the padding row of empty
-// slots), so the pass is serial over rows and vectorized within a row.
+// The propagation engine's compiled level loops over a LevelKernel (level_loop.h), and its row scatter-add
+// (graphtree/engine/): a level's gradients flow back into its children's rows. On CPU,
+// index_put_(accumulate=True) sorts its indices first, which dominates on large levels; this is one pass. Rows
+// may repeat (a DAG node with several parents, the padding row of empty slots), so the pass is serial over rows
+// and vectorized within a row.
 
 #include "common.h"
 #include "level_loop.h"
@@ -14,6 +15,8 @@
 #include <vector>
 
 using graphtree::check;
+
+namespace {
 
 // dst[index[r]] += src[r] for every row r. dst: [m, w], index: [n] int64 in [0, m), src: [n, w]. In place.
 void scatter_add_rows_(torch::Tensor dst, torch::Tensor index, torch::Tensor src) {
@@ -38,8 +41,6 @@ void scatter_add_rows_(torch::Tensor dst, torch::Tensor index, torch::Tensor src
     for (int64_t k = 0; k < w; ++k) d[k] += s[k];
   }
 }
-
-namespace {
 
 // dst[r] = src[index[r]] for every row r; dst [n, w] and src [m, w] contiguous float32, index [n] int64 in
 // [0, m) (checked). A level's gather in the forward loop: index_select's dispatch and setup cost more than
@@ -76,8 +77,6 @@ std::vector<graphtree::Level> levels_of(const std::vector<int64_t>& ptr, const s
   return levels;
 }
 
-}  // namespace
-
 // The forward loop of graphtree/engine/definition.py (run_update_levels) over a LevelKernel. buffers: the
 // level-sorted state buffers, [num_nodes + 1, d] each (the last row zero: empty slots point there), written level by level;
 // inputs: level-sorted per-node inputs; ptr: level boundaries; slots: each level's flat predecessor index;
@@ -90,7 +89,11 @@ void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tenso
     check(buffer, "every state buffer");
     TORCH_CHECK(buffer.dim() == 2 && buffer.is_contiguous(), "run_levels: state buffers must be contiguous [rows, d]");
   }
-  kernel.prepare(levels, inputs, save);
+  for (auto& input : inputs) {  // the kernels index rows: every level's rows of an input are contiguous
+    check(input, "every input");
+    input = input.contiguous();
+  }
+  kernel.begin(levels, inputs, buffers, save);
   std::vector<torch::Tensor> level_inputs(inputs.size()), children(buffers.size());
   for (const auto& level : levels) {
     for (size_t s = 0; s < buffers.size(); ++s) {
@@ -121,6 +124,12 @@ std::vector<torch::Tensor> run_levels_backward(
     std::vector<std::optional<torch::Tensor>> grad_inputs, std::vector<int64_t> ptr,
     std::vector<torch::Tensor> slots, std::vector<std::vector<int64_t>> position_groups) {
   const auto levels = levels_of(ptr, slots, position_groups);
+  // The kernels index rows; these are the loop's own (the caller does not read them back), made contiguous.
+  for (auto& grad : grad_states) {
+    check(grad, "every state's gradient");
+    grad = grad.contiguous();
+  }
+  kernel.begin_backward(grad_states);
   std::vector<torch::Tensor> level_grads(grad_states.size()), level_grad_inputs(grad_inputs.size());
   for (auto level = levels.rbegin(); level != levels.rend(); ++level) {
     const int64_t n = level->end - level->begin;
@@ -145,6 +154,17 @@ std::vector<torch::Tensor> run_levels_backward(
   return kernel.param_grads();
 }
 
+// f(p) for each of several passes, `name` checking that each argument has one entry per pass (`sizes`): the
+// passes spread over the threads of PyTorch's pool, each pass on one thread.
+template <typename F>
+void each_pass(const char* name, size_t passes, std::initializer_list<size_t> sizes, const F& f) {
+  for (auto size : sizes) TORCH_CHECK(size == passes, name, ": one entry per pass in every argument");
+  at::parallel_for(0, static_cast<int64_t>(passes), 1, [&](int64_t begin, int64_t end) {
+    at::NoGradGuard no_grad;  // a pool thread's own grad mode is on; the caller's (a Function's forward) is off
+    for (int64_t p = begin; p < end; ++p) f(p);
+  });
+}
+
 // Several independent passes (no pass reads another's states) side by side: run_levels_forward of each, the
 // passes spread over the threads of PyTorch's pool, each pass on one thread. A pass's level products are
 // too small for two threads to share well, so two chains of levels at once finish sooner than one after the
@@ -155,16 +175,10 @@ void run_passes_forward(std::vector<std::shared_ptr<graphtree::LevelKernel>> ker
                         std::vector<std::vector<torch::Tensor>> buffers, std::vector<std::vector<torch::Tensor>> inputs,
                         std::vector<std::vector<int64_t>> ptrs, std::vector<std::vector<torch::Tensor>> slots,
                         std::vector<std::vector<std::vector<int64_t>>> position_groups, bool save) {
-  const auto passes = static_cast<int64_t>(kernels.size());
-  TORCH_CHECK(buffers.size() == kernels.size() && inputs.size() == kernels.size() && ptrs.size() == kernels.size() &&
-                  slots.size() == kernels.size() && position_groups.size() == kernels.size(),
-              "run_passes_forward: one entry per pass in every argument");
-  at::parallel_for(0, passes, 1, [&](int64_t begin, int64_t end) {
-    at::NoGradGuard no_grad;  // a pool thread's own grad mode is on; the caller's (a Function's forward) is off
-    for (int64_t p = begin; p < end; ++p) {
-      run_levels_forward(*kernels[p], buffers[p], inputs[p], ptrs[p], slots[p], position_groups[p], save);
-    }
-  });
+  each_pass("run_passes_forward", kernels.size(),
+            {buffers.size(), inputs.size(), ptrs.size(), slots.size(), position_groups.size()}, [&](int64_t p) {
+              run_levels_forward(*kernels[p], buffers[p], inputs[p], ptrs[p], slots[p], position_groups[p], save);
+            });
 }
 
 // run_levels_backward of each pass of a saving run_passes_forward, side by side likewise; each pass's parameter
@@ -173,18 +187,34 @@ std::vector<std::vector<torch::Tensor>> run_passes_backward(
     std::vector<std::shared_ptr<graphtree::LevelKernel>> kernels, std::vector<std::vector<torch::Tensor>> grad_states,
     std::vector<std::vector<std::optional<torch::Tensor>>> grad_inputs, std::vector<std::vector<int64_t>> ptrs,
     std::vector<std::vector<torch::Tensor>> slots, std::vector<std::vector<std::vector<int64_t>>> position_groups) {
-  const auto passes = static_cast<int64_t>(kernels.size());
-  TORCH_CHECK(grad_states.size() == kernels.size() && grad_inputs.size() == kernels.size() &&
-                  ptrs.size() == kernels.size() && slots.size() == kernels.size() &&
-                  position_groups.size() == kernels.size(),
-              "run_passes_backward: one entry per pass in every argument");
   std::vector<std::vector<torch::Tensor>> grads(kernels.size());
-  at::parallel_for(0, passes, 1, [&](int64_t begin, int64_t end) {
-    at::NoGradGuard no_grad;
-    for (int64_t p = begin; p < end; ++p) {
-      grads[p] = run_levels_backward(*kernels[p], grad_states[p], grad_inputs[p], ptrs[p], slots[p],
-                                     position_groups[p]);
-    }
-  });
+  each_pass("run_passes_backward", kernels.size(),
+            {grad_states.size(), grad_inputs.size(), ptrs.size(), slots.size(), position_groups.size()},
+            [&](int64_t p) {
+              grads[p] = run_levels_backward(*kernels[p], grad_states[p], grad_inputs[p], ptrs[p], slots[p],
+                                             position_groups[p]);
+            });
   return grads;
 }
+
+const graphtree::Binding binding([](pybind11::module& m) {
+  m.def("run_levels_forward", &run_levels_forward, "the engine's forward level loop over a LevelKernel",
+        py::arg("kernel"), py::arg("buffers"), py::arg("inputs"), py::arg("ptr"), py::arg("slots"),
+        py::arg("position_groups"), py::arg("save"));
+  m.def("run_levels_backward", &run_levels_backward,
+        "the engine's backward level loop over a LevelKernel; returns its parameter gradients",
+        py::arg("kernel"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptr"), py::arg("slots"),
+        py::arg("position_groups"));
+  m.def("run_passes_forward", &run_passes_forward,
+        "run_levels_forward of several independent passes, side by side on PyTorch's threads (one pass a thread)",
+        py::arg("kernels"), py::arg("buffers"), py::arg("inputs"), py::arg("ptrs"), py::arg("slots"),
+        py::arg("position_groups"), py::arg("save"));
+  m.def("run_passes_backward", &run_passes_backward,
+        "run_levels_backward of the passes of a saving run_passes_forward, side by side; each pass's parameter "
+        "gradients",
+        py::arg("kernels"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptrs"), py::arg("slots"),
+        py::arg("position_groups"));
+  m.def("scatter_add_rows_", &scatter_add_rows_, "dst[index[r]] += src[r], in place (the engine's child gradients)");
+});
+
+}  // namespace

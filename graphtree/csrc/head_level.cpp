@@ -23,11 +23,12 @@ class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
  public:
   // W_zx: [D, 2 D] (columns [W_zx^L, W_zx^R]), b_z: [D].
   GatedHeadLevels(Tensor W_zx, Tensor b_z)
-      : Levels("GatedHeadLevels", W_zx.options(), {W_zx.size(0)}), W_zx_(W_zx), b_z_(b_z) {
+      : Levels("GatedHeadLevels", W_zx.options()), W_zx_(W_zx), b_z_(b_z) {
     check_all({&W_zx_, &b_z_});
     D_ = W_zx_.size(0);
     TORCH_CHECK(W_zx_.dim() == 2 && W_zx_.size(1) == 2 * D_ && b_z_.numel() == D_,
                 "GatedHeadLevels: W_zx must be [D, 2 D] and b_z [D]");
+    expect(2, {D_});
     W_zx_t_ = transposed(W_zx_);
   }
 
@@ -37,16 +38,10 @@ class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
 
   void forward(const Level& level, const std::vector<Tensor>& inputs,
                const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
-    const int64_t n = level.rows(), D = D_;
-    auto heads = rows_of(buffers[0], level);
-    if (level.width == 0) {  // a leaf: its word vector
-      heads.copy_(inputs[0]);
-      return;
-    }
-    expect_width(level, 2);
-    auto pair = gathered(0, level, 2 * D);
+    if (level.width == 0) return copy_input(level, inputs, buffers);  // a leaf: its word vector
+    const int64_t n = level.rows(), D = D_, pad = padding_row();
+    auto heads = rows_of(buffers[0], level), pair = gathered(0, level, 2 * D);
     auto z = at::addmm(b_z_, pair, W_zx_t_);  // the gate's logits, replaced by the gate
-    const int64_t pad = buffers[0].size(0) - 1;  // empty slots point at the zero row past the nodes
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* X = pair.data_ptr<float>();
     float *Z = z.data_ptr<float>(), *H = heads.data_ptr<float>();
@@ -67,13 +62,10 @@ class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
 
   std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
                                std::vector<Tensor>& grad_inputs) override {
-    const auto& gate = saved_for_backward(level);
+    if (level.width == 0) return pass_gradient_to_input(grad_states, grad_inputs);
+    const auto& gate = saved(level);
     const int64_t n = level.rows(), D = D_;
-    auto grad_head = grad_states[0].contiguous();
-    if (level.width == 0) {
-      if (auto* grad_x = input_grad(grad_inputs)) grad_x->add_(grad_head);
-      return {Tensor()};
-    }
+    const auto& grad_head = grad_states[0];
     auto pair = gathered(0, level, 2 * D), grad_logits = internal_rows(grad_logits_, level);
     auto grad_pair = fresh(n, 2 * D);
     const float *G = grad_head.data_ptr<float>(), *Z = gate.data_ptr<float>();
@@ -115,17 +107,12 @@ class FixedHeadLevels : public Levels<Nothing> {
 
   void forward(const Level& level, const std::vector<Tensor>& inputs,
                const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+    if (level.width == 0) return copy_input(level, inputs, buffers);  // a leaf: its word vector
     const int64_t n = level.rows(), K = level.width;
     auto heads = rows_of(buffers[0], level);
-    pad_ = buffers[0].size(0) - 1;  // empty slots point at the zero row past the nodes
-    if (K == 0) {  // a leaf: its word vector
-      heads.copy_(inputs[0]);
-      return;
-    }
-    auto kids = children[0].contiguous();
-    const int64_t D = heads.size(1), pad = pad_, method = method_;
+    const int64_t D = heads.size(1), pad = padding_row(), method = method_;
     const int64_t* S = level.slots.data_ptr<int64_t>();
-    const float* X = kids.data_ptr<float>();
+    const float* X = children[0].data_ptr<float>();
     float* H = heads.data_ptr<float>();
     for_rows(n, [&](int64_t r) {
       float* h = H + r * D;
@@ -135,8 +122,7 @@ class FixedHeadLevels : public Levels<Nothing> {
         for (int64_t k = 0; k < D; ++k) h[k] = x[k];
         return;
       }
-      int64_t count = 0;
-      for (int64_t l = 0; l < K; ++l) count += S[r * K + l] != pad;
+      const float c = present(S + r * K, K, pad);
       const float* x0 = X + r * K * D;
 #pragma omp simd
       for (int64_t k = 0; k < D; ++k) h[k] = x0[k];
@@ -145,7 +131,6 @@ class FixedHeadLevels : public Levels<Nothing> {
 #pragma omp simd
         for (int64_t k = 0; k < D; ++k) h[k] += x[k];  // empty slots hold zeros
       }
-      const float c = static_cast<float>(count);
 #pragma omp simd
       for (int64_t k = 0; k < D; ++k) h[k] /= c;
     });
@@ -153,42 +138,45 @@ class FixedHeadLevels : public Levels<Nothing> {
 
   std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
                                std::vector<Tensor>& grad_inputs) override {
-    saved_for_backward(level);
+    if (level.width == 0) return pass_gradient_to_input(grad_states, grad_inputs);
     const int64_t n = level.rows(), K = level.width;
-    auto grad_head = grad_states[0].contiguous();
-    if (K == 0) {
-      if (auto* grad_x = input_grad(grad_inputs)) grad_x->add_(grad_head);
-      return {Tensor()};
-    }
-    const int64_t D = grad_head.size(1), pad = pad_, method = method_;
-    auto grad_children = torch::zeros({n * K, D}, grad_head.options());
+    const auto& grad_head = grad_states[0];
+    const int64_t D = grad_head.size(1), pad = padding_row(), method = method_;
+    // Added straight into the children's rows of the heads' gradient, in the order in which the loop would
+    // scatter them (the level's own rows, read here, are none of them): no [n * K, D] rows, mostly zeros, for the
+    // loop to fill and scatter.
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* G = grad_head.data_ptr<float>();
-    float* gX = grad_children.data_ptr<float>();
+    float* gX = grad_state(0).data_ptr<float>();
     for_rows(n, [&](int64_t r) {
       const float* g = G + r * D;
       if (method < 2) {
-        float* gx = gX + (r * K + pick(S + r * K, K, pad)) * D;
+        float* gx = gX + S[r * K + pick(S + r * K, K, pad)] * D;
 #pragma omp simd
-        for (int64_t k = 0; k < D; ++k) gx[k] = g[k];
+        for (int64_t k = 0; k < D; ++k) gx[k] += g[k];
         return;
       }
-      int64_t count = 0;
-      for (int64_t l = 0; l < K; ++l) count += S[r * K + l] != pad;
-      const float c = static_cast<float>(count);
+      const float c = present(S + r * K, K, pad);
       for (int64_t l = 0; l < K; ++l) {
         if (S[r * K + l] == pad) continue;
-        float* gx = gX + (r * K + l) * D;
+        float* gx = gX + S[r * K + l] * D;
 #pragma omp simd
-        for (int64_t k = 0; k < D; ++k) gx[k] = g[k] / c;
+        for (int64_t k = 0; k < D; ++k) gx[k] += g[k] / c;
       }
     });
-    return {grad_children};
+    return {};
   }
 
   std::vector<Tensor> param_grads() override { return {}; }
 
  private:
+  // How many of a node's K slots hold a child.
+  static float present(const int64_t* slots, int64_t K, int64_t pad) {
+    int64_t count = 0;
+    for (int64_t l = 0; l < K; ++l) count += slots[l] != pad;
+    return static_cast<float>(count);
+  }
+
   // The slot of the leftmost (method 0) or rightmost (1) child present among a node's K slots.
   int64_t pick(const int64_t* slots, int64_t K, int64_t pad) const {
     if (method_ == 0) {
@@ -202,7 +190,6 @@ class FixedHeadLevels : public Levels<Nothing> {
   }
 
   int64_t method_;
-  int64_t pad_ = -1;
 };
 
 // The sums of the leaf rows below every node and their number (a leaf counts itself), bottom-up: the leaf means
@@ -217,7 +204,7 @@ class LeafSumLevels : public Levels<Nothing> {
     const int64_t n = level.rows();
     auto total = rows_of(buffers[0], level), count = rows_of(buffers[1], level);
     if (level.width == 0) {
-      total.copy_(inputs[0]);
+      copy_input(level, inputs, buffers);
       count.fill_(1.f);
       return;
     }
@@ -227,22 +214,16 @@ class LeafSumLevels : public Levels<Nothing> {
 
   std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
                                std::vector<Tensor>& grad_inputs) override {
-    saved_for_backward(level);
-    const auto& grad_total = grad_states[0];  // the counts are constants
-    if (level.width == 0) {
-      if (auto* grad_x = input_grad(grad_inputs)) grad_x->add_(grad_total);
-      return {Tensor(), Tensor()};
-    }
-    // The children's rows are added into the buffer that grad_total is rows of: a copy (repeated_rows).
-    return {repeated_rows(grad_total, level.rows(), level.width), Tensor()};
+    // The counts are constants: the totals' gradient alone, which leaves add into their inputs'.
+    if (level.width == 0) return pass_gradient_to_input(grad_states, grad_inputs);
+    // The children's rows are added into the buffer that the level's gradient is rows of: a copy (repeated_rows).
+    return {repeated_rows(grad_states[0], level.rows(), level.width)};
   }
 
   std::vector<Tensor> param_grads() override { return {}; }
 };
 
-}  // namespace
-
-void bind_head_levels(pybind11::module& m) {
+const Binding binding([](pybind11::module& m) {
   bind_kernel<GatedHeadLevels, Tensor, Tensor>(
       m, "GatedHeadLevels", "Teng & Zhang's gated head lexicalization (binary) for the compiled level loop",
       py::arg("W_zx"), py::arg("b_z"));
@@ -251,6 +232,7 @@ void bind_head_levels(pybind11::module& m) {
       py::arg("method"));
   bind_kernel<LeafSumLevels>(
       m, "LeafSumLevels", "Sums and counts of the leaf rows below every node, for the compiled level loop");
-}
+});
 
+}  // namespace
 }  // namespace graphtree

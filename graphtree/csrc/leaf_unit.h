@@ -4,7 +4,6 @@
 // is deferred to param_grads, one product over every leaf level.
 #pragma once
 
-#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -33,15 +32,10 @@ class LeafUnit {
   bool defined() const { return weight_.defined(); }
 
   // Forgets the gradients of an earlier pass (at the start of a pass).
-  void reset() {
-    grads_.clear();
-    inputs_.clear();
-  }
+  void reset() { grads_.clear(); }
 
   // Writes the level's h and c (contiguous [n, d] rows of the state buffers) from its inputs x [n, E].
-  Saved forward(const Tensor& x_in, const Tensor& h, const Tensor& c, bool save) const {
-    auto x = x_in.contiguous();
-    check(x, "x");
+  Saved forward(const Tensor& x, const Tensor& h, const Tensor& c, bool save) const {
     const int64_t n = x.size(0), d = weight_.size(0) / 2;
     auto gates = at::addmm(bias_, x, weight_.t());  // [c, o] pre-activations
     auto tanh_c = torch::empty({n, d}, x.options());
@@ -62,9 +56,7 @@ class LeafUnit {
   }
 
   // Keeps the gradient of the level's pre-activations for param_grads, and adds that of x into grad_x when given.
-  void backward(const Saved& saved, const Tensor& grad_h_in, const Tensor& grad_c_in, Tensor* grad_x) {
-    TORCH_CHECK(saved.gates.defined(), "LeafUnit: backward after a forward that saved nothing");
-    auto grad_h = grad_h_in.contiguous(), grad_c = grad_c_in.contiguous();
+  void backward(const Saved& saved, const Tensor& grad_h, const Tensor& grad_c, Tensor* grad_x) {
     const int64_t n = saved.x.size(0), d = weight_.size(0) / 2;
     auto grad_gates = torch::empty({n, 2 * d}, saved.x.options());
     const float *gH = grad_h.data_ptr<float>(), *gC = grad_c.data_ptr<float>();
@@ -79,21 +71,23 @@ class LeafUnit {
         gg[d + k] = gh[k] * t[k] * o[k] * (1.f - o[k]);      // o
       }
     });
-    grads_.push_back(grad_gates);
-    inputs_.push_back(saved.x);
+    grads_.add(grad_gates, saved.x);
     if (grad_x != nullptr && grad_x->defined()) grad_x->addmm_(grad_gates, weight_);
   }
 
-  // The gradients of the weight and the bias, over every leaf level that ran backward.
-  std::pair<Tensor, Tensor> param_grads() const {
-    if (grads_.empty()) return {torch::zeros_like(weight_), torch::zeros_like(bias_)};
-    auto grads = cat_rows(grads_);
-    return {weight_grad(weight_, grads, cat_rows(inputs_)), bias_grad(bias_, grads)};
+  // `grads` (a kernel's other parameter gradients), then those of the weight and the bias over every leaf level
+  // that ran backward, where the unit is defined.
+  std::vector<Tensor> with_param_grads(std::vector<Tensor> grads) const {
+    if (!defined()) return grads;
+    auto grad_gates = grads_.grads();
+    grads.push_back(weight_grad(weight_, grad_gates, grads_.rows()));
+    grads.push_back(bias_grad(bias_, grad_gates));
+    return grads;
   }
 
  private:
   Tensor weight_, bias_;
-  std::vector<Tensor> grads_, inputs_;
+  GradientRows grads_;  // of the pre-activations, and the inputs
 };
 
 }  // namespace graphtree

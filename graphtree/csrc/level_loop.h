@@ -26,20 +26,18 @@ struct Level {
   int64_t rows() const { return end - begin; }
 };
 
-// What the level loop asks of a cell. Forward: begin() (or prepare()), then per level gather_destination() and
-// forward(); backward, levels in reverse: backward(), then finish_backward() and param_grads().
+// What the level loop asks of a cell. Forward: begin(), then per level gather_destination() and forward();
+// backward: begin_backward(), then levels in reverse backward(), then finish_backward() and param_grads(). The
+// loop hands every kernel checked float32 CPU tensors of contiguous rows (engine_ops.cpp), so a kernel indexes
+// its rows of inputs, states and gradients directly.
 class LevelKernel {
  public:
   virtual ~LevelKernel() = default;
 
-  // Called before the forward loop with every level of the pass; `save`: a backward loop will follow.
-  virtual void begin(const std::vector<Level>& levels, bool save) {}
-
-  // begin() with the whole level-sorted inputs too: a kernel that multiplies every node's input by the same
-  // weights can do it here, for all levels in one product, instead of once per level.
-  virtual void prepare(const std::vector<Level>& levels, const std::vector<Tensor>& inputs, bool save) {
-    begin(levels, save);
-  }
+  // Called before the forward loop with every level of the pass, the whole level-sorted inputs and the state
+  // buffers that the levels write; `save`: a backward loop will follow.
+  virtual void begin(const std::vector<Level>& levels, const std::vector<Tensor>& inputs,
+                     const std::vector<Tensor>& buffers, bool save) = 0;
 
   // Where to gather state component `state` of the level's predecessors ([n * width, d] rows), or an undefined
   // tensor to let the engine allocate it: a kernel that keeps the gathered states can have them written in place.
@@ -50,8 +48,14 @@ class LevelKernel {
   virtual void forward(const Level& level, const std::vector<Tensor>& inputs, const std::vector<Tensor>& children,
                        std::vector<Tensor>& buffers, bool save) = 0;
 
+  // Called before the backward loop with the gradients of the whole state buffers, which the loop adds into. A
+  // kernel may add its children's gradients into their rows there itself, in the order in which the loop would
+  // scatter them, and return none.
+  virtual void begin_backward(const std::vector<Tensor>& grad_states) = 0;
+
   // Given the gradients of the level's states, adds into `grad_inputs` (the level's rows; undefined where no
-  // gradient is needed) and returns the gradients of the gathered predecessor states (undefined: none).
+  // gradient is needed) and returns the gradients of the gathered predecessor states (undefined or missing:
+  // none; a level without predecessors returns none).
   virtual std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
                                        std::vector<Tensor>& grad_inputs) = 0;
 
@@ -63,20 +67,6 @@ class LevelKernel {
   // graphtree/backend/compiled.py lists the cell's parameters.
   virtual std::vector<Tensor> param_grads() = 0;
 };
-
-// The first row of the internal levels in the level-sorted state buffers (the end of the last level where there
-// are none), checking that those levels follow one another there, as a bottom-up plan's do (only its level 0 has
-// no predecessors): a kernel can then read every internal node's rows back as one block.
-inline int64_t internal_rows_begin(const std::vector<Level>& levels, const char* kernel) {
-  int64_t begin = -1, next = -1;
-  for (const auto& level : levels) {
-    if (level.width == 0) continue;
-    if (begin < 0) begin = next = level.begin;
-    TORCH_CHECK(level.begin == next, kernel, ": the internal levels' rows are not consecutive");
-    next = level.end;
-  }
-  return begin >= 0 ? begin : (levels.empty() ? 0 : levels.back().end);
-}
 
 // Rows of several tensors, one after the other (no copy for one).
 inline Tensor cat_rows(const std::vector<Tensor>& parts) {
@@ -112,31 +102,73 @@ inline Tensor repeated_rows(const Tensor& t, int64_t n, int64_t times) {
   return t.reshape({n, 1, -1}).expand({n, times, t.size(-1)}).clone(at::MemoryFormat::Contiguous).view({n * times, -1});
 }
 
-// The frame of every cell's kernel: what forward saves per level for backward (Saved), and the rows that its
-// weights' gradients multiply, kept for all levels at once so that each gradient is one product (a level's
-// few rows make many small products cost more than the arithmetic).
+// A weight's gradient deferred to param_grads: the gradient rows of the weight's products and the rows it
+// multiplied, level by level, for one product over them all.
+class GradientRows {
+ public:
+  void clear() {
+    grads_.clear();
+    rows_.clear();
+  }
+
+  void add(const Tensor& grad, const Tensor& rows) {
+    grads_.push_back(grad);
+    rows_.push_back(rows);
+  }
+
+  // Every level's rows, in the order added (undefined where none).
+  Tensor grads() const { return grads_.empty() ? Tensor() : cat_rows(grads_); }
+  Tensor rows() const { return rows_.empty() ? Tensor() : cat_rows(rows_); }
+
+  // out += grads^T rows, nothing where no level added rows.
+  void add_into(const Tensor& out) const {
+    if (!grads_.empty()) out.addmm_(grads().t(), rows());
+  }
+
+ private:
+  std::vector<Tensor> grads_, rows_;
+};
+
+// The frame of every cell's kernel: what forward saves per level for backward (Saved), the pass's whole
+// tensors, and the rows that its weights' gradients multiply, kept for all levels at once so that each gradient
+// is one product (a level's few rows make many small products cost more than the arithmetic).
 //
-// begin() numbers the internal nodes (those with predecessors) level after level, and the slots. A kernel that
-// names states to keep (kept_states: each one's width) has the children's states gathered straight into one
-// tensor per state, [slots, width]: gathered(state) whole, gathered(state, w) as [internal nodes, w] where every
-// internal node has the same slot count. internal(w) is a new [internal nodes, w] tensor for the gates'
-// gradients, internal_rows() a level's rows of one. Every buffer the frame hands out is new (fresh()), never a
-// view of another that the kernel writes.
+// begin() checks that every internal level (one with predecessors) has the slot count that the kernel expect()s,
+// numbers the internal nodes level after level, and the slots. A kernel that names states to keep (kept_states:
+// each one's width) has the children's states gathered straight into one tensor per state, [slots, width]:
+// gathered(state) whole, gathered(state, w) as [internal nodes, w] where every internal node has the same slot
+// count. internal(w) is a new [internal nodes, w] tensor for the gates' gradients, internal_rows() a level's rows
+// of one. Where the internal levels follow one another in the level-sorted rows, as a bottom-up plan's do (only
+// its level 0 has no predecessors), internal_block() reads every internal node's rows of a whole tensor (an
+// input, a state buffer, a state's gradient) as one block. Every buffer the frame hands out is new (fresh()),
+// never a view of another that the kernel writes.
 template <typename Saved>
 class Levels : public LevelKernel {
  public:
-  void begin(const std::vector<Level>& levels, bool save) override {
+  void begin(const std::vector<Level>& levels, const std::vector<Tensor>& inputs,
+             const std::vector<Tensor>& buffers, bool save) override {
     save_ = save;
+    inputs_ = inputs;
+    buffers_ = buffers;
+    grad_states_.clear();
     saved_.assign(levels.size(), Saved{});
     internal_rows_.assign(levels.size(), 0);
     slots_.assign(levels.size(), 0);
     internal_ = 0;
-    int64_t slots = 0;
+    internal_begin_ = levels.empty() ? 0 : levels.back().end;
+    consecutive_ = true;
+    int64_t slots = 0, next = -1;
     for (const auto& level : levels) {
       internal_rows_[level.index] = internal_;
       slots_[level.index] = slots;
-      if (level.width > 0) internal_ += level.rows();
       slots += level.slots.numel();
+      if (level.width == 0) continue;
+      TORCH_CHECK(width_ == 0 || level.width == width_, name_, ": a level with ", level.width, " slots, expected ",
+                  width_);
+      if (internal_ == 0) internal_begin_ = next = level.begin;
+      consecutive_ = consecutive_ && level.begin == next;
+      next = level.end;
+      internal_ += level.rows();
     }
     gathered_.assign(kept_states_.size(), Tensor());
     for (size_t s = 0; s < kept_states_.size(); ++s) {
@@ -150,32 +182,55 @@ class Levels : public LevelKernel {
     return gathered_[state].narrow(0, slots_[level.index], level.slots.numel());
   }
 
+  void begin_backward(const std::vector<Tensor>& grad_states) override {
+    TORCH_CHECK(save_, name_, ": backward after a forward that saved nothing");
+    grad_states_ = grad_states;
+  }
+
  protected:
-  // options: of every tensor the frame makes; kept_states: each state's width, where the kernel keeps it (0: not).
-  Levels(const char* name, torch::TensorOptions options, std::vector<int64_t> kept_states = {})
-      : name_(name), options_(options), kept_states_(std::move(kept_states)) {}
+  // options: of every tensor the frame makes.
+  Levels(const char* name, torch::TensorOptions options) : name_(name), options_(options) {}
+
+  // What the kernel's constructor tells the frame, once it has checked its weights: every internal level's slot
+  // count (0: any), and the width of each state that it keeps gathered (0: not kept).
+  void expect(int64_t width, std::vector<int64_t> kept_states = {}) {
+    width_ = width;
+    kept_states_ = std::move(kept_states);
+  }
 
   // The kernel's own part of begin(): its buffers for the pass.
   virtual void start(const std::vector<Level>& levels) {}
 
   Saved& saved(const Level& level) { return saved_[level.index]; }
-
-  // What forward saved of the level, for its backward.
-  Saved& saved_for_backward(const Level& level) {
-    TORCH_CHECK(save_, name_, ": backward after a forward that saved nothing");
-    return saved_[level.index];
-  }
-
   const std::vector<Saved>& all_saved() const { return saved_; }
 
-  void expect_width(const Level& level, int64_t width) const {
-    TORCH_CHECK(level.width == width, name_, ": a level with ", level.width, " slots, expected ", width);
+  // The pass's whole inputs, state buffers and (in backward) the states' gradients.
+  const Tensor& input(size_t k) const { return inputs_[k]; }
+  const Tensor& buffer(size_t s) const { return buffers_[s]; }
+  const Tensor& grad_state(size_t s) const { return grad_states_[s]; }
+
+  // The row that empty slots point at: the zero row past the nodes in the state buffers.
+  int64_t padding_row() const { return buffers_[0].size(0) - 1; }
+
+  // A leaf level whose first state is its input (a word vector): the input's rows copied forward, and the
+  // state's gradient added into the input's backward.
+  void copy_input(const Level& level, const std::vector<Tensor>& inputs, std::vector<Tensor>& buffers) const {
+    rows_of(buffers[0], level).copy_(inputs[0]);
+  }
+  std::vector<Tensor> pass_gradient_to_input(const std::vector<Tensor>& grad_states,
+                                             std::vector<Tensor>& grad_inputs) const {
+    if (auto* grad_x = input_grad(grad_inputs)) grad_x->add_(grad_states[0]);
+    return {};
   }
 
   Tensor fresh(int64_t n, int64_t width) const { return torch::empty({n, width}, options_); }
   Tensor internal(int64_t width) const { return fresh(internal_, width); }
   Tensor internal_rows(const Tensor& all, const Level& level) const {
     return all.narrow(0, internal_rows_[level.index], level.rows());
+  }
+  Tensor internal_block(const Tensor& t) const {
+    TORCH_CHECK(consecutive_, name_, ": the internal levels' rows are not consecutive");
+    return t.narrow(0, internal_begin_, internal_);
   }
 
   int64_t first_slot(const Level& level) const { return slots_[level.index]; }
@@ -188,12 +243,16 @@ class Levels : public LevelKernel {
   const char* name_;
   torch::TensorOptions options_;
   bool save_ = false;
-  int64_t internal_ = 0;  // internal nodes in the pass
+  int64_t internal_ = 0;        // internal nodes in the pass
+  int64_t internal_begin_ = 0;  // the first internal row (the end of the last level where there is none)
 
  private:
+  int64_t width_ = 0;
   std::vector<int64_t> kept_states_;
+  std::vector<Tensor> inputs_, buffers_, grad_states_;
   std::vector<Saved> saved_;
   std::vector<int64_t> internal_rows_, slots_;
+  bool consecutive_ = true;
   std::vector<Tensor> gathered_;
 };
 

@@ -165,56 +165,46 @@ MRows m_rows(const Level& level) {
 
 Tensor rows(const Tensor& t, int64_t begin, int64_t end) { return t.narrow(0, begin, end - begin); }
 
+// f(begin, end, column, width) for each row group of `r` and each block of m that its rows' parents read
+// (columns [column, column + width)), the row groups side by side (they write different rows).
+template <typename F>
+void each_read_block(const MRows& r, int64_t d, const F& f) {
+  std::vector<std::function<void()>> parts;
+  if (r.first > 0) parts.push_back([&] { f(0, r.first, 0, 6 * d); });
+  if (r.second > r.first) {
+    parts.push_back([&] {
+      f(r.first, r.second, 0, 4 * d);
+      f(r.first, r.second, 6 * d, 2 * d);
+    });
+  }
+  if (r.all > r.second) parts.push_back([&] { f(r.second, r.all, 0, 8 * d); });
+  side_by_side(parts);
+}
+
 // m = u W^T (W_t = W^T, [d, 8d]) on the blocks each row's parent reads; the other blocks are left as they are.
 // mm_out writes into the strided column blocks directly (BLAS's leading dimension).
 void project_read_blocks(const Tensor& m, const Tensor& u, const Tensor& W_t, const MRows& r, int64_t d) {
-  auto product = [](Tensor out, const Tensor& a, const Tensor& b) { at::mm_out(out, a, b); };
-  std::vector<std::function<void()>> parts;  // the row groups' products write different rows
-  if (r.first > 0) {
-    parts.push_back([&] {
-      product(rows(m, 0, r.first).narrow(1, 0, 6 * d), rows(u, 0, r.first), W_t.narrow(1, 0, 6 * d));
-    });
-  }
-  if (r.second > r.first) {
-    parts.push_back([&] {
-      auto m_1 = rows(m, r.first, r.second), u_1 = rows(u, r.first, r.second);
-      product(m_1.narrow(1, 0, 4 * d), u_1, W_t.narrow(1, 0, 4 * d));
-      product(m_1.narrow(1, 6 * d, 2 * d), u_1, W_t.narrow(1, 6 * d, 2 * d));
-    });
-  }
-  if (r.all > r.second) parts.push_back([&] { product(rows(m, r.second, r.all), rows(u, r.second, r.all), W_t); });
-  side_by_side(parts);
+  each_read_block(r, d, [&](int64_t begin, int64_t end, int64_t column, int64_t width) {
+    auto out = rows(m, begin, end).narrow(1, column, width);
+    at::mm_out(out, rows(u, begin, end), W_t.narrow(1, column, width));
+  });
 }
 
 // grad_u += grad_m W on the blocks each row's parent read (grad_m is zero on the others).
 void add_read_blocks_back(const Tensor& grad_u, const Tensor& grad_m, const Tensor& W, const MRows& r, int64_t d) {
-  std::vector<std::function<void()>> parts;  // the row groups' products write different rows
-  if (r.first > 0) {
-    parts.push_back([&] {
-      rows(grad_u, 0, r.first).addmm_(rows(grad_m, 0, r.first).narrow(1, 0, 6 * d), W.narrow(0, 0, 6 * d));
-    });
-  }
-  if (r.second > r.first) {
-    parts.push_back([&] {
-      auto grad_u_1 = rows(grad_u, r.first, r.second), grad_m_1 = rows(grad_m, r.first, r.second);
-      grad_u_1.addmm_(grad_m_1.narrow(1, 0, 4 * d), W.narrow(0, 0, 4 * d));
-      grad_u_1.addmm_(grad_m_1.narrow(1, 6 * d, 2 * d), W.narrow(0, 6 * d, 2 * d));
-    });
-  }
-  if (r.all > r.second) {
-    parts.push_back([&] { rows(grad_u, r.second, r.all).addmm_(rows(grad_m, r.second, r.all), W); });
-  }
-  side_by_side(parts);
+  each_read_block(r, d, [&](int64_t begin, int64_t end, int64_t column, int64_t width) {
+    rows(grad_u, begin, end).addmm_(rows(grad_m, begin, end).narrow(1, column, width), W.narrow(0, column, width));
+  });
 }
 
-struct LSTMRNNSaved {
-  Tensor x;                                    // leaves
-  Tensor c_xy, gates, m_xy, g_a, c_p, o, g_c;  // inner nodes
+struct LSTMRNNSaved {  // of the inner levels
+  Tensor c_xy, gates, m_xy, g_a, c_p, o, g_c;
 };
 
 // The LSTM-RNN (graphtree/nn/lstm_rnn.py, Le & Zuidema 2015) as a LevelKernel. States: p, c_p and the internal
 // m, of which each node computes only the blocks its parents read (MRows). The weight gradients are products over
-// all inner rows at once, read from the state buffers, whose inner rows are one block in a bottom-up pass.
+// all inner rows at once, read from the state buffers and their gradients (the leaves' from level 0's rows), whose
+// inner rows are one block in a bottom-up pass.
 class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
  public:
   LSTMRNNLevels(Tensor W_leaf, Tensor W_inner, Tensor W_cell, Tensor b, int64_t kind)
@@ -225,6 +215,7 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
     TORCH_CHECK(W_inner_.size(0) == 8 * d_ && W_leaf_.size(0) == 8 * d_ && W_cell_.size(0) == 5 * d_ &&
                     W_cell_.size(1) == d_ && b_.numel() == 4 * d_,
                 "LSTMRNNLevels: weight shapes do not agree");
+    expect(2);
     W_leaf_t_ = transposed(W_leaf_);
     W_inner_t_ = transposed(W_inner_);
     W_cell_t_ = transposed(W_cell_);
@@ -235,11 +226,8 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
       TORCH_CHECK((levels[l].width > 0) == (l > 0), "LSTMRNNLevels: expected a bottom-up pass (leaves first, "
                   "then inner levels)");
     }
-    inner_begin_ = internal_rows_begin(levels, name_);
     grad_cell_ = save_ ? internal(5 * d_) : Tensor();
     grad_b_ = save_ ? internal(4 * d_) : Tensor();
-    inner_grad_m_ = leaf_grad_m_ = Tensor();
-    outputs_.clear();
   }
 
   void forward(const Level& level, const std::vector<Tensor>& inputs,
@@ -247,15 +235,10 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
     const int64_t n = level.rows(), d = d_;
     auto p_out = rows_of(buffers[0], level), c_out = rows_of(buffers[1], level), m_out = rows_of(buffers[2], level);
     if (level.width == 0) {  // leaves: output w, memory 0, so m is the leaf set applied to w alone
-      auto x = inputs[0].contiguous();
-      check(x, "x");
-      p_out.copy_(x);
-      project_read_blocks(m_out, x, W_leaf_t_, m_rows(level), d);
-      if (save) saved(level).x = x;
+      copy_input(level, inputs, buffers);
+      project_read_blocks(m_out, inputs[0], W_leaf_t_, m_rows(level), d);
       return;
     }
-    expect_width(level, 2);
-    if (save && level.index == 1) outputs_ = {buffers[0], buffers[1]};
     auto c_xy = children[1].view({n, 2, d}), m_xy = children[2].view({n, 2, 8 * d});
     auto gates = fresh(n, 4 * d), g_a = fresh(n, d), o = fresh(n, d), g_c = fresh(n, d);
     cell_into(m_xy, c_xy, b_, kind_, gates, g_a, c_out);  // c_p
@@ -264,24 +247,21 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
     const auto read = m_rows(level);
     project_read_blocks(m_out, p_out, W_inner_t_, read, d);
     rows(m_out, 0, read.all).narrow(1, 0, 4 * d).add_(rows(cell_terms, 0, read.all).narrow(1, 0, 4 * d));
-    if (save) saved(level) = {{}, c_xy, gates, m_xy, g_a, c_out, o, g_c};
+    if (save) saved(level) = {c_xy, gates, m_xy, g_a, c_out, o, g_c};
   }
 
   std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
                                std::vector<Tensor>& grad_inputs) override {
-    const auto& s = saved_for_backward(level);
+    const auto& s = saved(level);
     const int64_t n = level.rows(), d = d_;
     const auto &grad_p = grad_states[0], &grad_c = grad_states[1], &grad_m = grad_states[2];
     if (level.width == 0) {
-      leaf_grad_m_ = grad_m;
-      leaf_inputs_ = s.x;
       // A leaf's memory is the constant 0, so grad_c does not reach x.
       if (auto* grad_x = input_grad(grad_inputs)) {
         add_read_blocks_back(grad_x->add_(grad_p), grad_m, W_leaf_, m_rows(level), d);
       }
       return {};
     }
-    if (level.index == 1) inner_grad_m_ = grad_m;  // the last inner level: its rows start the inner block
     auto grad_p_total = grad_p.clone(at::MemoryFormat::Contiguous);
     add_read_blocks_back(grad_p_total, grad_m, W_inner_, m_rows(level), d);
     auto grad_cell = internal_rows(grad_cell_, level);
@@ -295,30 +275,23 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
   }
 
   std::vector<Tensor> param_grads() override {
-    auto grad_W_leaf = weight_grad(W_leaf_, leaf_grad_m_, leaf_inputs_);
-    if (internal_ == 0 || !inner_grad_m_.defined()) {
-      return {grad_W_leaf, torch::zeros_like(W_inner_), torch::zeros_like(W_cell_), torch::zeros_like(b_)};
-    }
-    // The level narrows of grad_m, p and c_p all come from buffers whose inner rows are one block.
-    auto inner_grad_m = inner_grad_m_.as_strided({internal_, 8 * d_}, {8 * d_, 1}, inner_grad_m_.storage_offset());
-    return {grad_W_leaf, weight_grad(W_inner_, inner_grad_m, outputs_[0].narrow(0, inner_begin_, internal_)),
-            weight_grad(W_cell_, grad_cell_, outputs_[1].narrow(0, inner_begin_, internal_)),
-            bias_grad(b_, grad_b_)};
+    auto leaves = [this](const Tensor& t) { return t.narrow(0, 0, internal_begin_); };  // level 0's rows
+    return {weight_grad(W_leaf_, leaves(grad_state(2)), leaves(input(0))),
+            weight_grad(W_inner_, internal_block(grad_state(2)), internal_block(buffer(0))),
+            weight_grad(W_cell_, grad_cell_, internal_block(buffer(1))), bias_grad(b_, grad_b_)};
   }
 
  private:
   Tensor W_leaf_, W_inner_, W_cell_, b_, W_leaf_t_, W_inner_t_, W_cell_t_;
-  int64_t kind_ = 0, d_ = 0, inner_begin_ = 0;
-  std::vector<Tensor> outputs_;  // the p and c_p buffers of the forward pass
-  Tensor grad_cell_, grad_b_, inner_grad_m_, leaf_grad_m_, leaf_inputs_;
+  int64_t kind_ = 0, d_ = 0;
+  Tensor grad_cell_, grad_b_;
 };
 
-}  // namespace
-
-void bind_lstm_rnn_levels(pybind11::module& m) {
+const Binding binding([](pybind11::module& m) {
   bind_kernel<LSTMRNNLevels, Tensor, Tensor, Tensor, Tensor, int64_t>(
       m, "LSTMRNNLevels", "The LSTM-RNN's level math for the engine's compiled level loop", py::arg("W_leaf"),
       py::arg("W_inner"), py::arg("W_cell"), py::arg("b"), py::arg("kind"));
-}
+});
 
+}  // namespace
 }  // namespace graphtree

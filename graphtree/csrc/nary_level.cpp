@@ -26,12 +26,7 @@ void forward_rows(float* G, const float* Cj, float* H, float* C, float* T, int64
     for (int64_t k = 0; k < width; ++k) g[k] = sigmoid(g[k]);
 #pragma omp simd
     for (int64_t k = 0; k < d; ++k) cr[k] = g[k] * (2.f * g[2 * d + k] - 1.f);  // i * u
-    for (int64_t l = 0; l < N; ++l) {
-      const float* f = g + (3 + l) * d;
-      const float* cl = cj + l * d;
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) cr[k] += f[k] * cl[k];  // + f_l * c_l
-    }
+    add_forgotten(cr, g + 3 * d, cj, N, d);  // + sum_l f_l * c_l
 #pragma omp simd
     for (int64_t k = 0; k < d; ++k) {
       tr[k] = tanh_of(cr[k]);
@@ -59,17 +54,7 @@ void backward_rows(const float* gH, const float* gC, const float* A, const float
       gg[d + k] = gh[k] * t[k] * o * (1.f - o);            // output gate
       gg[2 * d + k] = 4.f * gc[k] * i * s * (1.f - s);     // u = 2 sigmoid(2 z) - 1: du/dz = 4 s (1 - s)
     }
-    for (int64_t l = 0; l < N; ++l) {
-      const float* f = a + (3 + l) * d;
-      const float* cl = cj + l * d;
-      float* gf = gg + (3 + l) * d;
-      float* gcl = gcj + l * d;
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) {
-        gf[k] = gc[k] * cl[k] * f[k] * (1.f - f[k]);     // forget gate of child l
-        gcl[k] = gc[k] * f[k];
-      }
-    }
+    forgotten_backward(gc, a + 3 * d, cj, gg + 3 * d, gcj, N, d);  // the forget gates, the children's memories
   });
 }
 
@@ -109,7 +94,7 @@ class NaryLevels : public Levels<NarySaved> {
   // likewise; U: [R, N d] as it is, for the children's gradients; leaf_weight: [2 d, E] and leaf_bias: [2 d],
   // W_leaf's (constituency; empty in the general setting).
   NaryLevels(Tensor gate_weights_t, Tensor gate_bias, Tensor U, Tensor leaf_weight, Tensor leaf_bias, bool general)
-      : Levels("NaryLevels", U.options(), {(U.size(0) - U.size(1)) / 3, 0}),
+      : Levels("NaryLevels", U.options()),
         gate_weights_t_(gate_weights_t), gate_bias_(gate_bias), U_(U), general_(general) {
     check_all({&gate_weights_t_, &gate_bias_, &U_});
     if (!general_) leaf_ = LeafUnit(leaf_weight, leaf_bias);
@@ -119,6 +104,7 @@ class NaryLevels : public Levels<NarySaved> {
     TORCH_CHECK(d_ > 0 && rows_ == (3 + N_) * d_ && gate_weights_t_.size(0) == N_ * d_ &&
                     gate_weights_t_.size(1) == rows_ && (general_ || leaf_weight.size(0) == 2 * d_),
                 "NaryLevels: weight shapes do not agree");
+    expect(N_, {d_, 0});
   }
 
   void start(const std::vector<Level>& levels) override {
@@ -141,14 +127,12 @@ class NaryLevels : public Levels<NarySaved> {
       gates = repeated_rows(gate_bias_, 1, n);  // written in place below
       c_children = torch::zeros({n, N_, d_}, options_);
     } else {
-      expect_width(level, N_);
       gates = at::addmm(gate_bias_, children[0].view({n, N_ * d_}), gate_weights_t_);
       c_children = children[1].view({n, N_, d_});
     }
     if (general_) {
-      auto x = inputs[0].contiguous();
-      TORCH_CHECK(x.size(0) == n && x.size(1) == 4 * d_, "NaryLevels: inputs must be [n, 4 d] (W x + b)");
-      add_input_rows(gates.data_ptr<float>(), x.data_ptr<float>(), n, N_, d_);
+      TORCH_CHECK(inputs[0].size(1) == 4 * d_, "NaryLevels: inputs must be [n, 4 d] (W x + b)");
+      add_input_rows(gates.data_ptr<float>(), inputs[0].data_ptr<float>(), n, N_, d_);
     }
     forward_rows(gates.data_ptr<float>(), c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(),
                  tanh_c.data_ptr<float>(), n, N_, d_);
@@ -157,13 +141,13 @@ class NaryLevels : public Levels<NarySaved> {
 
   std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
                                std::vector<Tensor>& grad_inputs) override {
-    const auto& s = saved_for_backward(level);
+    const auto& s = saved(level);
     const int64_t n = level.rows(), d = d_;
-    auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
+    const auto &grad_h = grad_states[0], &grad_c = grad_states[1];
     auto* grad_x = input_grad(grad_inputs);
     if (level.width == 0 && !general_) {
       leaf_.backward(s.leaf, grad_h, grad_c, grad_x);
-      return {Tensor(), Tensor()};
+      return {};
     }
     auto grad_gates = level.width == 0 ? fresh(n, rows_) : internal_rows(grad_gates_, level);
     auto grad_c_children = fresh(n, N_ * d);
@@ -176,7 +160,7 @@ class NaryLevels : public Levels<NarySaved> {
     }
     if (level.width == 0) {  // general leaves: no children; their gates' bias gradient
       leaf_grad_bias_ += grad_gates.sum(0);
-      return {Tensor(), Tensor()};
+      return {};
     }
     return {at::mm(grad_gates, U_).view({-1, d}), grad_c_children.view({-1, d})};
   }
@@ -186,10 +170,7 @@ class NaryLevels : public Levels<NarySaved> {
     auto grad_b = leaf_grad_bias_.clone();
     if (grad_gates_.defined() && grad_gates_.size(0) > 0) grad_b += grad_gates_.sum(0);
     // Every child's bias block b_U[l] enters the gates the same way, so each gets the same gradient.
-    auto grad_b_U = repeated_rows(grad_b, 1, N_);
-    if (general_) return {grad_U, grad_b_U};
-    auto [grad_leaf_weight, grad_leaf_bias] = leaf_.param_grads();
-    return {grad_U, grad_b_U, grad_leaf_weight, grad_leaf_bias};
+    return leaf_.with_param_grads({grad_U, repeated_rows(grad_b, 1, N_)});
   }
 
  private:
@@ -201,13 +182,12 @@ class NaryLevels : public Levels<NarySaved> {
   Tensor grad_gates_;
 };
 
-}  // namespace
-
-void bind_nary_levels(pybind11::module& m) {
+const Binding binding([](pybind11::module& m) {
   bind_kernel<NaryLevels, Tensor, Tensor, Tensor, Tensor, Tensor, bool>(
       m, "NaryLevels", "The N-ary Tree-LSTM's level math for the engine's compiled level loop",
       py::arg("gate_weights_t"), py::arg("gate_bias"), py::arg("U"), py::arg("leaf_weight"),
       py::arg("leaf_bias"), py::arg("general"));
-}
+});
 
+}  // namespace
 }  // namespace graphtree

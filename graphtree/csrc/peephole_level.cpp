@@ -45,11 +45,7 @@ void cell_into(const Tensor& pre, const Tensor& c_terms, const Tensor& c_childre
       tg[k] = tanh_of(g[k]);
       cr[k] = a[k] * tg[k];  // i tanh(g)
     }
-    for (int64_t l = 0; l < N; ++l) {
-      const float *f = a + (1 + l) * d, *cl = cj + l * d;
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) cr[k] += f[k] * cl[k];  // + f_l c_l
-    }
+    add_forgotten(cr, a + d, cj, N, d);  // + sum_l f_l c_l
   });
 }
 
@@ -107,15 +103,7 @@ Tensor cell_backward_into(const Tensor& grad_c, const Tensor& grad_h, const Tens
       g[(N + 1) * d + k] = gc[k] * i * (1.f - tg[k] * tg[k]);     // candidate g
       g[(N + 2) * d + k] = go[k];                                 // output gate
     }
-    for (int64_t l = 0; l < N; ++l) {
-      const float *f = a + (1 + l) * d, *cl = cj + l * d;
-      float *gf = g + (1 + l) * d, *gcl = gcj + l * d;
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) {
-        gf[k] = gc[k] * cl[k] * f[k] * (1.f - f[k]);  // forget gate of child l
-        gcl[k] = gc[k] * f[k];
-      }
-    }
+    forgotten_backward(gc, a + d, cj, g + d, gcj, N, d);  // the forget gates, the children's memories
   });
   return grad_cj;
 }
@@ -174,20 +162,20 @@ struct PeepholeSaved {
 class PeepholeLevels : public Levels<PeepholeSaved> {
  protected:
   PeepholeLevels(const char* name, Tensor W_h, Tensor W_c, Tensor W_co, Tensor b)
-      : Levels(name, W_h.options(), {W_co.size(0), W_co.size(0)}), W_h_(W_h), W_c_(W_c), W_co_(W_co), b_(b) {
+      : Levels(name, W_h.options()), W_h_(W_h), W_c_(W_c), W_co_(W_co), b_(b) {
     check_all({&W_h_, &W_c_, &W_co_, &b_});
     d_ = W_co_.size(0);
     N_ = W_h_.size(1) / d_;
     TORCH_CHECK(N_ >= 1 && W_h_.size(1) == N_ * d_ && W_h_.size(0) == (N_ + 3) * d_ &&
                     W_c_.size(0) == (N_ + 1) * d_ && W_c_.size(1) == N_ * d_ && b_.numel() == (N_ + 3) * d_,
                 name, ": weight shapes do not agree");
+    expect(N_, {d_, d_});
     W_h_t_ = transposed(W_h_);
     W_c_t_ = transposed(W_c_);
     W_co_t_ = transposed(W_co_);
   }
 
   void start(const std::vector<Level>& levels) override {
-    internal_begin_ = internal_rows_begin(levels, name_);
     grad_gates_ = save_ ? internal((N_ + 3) * d_) : Tensor();
     grad_o_ = save_ ? internal(d_) : Tensor();
   }
@@ -195,7 +183,6 @@ class PeepholeLevels : public Levels<PeepholeSaved> {
   // lexical: the level's W_x x (i, f, g, o), or undefined.
   void forward_internal(const Level& level, const std::vector<Tensor>& children,
                         std::vector<Tensor>& buffers, bool save, const Tensor& lexical) {
-    expect_width(level, N_);
     const int64_t n = level.rows(), d = d_, N = N_;
     auto h_out = rows_of(buffers[0], level), c_out = rows_of(buffers[1], level);
     auto c_children = children[1].view({n, N, d});
@@ -212,9 +199,9 @@ class PeepholeLevels : public Levels<PeepholeSaved> {
   // grad_lexical: where the gradient of the level's W_x x goes, or undefined.
   std::vector<Tensor> backward_internal(const Level& level, const std::vector<Tensor>& grad_states,
                                         const Tensor& grad_lexical) {
-    const auto& s = saved_for_backward(level);
+    const auto& s = saved(level);
     const int64_t n = level.rows(), d = d_, N = N_;
-    auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
+    const auto &grad_h = grad_states[0], &grad_c = grad_states[1];
     auto grad_gates = internal_rows(grad_gates_, level), grad_o = internal_rows(grad_o_, level);
     output_backward_into(grad_h, s.o, s.tanh_c, grad_o);
     auto grad_c_direct = cell_backward_into(grad_c, grad_h, s.o, s.tanh_c, at::mm(grad_o, W_co_), grad_o,
@@ -228,20 +215,17 @@ class PeepholeLevels : public Levels<PeepholeSaved> {
     return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
   }
 
-  // The gradients of W_h, W_c, W_co and b from the internal levels.
+  // The gradients of W_h, W_c, W_co and b from the internal levels; W_co's rows are the new cells.
   std::vector<Tensor> internal_grads() const {
     const int64_t d = d_, N = N_;
     return {weight_grad(W_h_, grad_gates_, gathered(0, N * d)),
             weight_grad(W_c_, grad_gates_.narrow(1, 0, (N + 1) * d), gathered(1, N * d)),
-            // In an empty batch no level ran forward and no buffer was seen: no rows, a zero gradient.
-            weight_grad(W_co_, grad_o_,
-                        c_buffer_.defined() ? c_buffer_.narrow(0, internal_begin_, internal_) : Tensor()),
-            bias_grad(b_, grad_gates_)};
+            weight_grad(W_co_, grad_o_, internal_block(buffer(1))), bias_grad(b_, grad_gates_)};
   }
 
   Tensor W_h_, W_c_, W_co_, b_, W_h_t_, W_c_t_, W_co_t_;
-  int64_t d_ = 0, N_ = 0, internal_begin_ = 0;
-  Tensor c_buffer_, grad_gates_, grad_o_;
+  int64_t d_ = 0, N_ = 0;
+  Tensor grad_gates_, grad_o_;
 };
 
 // The S-LSTM (graphtree/nn/slstm.py, Zhu et al. 2015, eqs 1-7) as a LevelKernel. Leaves: h = x, c = 0
@@ -265,38 +249,20 @@ class SLSTMLevels : public PeepholeLevels {
 
   void forward(const Level& level, const std::vector<Tensor>& inputs,
                const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
-    c_buffer_ = buffers[1];
     if (level.width > 0) return forward_internal(level, children, buffers, save, {});
-    auto h_out = rows_of(buffers[0], level), c_out = rows_of(buffers[1], level);
-    if (leaf_.defined()) {
-      saved(level).leaf = leaf_.forward(inputs[0], h_out, c_out, save);
-    } else {  // h = x, c = 0 (the buffers start at zero)
-      check(inputs[0], "x");
-      h_out.copy_(inputs[0]);
-    }
+    if (!leaf_.defined()) return copy_input(level, inputs, buffers);  // h = x, c = 0 (the buffers start at zero)
+    saved(level).leaf = leaf_.forward(inputs[0], rows_of(buffers[0], level), rows_of(buffers[1], level), save);
   }
 
   std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
                                std::vector<Tensor>& grad_inputs) override {
     if (level.width > 0) return backward_internal(level, grad_states, {});
-    auto* grad_x = input_grad(grad_inputs);
-    if (leaf_.defined()) {
-      leaf_.backward(saved_for_backward(level).leaf, grad_states[0], grad_states[1], grad_x);
-    } else if (grad_x != nullptr) {
-      grad_x->add_(grad_states[0]);
-    }
-    return {Tensor(), Tensor()};
+    if (!leaf_.defined()) return pass_gradient_to_input(grad_states, grad_inputs);
+    leaf_.backward(saved(level).leaf, grad_states[0], grad_states[1], input_grad(grad_inputs));
+    return {};
   }
 
-  std::vector<Tensor> param_grads() override {
-    auto grads = internal_grads();
-    if (leaf_.defined()) {
-      auto [grad_weight, grad_bias] = leaf_.param_grads();
-      grads.push_back(grad_weight);
-      grads.push_back(grad_bias);
-    }
-    return grads;
-  }
+  std::vector<Tensor> param_grads() override { return leaf_.with_param_grads(internal_grads()); }
 
  private:
   LeafUnit leaf_;  // undefined for "embedding" leaves
@@ -319,33 +285,22 @@ class LexicalizedLevels : public PeepholeLevels {
     if (lexicalized) W_x_t_ = transposed(W_x_);
   }
 
-  void prepare(const std::vector<Level>& levels, const std::vector<Tensor>& inputs, bool save) override {
-    begin(levels, save);
-    if (!lexicalized_ || levels.empty()) return;
-    // Level 0 holds the leaves, every later level inner nodes: the inner rows are one block, whose W_x x is
-    // one product here rather than one per level.
-    x_ = inputs[0].contiguous();
-    check(x_, "x");
-    const int64_t rows = x_.size(0) - internal_begin_;
-    x_terms_ = at::mm(x_.narrow(0, internal_begin_, rows), W_x_t_);
-    grad_x_terms_ = save ? fresh(rows, 4 * d_) : Tensor();
-  }
-
   void start(const std::vector<Level>& levels) override {
     PeepholeLevels::start(levels);
-    leaf_grads_.clear();
-    leaf_inputs_.clear();
-    leaf_cells_.clear();
+    leaf_x_.clear();
+    leaf_co_.clear();
+    if (!lexicalized_) return;
+    // The inner rows are one block, whose W_x x is one product here rather than one per level.
+    x_terms_ = at::mm(internal_block(input(0)), W_x_t_);
+    grad_x_terms_ = save_ ? internal(4 * d_) : Tensor();
   }
 
   void forward(const Level& level, const std::vector<Tensor>& inputs,
                const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
-    c_buffer_ = buffers[1];
-    if (level.width > 0) return forward_internal(level, children, buffers, save, inner_rows(x_terms_, level));
+    if (level.width > 0) return forward_internal(level, children, buffers, save, lexical_rows(x_terms_, level));
     const int64_t n = level.rows(), d = d_;
     auto h_out = rows_of(buffers[0], level), c_out = rows_of(buffers[1], level);
-    auto x = inputs[0].contiguous();
-    check(x, "x");
+    const auto& x = inputs[0];
     auto gates = at::addmm(b_igo_, x, W_igo_t_);  // i, g, o
     auto activated = fresh(n, 2 * d), o = fresh(n, d), tanh_c = fresh(n, d), none = fresh(n, 0).view({n, 0, d});
     cell_into(gates, {}, none, activated, c_out);
@@ -355,37 +310,34 @@ class LexicalizedLevels : public PeepholeLevels {
 
   std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
                                std::vector<Tensor>& grad_inputs) override {
-    if (level.width > 0) return backward_internal(level, grad_states, inner_rows(grad_x_terms_, level));
-    const auto& s = saved_for_backward(level);
+    if (level.width > 0) return backward_internal(level, grad_states, lexical_rows(grad_x_terms_, level));
+    const auto& s = saved(level);
     const int64_t n = level.rows(), d = d_;
-    auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
+    const auto &grad_h = grad_states[0], &grad_c = grad_states[1];
     auto grad_o = fresh(n, d), grad_igo = fresh(n, 3 * d);
     output_backward_into(grad_h, s.o, s.tanh_c, grad_o);
     cell_backward_into(grad_c, grad_h, s.o, s.tanh_c, at::mm(grad_o, W_co_), grad_o, s.activated, s.c_children,
                        grad_igo);
-    leaf_grads_.push_back(grad_igo);
-    leaf_inputs_.push_back(s.x);
-    leaf_cells_.push_back(s.c);
+    leaf_x_.add(grad_igo, s.x);
+    leaf_co_.add(grad_igo.narrow(1, 2 * d, d), s.c);
     if (auto* grad_x = input_grad(grad_inputs)) grad_x->addmm_(grad_igo, W_igo_);
-    return {Tensor(), Tensor()};
+    return {};
   }
 
   void finish_backward(std::vector<Tensor>& grad_inputs) override {
     auto* grad_x = input_grad(grad_inputs);
     if (!lexicalized_ || !grad_x_terms_.defined() || grad_x == nullptr) return;
-    grad_x->narrow(0, internal_begin_, grad_x_terms_.size(0)).addmm_(grad_x_terms_, W_x_);
+    internal_block(*grad_x).addmm_(grad_x_terms_, W_x_);
   }
 
   std::vector<Tensor> param_grads() override {
     const int64_t d = d_, N = N_;
     auto grads = internal_grads();  // W_h, W_c, W_co, b
     auto &grad_W_co = grads[2], &grad_b = grads[3];
-    const bool inner = lexicalized_ && internal_ > 0;
-    auto grad_W_x = weight_grad(W_x_, inner ? grad_x_terms_ : Tensor(),
-                                inner ? x_.narrow(0, internal_begin_, internal_) : Tensor());
-    if (!leaf_grads_.empty()) {
-      auto grad_igo = cat_rows(leaf_grads_), x = cat_rows(leaf_inputs_);
-      grad_W_co.addmm_(grad_igo.narrow(1, 2 * d, d).t(), cat_rows(leaf_cells_));
+    auto grad_W_x = weight_grad(W_x_, grad_x_terms_, lexicalized_ ? internal_block(input(0)) : Tensor());
+    leaf_co_.add_into(grad_W_co);
+    if (auto grad_igo = leaf_x_.grads(); grad_igo.defined()) {
+      auto x = leaf_x_.rows();
       auto grad_b_igo = grad_igo.sum(0);
       grad_b.narrow(0, 0, d) += grad_b_igo.narrow(0, 0, d);
       grad_b.narrow(0, (N + 1) * d, 2 * d) += grad_b_igo.narrow(0, d, 2 * d);
@@ -400,16 +352,15 @@ class LexicalizedLevels : public PeepholeLevels {
   }
 
  private:
-  // The level's rows of a tensor of the inner rows (from internal_begin_ on), or undefined where not lexicalized.
-  Tensor inner_rows(const Tensor& t, const Level& level) const {
-    return lexicalized_ ? t.narrow(0, level.begin - internal_begin_, level.rows()) : Tensor();
+  // The level's rows of a tensor of the inner rows, or undefined where not lexicalized.
+  Tensor lexical_rows(const Tensor& t, const Level& level) const {
+    return lexicalized_ ? internal_rows(t, level) : Tensor();
   }
 
   Tensor W_x_, W_x_t_, W_igo_, W_igo_t_, b_igo_;
   bool lexicalized_;
-  std::vector<Tensor> leaf_grads_, leaf_inputs_, leaf_cells_;
-  // Lexicalized: the level-sorted inputs, the inner rows' W_x x and its gradient, from row internal_begin_ on.
-  Tensor x_, x_terms_, grad_x_terms_;
+  GradientRows leaf_x_, leaf_co_;  // the leaves' gate gradients (i, g, o; o alone) with their inputs, cells
+  Tensor x_terms_, grad_x_terms_;  // lexicalized: the inner rows' W_x x and its gradient
 };
 
 // Rows [begin, begin + count) of a top-down level, whose nodes are all at `position` under their parents.
@@ -441,6 +392,7 @@ class TopDownLevels : public Levels<TopDownSaved> {
                     W_h_.size(1) == 4 * d && W_h_.size(2) == d && W_c_.size(0) == N_ && W_c_.size(1) == 2 * d &&
                     W_c_.size(2) == d && W_co_.size(0) == N_ && W_co_.size(2) == d,
                 "TopDownLevels: weight shapes do not agree");
+    expect(1);  // one parent a node (a node with several takes the Python loop)
     for (int64_t s = 0; s < P; ++s) W_x_t_.push_back(transposed(W_x_[s]));
     for (int64_t p = 0; p < N_; ++p) {
       W_h_t_.push_back(transposed(W_h_[p]));
@@ -449,41 +401,38 @@ class TopDownLevels : public Levels<TopDownSaved> {
     }
   }
 
-  void prepare(const std::vector<Level>& levels, const std::vector<Tensor>& inputs, bool save) override {
-    begin(levels, save);
+  void start(const std::vector<Level>& levels) override {
     const int64_t P = W_x_.size(0), d = d_;
-    x_ = inputs[0].contiguous();
-    check(x_, "x");
+    const auto& x = input(0);
     // W_x x + b of every node, one product per input set over all levels (its rows gathered where the sets
     // differ by position) rather than one per level and position.
     std::vector<std::vector<int64_t>> rows(P);
     for (const auto& level : levels) {
-      TORCH_CHECK(level.width <= 1, "TopDownLevels: a node with ", level.width, " parents (use the Python loop)");
       auto& blocks = saved(level).blocks = blocks_of(level);
       for (const auto& [p, begin, count] : blocks) {
         for (int64_t r = 0; r < count; ++r) rows[input_set(p)].push_back(level.begin + begin + r);
       }
     }
-    x_terms_ = fresh(x_.size(0), 4 * d);
+    x_terms_ = fresh(x.size(0), 4 * d);
     set_rows_.assign(P, Tensor());
     all_rows_.assign(P, false);
     for (int64_t s = 0; s < P; ++s) {
-      if (static_cast<int64_t>(rows[s].size()) == x_.size(0)) {
+      if (static_cast<int64_t>(rows[s].size()) == x.size(0)) {
         all_rows_[s] = true;
-        at::addmm_out(x_terms_, b_[s], x_, W_x_t_[s]);
+        at::addmm_out(x_terms_, b_[s], x, W_x_t_[s]);
       } else if (!rows[s].empty()) {
         set_rows_[s] = torch::tensor(rows[s], torch::kLong);
-        x_terms_.index_copy_(0, set_rows_[s], at::addmm(b_[s], x_.index_select(0, set_rows_[s]), W_x_t_[s]));
+        x_terms_.index_copy_(0, set_rows_[s], at::addmm(b_[s], x.index_select(0, set_rows_[s]), W_x_t_[s]));
       }
     }
-    grad_a_ = save ? fresh(x_.size(0), 4 * d) : Tensor();
+    grad_a_ = save_ ? fresh(x.size(0), 4 * d) : Tensor();
   }
 
   void forward(const Level& level, const std::vector<Tensor>& inputs,
                const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
     const int64_t n = level.rows(), d = d_;
     auto& s = saved(level);
-    auto a = rows_of(x_terms_, level);  // W_x x + b from prepare(); the parent's terms added below
+    auto a = rows_of(x_terms_, level);  // W_x x + b from start(); the parent's terms added below
     Tensor c_terms, h_parent, c_parent;
     if (level.width == 0) {
       c_parent = torch::zeros({n, d}, options_);
@@ -518,9 +467,9 @@ class TopDownLevels : public Levels<TopDownSaved> {
 
   std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
                                std::vector<Tensor>& grad_inputs) override {
-    auto& s = saved_for_backward(level);
+    auto& s = saved(level);
     const int64_t n = level.rows(), d = d_;
-    auto grad_h = grad_states[0].contiguous(), grad_c = grad_states[1].contiguous();
+    const auto &grad_h = grad_states[0], &grad_c = grad_states[1];
     auto grad_o = fresh(n, d), grad_c_from_o = fresh(n, d);
     output_backward_into(grad_h, s.o, s.tanh_c, grad_o);
     each_block(s.blocks, [&](int64_t p, int64_t begin, int64_t count) {
@@ -533,7 +482,7 @@ class TopDownLevels : public Levels<TopDownSaved> {
     // Through c_t = f c_{t-1} + ...; the peepholes' part added below.
     auto grad_c_parent = cell_backward_into(grad_c, grad_h, s.o, s.tanh_c, grad_c_from_o, grad_o, s.activated,
                                             s.c_parent.view({n, 1, d}), s.grad_a).view({n, d});
-    if (level.width == 0) return {Tensor(), Tensor()};
+    if (level.width == 0) return {};
     auto grad_h_parent = fresh(n, d);
     each_block(s.blocks, [&](int64_t p, int64_t begin, int64_t count) {
       auto grad_a = s.grad_a.narrow(0, begin, count);
@@ -558,35 +507,33 @@ class TopDownLevels : public Levels<TopDownSaved> {
 
   std::vector<Tensor> param_grads() override {
     const int64_t d = d_, P = W_x_.size(0);
+    const auto& x = input(0);
     auto grad_W_x = torch::zeros_like(W_x_), grad_b = torch::zeros_like(b_), grad_W_h = torch::zeros_like(W_h_);
     auto grad_W_c = torch::zeros_like(W_c_), grad_W_co = torch::zeros_like(W_co_);
     if (grad_a_.defined()) {
       for (int64_t s = 0; s < P; ++s) {
         if (!all_rows_[s] && !set_rows_[s].defined()) continue;
         auto grad_a = all_rows_[s] ? grad_a_ : grad_a_.index_select(0, set_rows_[s]);
-        grad_W_x[s].addmm_(grad_a.t(), all_rows_[s] ? x_ : x_.index_select(0, set_rows_[s]));
+        grad_W_x[s].addmm_(grad_a.t(), all_rows_[s] ? x : x.index_select(0, set_rows_[s]));
         grad_b[s] += grad_a.sum(0);
       }
     }
     // Every level's rows of one position, gathered so that each gradient is one product.
-    std::vector<std::vector<Tensor>> a_by_pos(N_), h_by_pos(N_), cp_by_pos(N_), o_by_pos(N_), c_by_pos(N_);
+    std::vector<GradientRows> W_h_rows(N_), W_c_rows(N_), W_co_rows(N_);
     for (const auto& s : all_saved()) {
       if (!s.grad_a.defined()) continue;
       for (const auto& [p, begin, count] : s.blocks) {
-        o_by_pos[p].push_back(s.grad_o.narrow(0, begin, count));
-        c_by_pos[p].push_back(s.c.narrow(0, begin, count));
+        auto grad_a = s.grad_a.narrow(0, begin, count);
+        W_co_rows[p].add(s.grad_o.narrow(0, begin, count), s.c.narrow(0, begin, count));
         if (!s.h_parent.defined()) continue;  // the roots: no parent, nothing for W_h and W_c
-        a_by_pos[p].push_back(s.grad_a.narrow(0, begin, count));
-        h_by_pos[p].push_back(s.h_parent.narrow(0, begin, count));
-        cp_by_pos[p].push_back(s.c_parent.narrow(0, begin, count));
+        W_h_rows[p].add(grad_a, s.h_parent.narrow(0, begin, count));
+        W_c_rows[p].add(grad_a.narrow(1, 0, 2 * d), s.c_parent.narrow(0, begin, count));
       }
     }
     for (int64_t p = 0; p < N_; ++p) {
-      if (!o_by_pos[p].empty()) grad_W_co[p].addmm_(cat_rows(o_by_pos[p]).t(), cat_rows(c_by_pos[p]));
-      if (a_by_pos[p].empty()) continue;
-      auto grad_a = cat_rows(a_by_pos[p]);
-      grad_W_h[p].addmm_(grad_a.t(), cat_rows(h_by_pos[p]));
-      grad_W_c[p].addmm_(grad_a.narrow(1, 0, 2 * d).t(), cat_rows(cp_by_pos[p]));
+      W_co_rows[p].add_into(grad_W_co[p]);
+      W_h_rows[p].add_into(grad_W_h[p]);
+      W_c_rows[p].add_into(grad_W_c[p]);
     }
     return {grad_W_x, grad_b, grad_W_h, grad_W_c, grad_W_co};
   }
@@ -623,28 +570,25 @@ class TopDownLevels : public Levels<TopDownSaved> {
 
   Tensor W_x_, b_, W_h_, W_c_, W_co_;
   std::vector<Tensor> W_x_t_, W_h_t_, W_c_t_, W_co_t_;
-  Tensor x_, x_terms_, grad_a_;  // the level-sorted inputs, their W_x x + b, the gates' gradients
+  Tensor x_terms_, grad_a_;  // the level-sorted inputs' W_x x + b, the gates' gradients
   std::vector<Tensor> set_rows_;  // each input set's rows, where it has some but not all
   std::vector<bool> all_rows_;           // an input set that every row uses
   int64_t N_ = 0, d_ = 0;
 };
 
-}  // namespace
-
-void bind_peephole_levels(pybind11::module& m) {
-  bind_kernel<SLSTMLevels, Tensor, Tensor, Tensor, Tensor,
-                         std::optional<Tensor>, std::optional<Tensor>>(
+const Binding binding([](pybind11::module& m) {
+  bind_kernel<SLSTMLevels, Tensor, Tensor, Tensor, Tensor, std::optional<Tensor>, std::optional<Tensor>>(
       m, "SLSTMLevels", "The S-LSTM's level math for the engine's compiled level loop", py::arg("W_h"),
       py::arg("W_c"), py::arg("W_co"), py::arg("b"), py::arg("leaf_weight") = py::none(),
       py::arg("leaf_bias") = py::none());
-  bind_kernel<LexicalizedLevels, Tensor, Tensor, Tensor, Tensor, Tensor,
-                         bool>(
+  bind_kernel<LexicalizedLevels, Tensor, Tensor, Tensor, Tensor, Tensor, bool>(
       m, "LexicalizedLevels", "Teng & Zhang's lexicalized bottom-up cell's level math for the compiled level loop",
       py::arg("W_x"), py::arg("W_h"), py::arg("W_c"), py::arg("W_co"), py::arg("b"),
       py::arg("lexicalized"));
   bind_kernel<TopDownLevels, Tensor, Tensor, Tensor, Tensor, Tensor>(
       m, "TopDownLevels", "Teng & Zhang's top-down cell's level math for the compiled level loop (one parent)",
       py::arg("W_x"), py::arg("b"), py::arg("W_h"), py::arg("W_c"), py::arg("W_co"));
-}
+});
 
+}  // namespace
 }  // namespace graphtree
