@@ -4,8 +4,10 @@ The width table (``tree_lstm.py``) grows a batch sideways: more trees, the same 
 depth, and the question is whether a level costs the same in a graph of 200 levels as in one of 3,200, and a
 node the same memory in a graph of 10^4 nodes as in one of 10^6. Two families:
 
-* ``layered``: ``--width`` nodes per level; each node above the first level takes two random nodes of the level
-  below as its children (so nodes have several parents, and every level holds exactly ``--width`` nodes);
+* ``layered``: ``--width`` nodes per level; node ``k`` of each level above the first takes two children in the
+  level below: node ``k`` and one other, random node (so nodes have one parent or several, none below the top
+  level is a root, and every level holds exactly ``--width`` nodes in both directions: the top-down pass's levels
+  too, which two random children would not give, as a node that no parent draws is a root in whatever level);
 * ``fan-in``: ``--width`` nodes per layer; each node below the top layer feeds one random node of the layer above
   (children per node unbounded; a node that draws none is a leaf, so the levels are of unequal sizes);
 * ``random-tree``: node ``i``'s parent is one of the 1,000 nodes before it (children per node unbounded: the
@@ -18,11 +20,14 @@ the machine says nothing of the code), with its wall time, its processor time in
 the kernel on its behalf (system: mostly page faults, the first touch of memory fresh from the kernel), and its
 page faults. The ratios compare each row with the smallest graph of its cell, family and path: per level, or
 per node for the random trees, whose levels are not alike. ``bytes/node`` is the growth of the process's peak
-resident memory over what it held before the first pass (the graph and its features), per node. ``path``:
-``compiled`` (the C++ level kernels where the cell has one) or ``pytorch`` (``GRAPHTREE_NATIVE=0``: the cell's
-``update`` under autograd).
+resident memory over what it held before the first pass (the graph and its features), per node; beside it, on
+the PyTorch path, what autograd keeps for the backward (``saved``, every saved storage once) and the states a
+node outputs. ``path``: ``compiled`` (the C++ level kernels where the cell has one) or ``pytorch``
+(``GRAPHTREE_NATIVE=0``: the cell's ``update`` under autograd). ``malloc``: ``system`` (glibc's malloc as a
+process starts, which hands blocks above 32 MiB back to the kernel when they are freed, so that the next pass
+faults them in afresh) or ``keep`` (:func:`graphtree.backend.allocator.keep_freed_memory`).
 
-    python benchmarks/depth.py --quick                              # a minute: two depths, two cells
+    python benchmarks/depth.py --quick                              # minutes: two depths, two cells
     python benchmarks/depth.py --out /tmp/depth.json                # every cell, 200 to 3,200 levels, 10^6 nodes
     python benchmarks/depth.py --table benchmarks/results/depth-cpu.json   # the table of a results file
 """
@@ -30,6 +35,7 @@ resident memory over what it held before the first pass (the graph and its featu
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -41,6 +47,7 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Data
 
+from graphtree.backend.allocator import keep_freed_memory
 from graphtree.data import with_schedule
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, LexicalizedTreeLSTM, NaryTreeLSTM, TopDownTreeLSTM, TreeCell
 from graphtree.train.provenance import code_state
@@ -68,17 +75,16 @@ MAKE = {"child_sum": lambda d: ChildSumTreeLSTM(d, d), "nary": lambda d: NaryTre
 
 
 def layered(levels: int, width: int, seed: int = 0) -> Data:
-    """``levels`` levels of ``width`` nodes; each node above the first takes two random nodes below as children."""
+    """``levels`` levels of ``width`` nodes; node ``k`` of each level above the first has children ``k`` and one
+    other, random node of the level below."""
     generator = torch.Generator().manual_seed(seed)
-    parents = torch.arange(width, levels * width).repeat_interleave(2)
-    level_below = parents // width - 1
-    children = level_below * width + torch.randint(0, width, (parents.numel(),), generator=generator)
-    # Two distinct children per parent: the second is moved one place along its level where it drew the first.
-    first, second = children[0::2], children[1::2]
-    clash = first == second
-    second[clash] = level_below[1::2][clash] * width + (second[clash] - level_below[1::2][clash] * width + 1) % width
-    edge_pos = torch.tensor([0, 1]).repeat(parents.numel() // 2)
-    return Data(edge_index=torch.stack([children, parents]), edge_pos=edge_pos, num_nodes=levels * width)
+    parents = torch.arange(width, levels * width)
+    below = (parents // width - 1) * width
+    other = (parents % width + torch.randint(1, width, (parents.numel(),), generator=generator)) % width
+    children = torch.stack([parents - width, below + other], dim=1).reshape(-1)
+    edge_pos = torch.tensor([0, 1]).repeat(parents.numel())
+    return Data(edge_index=torch.stack([children, parents.repeat_interleave(2)]), edge_pos=edge_pos,
+                num_nodes=levels * width)
 
 
 def fan_in(levels: int, width: int, seed: int = 0) -> Data:
@@ -102,9 +108,28 @@ def _peak_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def measure_one(cell_name: str, family: str, size: int, width: int, channels: int, repeats: int) -> dict:
+def _saving(forward, saved: dict, exclude: list[torch.Tensor]):
+    """Run ``forward``, recording in ``saved`` the bytes of every storage autograd keeps for the backward (the
+    inputs and parameters excluded: they exist anyway). The compiled kernels keep their levels' gates in
+    contexts of their own, which this does not see."""
+    own = {t.untyped_storage().data_ptr() for t in exclude}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in own:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        return forward()
+
+
+def measure_one(cell_name: str, family: str, size: int, width: int, channels: int, repeats: int,
+                keep_freed: bool = False) -> dict:
     """One measurement, in this process: time per level and peak memory per node of forward + backward."""
     torch.set_num_threads(1)
+    if keep_freed and not keep_freed_memory():
+        raise SystemExit("--allocator keep: this C library has no mallopt (glibc only)")
     torch.manual_seed(0)
     graph = {"layered": lambda: layered(size, width), "fan-in": lambda: fan_in(size, width),
              "random-tree": lambda: random_tree(size)}[family]()
@@ -114,10 +139,13 @@ def measure_one(cell_name: str, family: str, size: int, width: int, channels: in
     graph = with_schedule(graph, [direction])  # built once, outside the timed passes, as a loader would
     levels = graph.schedule.plan(direction).num_levels
     before = _peak_bytes()
-    passes = []
+    passes, saved = [], {}
     for k in range(repeats + 1):
         start, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-        states = cell(x, graph)
+        if k:
+            states = cell(x, graph)
+        else:  # the warm-up pass also sums what autograd keeps for the backward
+            states = _saving(lambda: cell(x, graph), saved, exclude=[x, *cell.parameters()])
         sum(s.sum() for s in (states if isinstance(states, tuple) else (states,))).backward()
         end, cpu_end = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
         if k:  # the first pass warms up (and loads the kernels)
@@ -132,36 +160,49 @@ def measure_one(cell_name: str, family: str, size: int, width: int, channels: in
             "seconds": seconds, "ms_per_level": 1e3 * seconds / levels, "us_per_node": 1e6 * seconds / graph.num_nodes,
             "user_ms_per_level": 1e3 * user / levels, "system_ms_per_level": 1e3 * system / levels,
             "faults_per_node": faults / graph.num_nodes,
-            "bytes_per_node": max(0, _peak_bytes() - before) / graph.num_nodes}
+            "bytes_per_node": max(0, _peak_bytes() - before) / graph.num_nodes,
+            "saved_bytes_per_node": sum(saved.values()) / graph.num_nodes,
+            "state_bytes_per_node": sum(cell.state_channels) * x.element_size()}
 
 
-def run_in_subprocess(cell: str, family: str, size: int, path: str, args: argparse.Namespace) -> dict:
+def run_in_subprocess(cell: str, family: str, size: int, path: str, allocator: str, args: argparse.Namespace) -> dict:
     env = {**os.environ, "GRAPHTREE_NATIVE": "0" if path == "pytorch" else "auto", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, __file__, "--one", cell, family, str(size), "--width", str(args.width),
-               "--channels", str(args.channels), "--repeats", str(args.repeats)]
+               "--channels", str(args.channels), "--repeats", str(args.repeats), "--allocator", allocator]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{cell} {family} {size} ({path}) failed:\n{done.stderr[-2000:]}")
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "path": path}
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "path": path, "allocator": allocator}
+
+
+def _allocator(row: dict) -> str:
+    return row.get("allocator", "system")  # rows measured before the choice existed ran with malloc as it starts
+
+
+def _saved(row: dict) -> str:
+    # On the compiled path the kernels keep their levels' gates in contexts that autograd's hooks do not see.
+    return f"{row['saved_bytes_per_node']:,.0f}" if row["path"] == "pytorch" and "saved_bytes_per_node" in row else ""
 
 
 def table(rows: list[dict]) -> str:
     """Markdown: per level (per node for the random trees) the wall time, the processor time in the program
     (user) and in the kernel for it (system: mostly first touches of fresh memory), each row's ratio to the
     smallest graph of its kind, and memory."""
-    lines = ["| cell | family | levels | nodes | path | ms per level | user ms per level | system ms per level | "
-             "× user per level | × per level | page faults per node | bytes per node |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| cell | family | levels | nodes | path | malloc | ms per level | user ms per level | "
+             "system ms per level | × user per level | × per level | page faults per node | bytes per node | "
+             "saved | states |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     smallest: dict[tuple, tuple[float, float]] = {}
-    for row in sorted(rows, key=lambda r: (r["cell"], r["family"], r["path"], r["nodes"])):
-        key = (row["cell"], row["family"], row["path"])
+    for row in sorted(rows, key=lambda r: (r["cell"], r["family"], r["path"], _allocator(r), r["nodes"])):
+        key = (row["cell"], row["family"], row["path"], _allocator(row))
         per = row["levels"] if row["family"] != "random-tree" else row["nodes"]  # a tree's levels are not alike
         user, total = row["user_ms_per_level"] * row["levels"] / per, row["ms_per_level"] * row["levels"] / per
         smallest.setdefault(key, (user, total))
         lines.append(f"| {row['cell']} | {row['family']} | {row['levels']:,} | {row['nodes']:,} | {row['path']} | "
+                     f"{_allocator(row)} | "
                      f"{row['ms_per_level']:.2f} | {row['user_ms_per_level']:.2f} | "
                      f"{row['system_ms_per_level']:.2f} | {user / smallest[key][0]:.2f} | "
-                     f"{total / smallest[key][1]:.2f} | {row['faults_per_node']:.2f} | {row['bytes_per_node']:,.0f} |")
+                     f"{total / smallest[key][1]:.2f} | {row['faults_per_node']:.2f} | {row['bytes_per_node']:,.0f} | "
+                     f"{_saved(row)} | {row.get('state_bytes_per_node', '')} |")
     return "\n".join(lines)
 
 
@@ -169,12 +210,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", nargs="+", choices=CELLS, default=list(CELLS))
     parser.add_argument("--levels", nargs="+", type=int, default=[200, 800, 3200], help="depths of the layered DAGs")
-    parser.add_argument("--tree-nodes", nargs="+", type=int, default=[100_000, 1_000_000],
-                        help="sizes of the random trees (Child-Sum and the cell of one's own)")
+    parser.add_argument("--tree-nodes", nargs="*", type=int, default=[100_000, 1_000_000],
+                        help="sizes of the random trees (Child-Sum and the cell of one's own; none: no trees)")
     parser.add_argument("--width", type=int, default=500, help="nodes per level of the layered DAGs")
     parser.add_argument("--channels", type=int, default=32)
     parser.add_argument("--paths", nargs="+", choices=("compiled", "pytorch"), default=["compiled", "pytorch"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--allocator", nargs="+", choices=("system", "keep"), default=["system", "keep"],
+                        help="malloc as the process starts, or told to keep freed memory "
+                             "(graphtree.backend.allocator.keep_freed_memory); each is measured")
     parser.add_argument("--quick", action="store_true", help="child_sum and own, 100 and 400 levels, no tree")
     parser.add_argument("--out", default=None, help="write every measurement to this JSON (default: print only)")
     parser.add_argument("--table", default=None, metavar="JSON", help="only print the table of this results file")
@@ -182,7 +226,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.one:
         cell, family, size = args.one
-        print(json.dumps(measure_one(cell, family, int(size), args.width, args.channels, args.repeats)))
+        print(json.dumps(measure_one(cell, family, int(size), args.width, args.channels, args.repeats,
+                                     args.allocator == ["keep"])))
         return
     if args.table:
         print(table(json.loads(Path(args.table).read_text())["rows"]))
@@ -194,9 +239,9 @@ def main() -> None:
     jobs += [(cell, "random-tree", nodes) for cell in args.cells if cell in UNBOUNDED for nodes in args.tree_nodes]
     rows = []
     for cell, family, size in jobs:
-        for path in args.paths:
-            rows.append(run_in_subprocess(cell, family, size, path, args))
-            print(f"{cell} {family} {size} {path}: {rows[-1]['ms_per_level']:.2f} ms/level "
+        for path, allocator in itertools.product(args.paths, args.allocator):
+            rows.append(run_in_subprocess(cell, family, size, path, allocator, args))
+            print(f"{cell} {family} {size} {path} {allocator}: {rows[-1]['ms_per_level']:.2f} ms/level "
                   f"({rows[-1]['user_ms_per_level']:.2f} user, {rows[-1]['system_ms_per_level']:.2f} system), "
                   f"{rows[-1]['bytes_per_node']:,.0f} B/node", file=sys.stderr, flush=True)
     print(table(rows))

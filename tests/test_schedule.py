@@ -188,5 +188,6 @@ def test_level_slots_against_each_levels_own_matrices(arity):
                 position = torch.nn.functional.pad(position, (0, arity - width), value=-1)
             assert torch.equal(got.index, index) and torch.equal(got.position, position)
             assert torch.equal(got.mask, index != plan.num_nodes) and torch.equal(got.flat_index, index.reshape(-1))
-            counts = tuple(torch.bincount(position.reshape(-1).clamp(min=0)).tolist()) if position.numel() else ()
+            filled = position[position >= 0]  # the filled slots' positions; empty slots are not counted
+            counts = tuple(torch.bincount(filled).tolist()) if filled.numel() else ()
             assert got.position_counts == counts

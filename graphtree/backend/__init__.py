@@ -6,9 +6,11 @@
 * :mod:`graphtree.backend.native`: building and loading those kernels
   (``GRAPHTREE_NATIVE``, :func:`~graphtree.backend.native.ensure_built`);
 * :mod:`graphtree.backend.threads`: a floating-point setting on every thread of
-  PyTorch's intra-op pool (subnormals flushed during training).
+  PyTorch's intra-op pool (subnormals flushed during training);
+* :mod:`graphtree.backend.allocator`: :func:`~graphtree.backend.allocator.keep_freed_memory`, so that
+  passes over large graphs reuse memory instead of page-faulting it afresh.
 """
 
-from . import compiled, native, threads
+from . import allocator, compiled, native, threads
 
-__all__ = ["compiled", "native", "threads"]
+__all__ = ["allocator", "compiled", "native", "threads"]

@@ -39,10 +39,10 @@ class Children(NamedTuple):
         position: ``[n, K]`` long, the ``edge_pos`` of the edge behind each slot
             (the node's own position under that parent, in a top-down pass),
             ``-1`` where empty.
-        position_counts: How many of the level's ``n * K`` slots hold each
-            position, empty slots counted as position 0; plain ints, read from
-            the schedule on the host once per plan, so that a cell that groups
-            rows by position never has to ask the GPU for sizes.
+        position_counts: How many of the level's filled slots hold each
+            position (empty slots are not counted); plain ints, read from the
+            schedule on the host once per plan, so that a cell that groups rows
+            by position never has to ask the GPU for sizes.
     """
 
     states: tuple[Tensor, ...]
@@ -161,7 +161,7 @@ class SlotLayout:
 
     @cached_property
     def counts(self) -> list[tuple[int, ...]]:
-        return position_counts(self.plan, self.widths)
+        return position_counts(self.plan)
 
 
 def level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, device: torch.device) -> list[Slots]:
@@ -212,19 +212,15 @@ def level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, devi
     return levels
 
 
-def position_counts(plan: LevelPlan, widths: list[int]) -> list[tuple[int, ...]]:
-    """Per level, how many of its ``n * width`` slots hold each position, empty slots counted as position 0
-    (a ``bincount`` of the level's slot positions), from the plan's count of filled slots by position."""
+def position_counts(plan: LevelPlan) -> list[tuple[int, ...]]:
+    """Per level, how many of its filled slots hold each position (a ``bincount`` of the positions of the
+    level's edges), from the plan's count of filled slots by position."""
     if not isinstance(plan.position_table, list):  # counts the plan cannot know (a padded plan): left as they are
         return [plan.position_table] * plan.num_levels
     counts = []
-    for filled, size, width in zip(plan.position_table, plan.level_sizes(), widths):
-        if not size * width:
-            counts.append(())
-            continue
+    for filled in plan.position_table:
         row = list(filled)
-        row[0] += size * width - sum(filled)
-        while row[-1] == 0:
+        while row and row[-1] == 0:
             row.pop()
         counts.append(tuple(row))
     return counts

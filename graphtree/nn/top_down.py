@@ -140,23 +140,23 @@ class TopDownTreeLSTM(TreeCell):
         if K == 0:  # a root: zero predecessor, parameter set U_L (position 0)
             zeros = x.new_zeros(n, d)
             return self._step(0, x, zeros, zeros)
-        # One row per (node, parent) slot, run in groups by the node's position under that parent, each group with
-        # its position's parameter set. The group sizes come from the schedule on the host (position_counts; an
-        # empty slot counts as position 0 and drops out of the mean below), so a GPU never waits to learn them.
-        order = torch.argsort(parents.position.clamp(min=0).reshape(-1), stable=True)
-        x_rows = x.unsqueeze(1).expand(n, K, x.size(1)).reshape(n * K, -1)
-        h_rows, c_rows = h_par.reshape(n * K, d), c_par.reshape(n * K, d)
+        # One row per filled (node, parent) slot, run in groups by the node's position under that parent, each group
+        # with its position's parameter set; empty slots are never stepped. The group sizes come from the schedule
+        # on the host (position_counts), so a GPU never waits to learn them.
+        filled = sum(parents.position_counts)
+        by_position = torch.where(parents.mask, parents.position, self.n_ary).reshape(-1)  # empty slots sort last
+        rows = torch.argsort(by_position, stable=True)[:filled]
+        node = torch.div(rows, K, rounding_mode="floor")
+        x_rows, h_rows, c_rows = x[node], h_par.reshape(n * K, d)[rows], c_par.reshape(n * K, d)[rows]
         steps, start = [], 0
         for p, count in enumerate(parents.position_counts):
-            rows = order[start:start + count]
-            steps.append(self._step(p, x_rows[rows], h_rows[rows], c_rows[rows]))
+            group = slice(start, start + count)
+            steps.append(self._step(p, x_rows[group], h_rows[group], c_rows[group]))
             start += count
-        back = torch.argsort(order)  # each slot's row among the groups
-        h = torch.cat([s[0] for s in steps])[back].view(n, K, d)
-        c = torch.cat([s[1] for s in steps])[back].view(n, K, d)
-        mask = parents.mask.unsqueeze(-1).to(h.dtype)
-        share = mask / mask.sum(dim=1, keepdim=True)  # 1 / P for each of a node's P parents
-        return (share * h).sum(dim=1), (share * c).sum(dim=1)
+        share = 1 / parents.mask.sum(dim=1, keepdim=True).to(x.dtype)  # 1 / P for each of a node's P parents
+        h = x.new_zeros(n, d).index_add(0, node, torch.cat([s[0] for s in steps]))
+        c = x.new_zeros(n, d).index_add(0, node, torch.cat([s[1] for s in steps]))
+        return share * h, share * c
 
     def _step(self, p: int, x: Tensor, h_prev: Tensor, c_prev: Tensor) -> tuple[Tensor, Tensor]:
         """One LSTM step of eq 13 with the parameter set U_p of position p (its own input set, eq 14, unless

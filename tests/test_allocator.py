@@ -1,0 +1,33 @@
+"""keep_freed_memory: a large block freed and allocated again comes back without touching fresh pages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROGRAM = """
+import resource, sys, torch
+from graphtree.backend.allocator import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+block = torch.ones(16 * 2**20)  # 64 MiB: above glibc's largest mmap threshold
+del block
+before = faults()
+block = torch.ones(16 * 2**20)
+print(faults() - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_a_freed_block_is_reused_only_when_kept():
+    def faults(mode: str) -> int:
+        done = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True, check=True)
+        return int(done.stdout.split()[-1])
+
+    pages = 64 * 2**20 // 4096
+    assert faults("system") > pages // 2  # the control: malloc as it starts hands the block back, and faults again
+    assert faults("keep") < pages // 100
