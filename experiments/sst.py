@@ -30,9 +30,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
+from torch_geometric.data import Data
 
 from graphtree.datasets import SST
 from graphtree.experiments.baselines import single_process, sst_phrase_baseline
@@ -46,9 +46,6 @@ from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.train import PRESETS, OptimizerSpec, Trainer, WordInputModel, recursive_tree, restrict_supervision
 from graphtree.train.runs import default_mirror, fail, main_guard, note
 from graphtree.vocab import Vocab
-
-if TYPE_CHECKING:  # PyG itself is imported by graphtree, which pauses the garbage collector for it
-    from torch_geometric.data import Data
 
 # ----------------------------------------------------------------------------------------------------------------
 # The papers' settings. dim: word vector size with random vectors (pretrained ones bring their own);
