@@ -24,6 +24,8 @@ from torch_geometric.data import Data
 from ..data.pairs import TREE_KEYS, pair_side
 from ..data.parents import from_parents
 from ..errors import TreeFormatError
+from ..parse import parse_many
+from ._spacy import model_tag, parser_for
 from .base import DEFAULT_ROOT, CorpusDataset
 from .download import CorruptFileError, DatasetError, RemoteFile, count_lines, extract_zip, fetch, obtain
 
@@ -177,8 +179,6 @@ class SICK(CorpusDataset):
     def options_tag(self) -> str:
         if self.parser == "stanford":
             return "stanford"
-        from ._spacy import model_tag
-
         return f"spacy-{model_tag(self.nlp)}"
 
     @property
@@ -253,9 +253,6 @@ class SICK(CorpusDataset):
         return rows
 
     def _read_semeval(self) -> list[tuple]:
-        from ..parse import parse_many
-        from ._spacy import parser_for
-
         path = Path(self.raw_dir) / self.MEMBERS[self.split]
         with open(path, encoding="utf-8", newline="") as handle:
             records = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
