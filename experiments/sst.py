@@ -29,26 +29,21 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import torch
+from torch_geometric.data import Data
 
 from graphtree.datasets import SST
 from graphtree.experiments.baselines import single_process, sst_phrase_baseline
 from graphtree.experiments.harness import SPLITS, Experiment, initial_vectors, sample_splits, split_sizes
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.experiments.sst_models import sst_model
 from graphtree.experiments.sst_options import SSTOptions
 from graphtree.experiments.sst_predict import predict
-from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier
-from graphtree.models.spans import SpanLSTMClassifier
-from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
-from graphtree.train import PRESETS, OptimizerSpec, Trainer, WordInputModel, recursive_tree, restrict_supervision
-from graphtree.train.runs import default_mirror, fail, main_guard, note
+from graphtree.train import PRESETS, OptimizerSpec, Trainer, recursive_tree, restrict_supervision
+from graphtree.train.runs import default_mirror, main_guard, note
 from graphtree.vocab import Vocab
-
-if TYPE_CHECKING:  # PyG itself is imported by graphtree, which pauses the garbage collector for it
-    from torch_geometric.data import Data
 
 # ----------------------------------------------------------------------------------------------------------------
 # The papers' settings. dim: word vector size with random vectors (pretrained ones bring their own);
@@ -68,7 +63,6 @@ MODELS = {
 # --settings-of PAPER trains a model with another paper's settings (those of that paper's own model below: vector
 # and memory sizes, dropout, epochs, optimizer): the same cell under two papers' setups, not a reproduction.
 SETTINGS_MODEL = {"tai": "nary", "zhu": "slstm", "le_zuidema": "lstmrnn", "teng": "contree"}
-TENG_VARIANTS = {"contree": "contree", "contree_lex": "contree_lex", "topdown": "top_down", "bicontree": "bicontree"}
 BASELINES = ("nb", "svm")    # bag-of-words naive Bayes and linear SVM over every labelled training phrase
 BASELINE_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)   # NB smoothing alpha / SVM C, chosen on dev root accuracy
 MLP_CHANNELS = 128            # Teng & Zhang's output hidden size for sentiment
@@ -107,32 +101,9 @@ def load_split(cfg: dict, split: str, vocab: Vocab, root: str, mirror: str | Non
     return data
 
 
-def build_model(cfg: dict, vocab_size: int, num_classes: int, pretrained: torch.Tensor | None
-                ) -> tuple[torch.nn.Module, NodeEmbedding]:
-    """The model of ``cfg`` (``model(batch) -> logits`` on every node) and its word embedding."""
-    dim, hidden, dropout = cfg["dim"], cfg["hidden"], cfg["dropout"]
-    embedding = NodeEmbedding(vocab_size, dim, pretrained)
-    model = cfg["model"]
-    if MODELS[model]["paper"] == "teng":
-        net = BiTreeLSTM(dim, hidden, num_classes, mlp_channels=MLP_CHANNELS, variant=TENG_VARIANTS[model],
-                         head=cfg["head"], dropout=dropout,
-                         share_input_weights=cfg.get("share_input_weights", False))
-        return WordInputModel(embedding, net), embedding
-    if model == "bilstm":  # Tai's footnote 2: the two directions share their weights
-        return SpanLSTMClassifier(embedding, hidden, num_classes, bidirectional=True, tied=True,
-                                  dropout=dropout), embedding
-    if model == "nary":
-        cell = NaryTreeLSTM(dim, hidden)
-    elif model == "childsum":
-        cell = ChildSumTreeLSTM(dim, hidden)
-    elif model == "slstm":  # Zhu's leaf: the word vector is h; with vectors of another size, a learned leaf unit
-        cell = SLSTM(dim, hidden, leaf="embedding" if dim == hidden else "lstm")
-    else:
-        if dim != hidden:
-            fail(f"lstmrnn: a leaf's output is its word vector, so the memory size is the vector size; these "
-                 f"vectors have {dim} dimensions, the model {hidden}")
-        cell = LSTMRNN(dim, hidden, activation=cfg["activation"])
-    return TreeClassifier(embedding, cell, num_classes, dropout=dropout), embedding
+# build_model(cfg, vocab_size, num_classes, pretrained): the model of a run's settings (``model(batch) -> logits``
+# on every node) and its word embedding; ``sst.py predict`` rebuilds a checkpoint's with it.
+build_model = partial(sst_model, mlp_channels=MLP_CHANNELS)
 
 
 def train(args: argparse.Namespace, argv: list[str]) -> None:

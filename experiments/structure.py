@@ -46,18 +46,14 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from graphtree.datasets import BooleanCircuits, ListOps
-from graphtree.datasets.circuits import FAN_IN, NODE_TYPES
-from graphtree.datasets.listops import LISTOPS_VOCAB, TREES
+from graphtree.datasets.listops import TREES
 from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.models import NodeEmbedding
 from graphtree.train import PRESETS
-from graphtree.train.own_data import MODELS, NodeInputs, Task, TaskTrainer, build_model, model_settings
+from graphtree.train.own_data import MODELS, Task, TaskTrainer
 from graphtree.train.runs import ArgumentParser, add_run_arguments, main_guard, note
-from graphtree.train.structure import SequenceLSTM, accuracy_by, structure_of, token_sequence, topological_sequence
+from graphtree.train.structure import accuracy_by, add_sequences, structure_model
 
 # ----------------------------------------------------------------------------------------------------------------
 TASKS = {
@@ -102,22 +98,6 @@ def load_splits(args: argparse.Namespace) -> tuple[dict, dict[str, list]]:
     return sizes, splits
 
 
-def build(args: argparse.Namespace, splits: dict[str, list], task: Task) -> tuple[torch.nn.Module, dict,
-                                                                                  NodeEmbedding | None]:
-    """The model, its settings, and its word embedding (``None`` for circuits, whose inputs are one-hot)."""
-    listops = args.task == "listops"
-    embedding = NodeEmbedding(len(LISTOPS_VOCAB), DIM) if listops else None
-    if args.model == "lstm":
-        width = DIM if listops else len(NODE_TYPES) + max(FAN_IN.values()) * MAX_OFFSET
-        settings = dict(model="lstm", in_channels=width, hidden=HIDDEN,
-                        sequence="tokens" if listops else f"topological, operand offsets up to {MAX_OFFSET}")
-        return SequenceLSTM(width, HIDDEN, task.out_channels, embedding, DROPOUT), settings, embedding
-    inputs = NodeInputs(embedding, 0 if listops else len(NODE_TYPES))
-    structure = structure_of((g for s in splits.values() for g in s), f"the {args.task} graphs")
-    settings = model_settings(args.model, structure, inputs.out_channels, HIDDEN)
-    return build_model(settings, task, inputs, DROPOUT), settings, embedding
-
-
 def main(argv: list[str]) -> None:
     """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
     args = parse_args(argv)
@@ -125,11 +105,8 @@ def main(argv: list[str]) -> None:
     began = time.perf_counter()
     with exp.main_first():  # the first run generates the graphs into datasets/ for the others
         sizes, splits = load_splits(args)
-    if args.model == "lstm":
-        for graphs in splits.values():
-            for g in graphs:
-                token_sequence(g) if args.task == "listops" else topological_sequence(g, max(FAN_IN.values()),
-                                                                                      MAX_OFFSET)
+    if args.model == "lstm":  # the sequences it reads, made once for every seed
+        add_sequences((g for graphs in splits.values() for g in graphs), args.task, MAX_OFFSET)
     data_seconds = time.perf_counter() - began
     task = Task("graph", "class", TASKS[args.task]["dataset"].num_classes)
     train_depths = sorted({depth_of(args.task, g) for g in splits["train"]})
@@ -144,7 +121,8 @@ def main(argv: list[str]) -> None:
     settings = {}
 
     def build_trainer(run: SeedRun) -> TaskTrainer:
-        model, settings_, embedding = build(args, splits, task)
+        model, settings_, embedding = structure_model(args.task, args.model, splits, task, dim=DIM, hidden=HIDDEN,
+                                                      dropout=DROPOUT, max_offset=MAX_OFFSET)
         settings.update(settings_)
         return run.trainer(model, embedding, OPTIMIZER, exp.epochs, TaskTrainer, dict(settings=settings), task=task)
 

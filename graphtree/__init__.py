@@ -1,17 +1,14 @@
 """graphtree: tree-structured LSTMs as PyTorch Geometric message passing, run level by level."""
 
-from .collector import collection_paused
-
-# PyG's import (most of this one) makes many objects that live as long as the process: collecting while they are
-# made only walks them again and again (graphtree.collector; tests/test_collector.py checks that none starts).
-with collection_paused():
-    from . import data, datasets, models, nn
-    from .embeddings import load_glove
-    from .engine import Children, propagate, schedule_of
-    from .errors import CycleError, GraphtreeError, ScheduleError, TreeFormatError
-    from .parse import parse
-    from .schedule import LevelPlan, Schedule
-    from .vocab import Vocab
+# Importing graphtree sets nothing: the garbage collector (graphtree.collector) and subnormal floats
+# (graphtree.train.trainer.denormals_flushed) are the commands' and the trainer's own choices, made where they run.
+from . import data, datasets, models, nn
+from .embeddings import load_glove
+from .engine import Children, propagate, schedule_of
+from .errors import CycleError, GraphtreeError, ScheduleError, TreeFormatError
+from .parse import parse
+from .schedule import LevelPlan, Schedule
+from .vocab import Vocab
 
 __version__ = "0.1.0"
 

@@ -1,11 +1,15 @@
 """Python's cyclic garbage collector around work whose objects all outlive it.
 
 The collector makes a full pass over every tracked object each time their
-number has grown by about a quarter. Importing PyG, and cutting a corpus into
-graphs, make hundreds of thousands of objects that live as long as the
-process, so each of those passes walks the whole heap and frees nothing. A
-command pauses the collector while they are made and leaves them out of the
-collections that follow.
+number has grown by about a quarter. A command's imports (PyTorch, PyG) and the
+cutting of a corpus into graphs make hundreds of thousands of objects that live
+as long as the process, so each of those passes walks the whole heap and frees
+nothing. A dataset pauses the collector while it cuts a corpus
+(:func:`collection_paused`); a command leaves what its imports made out of the
+collections of its run (:func:`startup_frozen`) and collects nothing at exit
+(:func:`exit_without_collecting`), both in
+:func:`graphtree.train.runs.main_guard`. Importing graphtree changes nothing:
+each of these is the choice of the code that runs them.
 """
 
 from __future__ import annotations

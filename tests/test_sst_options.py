@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from graphtree.experiments.scripts import load_script
+from graphtree.models import BiTreeLSTM
+from graphtree.train.runs import RunError
 
 REPO = Path(__file__).resolve().parent.parent
 sst = load_script(REPO / "experiments" / "sst.py")
@@ -88,3 +90,18 @@ def test_flags_that_do_not_go_together_are_one_line_errors(argv, message, capsys
 def test_the_flags_default_to_the_repository_folders():
     args = OPTIONS.parse([], REPO)
     assert (args.model, args.out, args.data_root) == ("nary", str(REPO / "runs"), str(REPO / "datasets"))
+
+
+def test_every_model_of_the_table_is_built_as_its_paper_says():
+    """graphtree.experiments.sst_models builds Teng & Zhang's model (a BiTreeLSTM) for exactly the table's Teng &
+    Zhang rows, and a model for every row; LSTM-RNN's memory is its vector size."""
+    for model in sst.MODELS:
+        cfg = OPTIONS.config(OPTIONS.parse(["--model", model], REPO), types.SimpleNamespace(dim=8))
+        net, embedding = sst.build_model(dict(cfg, hidden=8), 10, 5, None)
+        assert embedding.embedding.weight.shape == (10, 8)
+        assert any(isinstance(m, BiTreeLSTM) for m in net.modules()) == (sst.MODELS[model]["paper"] == "teng")
+    cfg = OPTIONS.config(OPTIONS.parse(["--model", "lstmrnn"], REPO), None)
+    with pytest.raises(RunError, match="the memory size is the vector size"):
+        sst.build_model(dict(cfg, hidden=cfg["dim"] + 1), 10, 5, None)
+    with pytest.raises(ValueError, match="not a model of experiments/sst"):
+        sst.build_model(dict(cfg, model="gru"), 10, 5, None)

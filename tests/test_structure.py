@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from graphtree.datasets import BooleanCircuits, ListOps
-from graphtree.train.structure import SequenceLSTM, token_sequence, topological_sequence
+from graphtree.train.own_data import Task
+from graphtree.train.structure import SequenceLSTM, add_sequences, structure_model, token_sequence, topological_sequence
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "experiments" / "structure.py"
@@ -132,6 +133,26 @@ def test_sequences_and_sequence_lstm(tmp_path):
     batch = Batch.from_data_list([circuit, circuit])
     out = SequenceLSTM(7 + 96, 8, 2)(batch)
     assert out.shape == (2, 2) and torch.allclose(out[0], out[1])
+
+
+def test_the_sequence_model_reads_the_sequences_made_for_it(tmp_path):
+    """structure_model's LSTM is as wide as add_sequences' rows for circuits, and reads ListOps' token ids."""
+    task = Task("graph", "class", 2)
+    circuits = list(BooleanCircuits(tmp_path, "test", train_size=0, dev_size=0, test_size=2, log=False))
+    add_sequences(circuits, "circuits", max_offset=5)
+    model, settings, embedding = structure_model("circuits", "lstm", {"test": circuits}, task, dim=4, hidden=3,
+                                                 dropout=0.0, max_offset=5)
+    assert embedding is None and settings["in_channels"] == circuits[0].seq.size(1)
+    from torch_geometric.data import Batch
+
+    assert model(Batch.from_data_list(circuits)).shape == (2, 2)
+    listops = list(ListOps(tmp_path, "test", train_size=0, dev_size=0, test_size=2, log=False))
+    add_sequences(listops, "listops", max_offset=5)
+    model, settings, embedding = structure_model("listops", "lstm", {"test": listops}, task, dim=4, hidden=3,
+                                                 dropout=0.0, max_offset=5)
+    assert settings["sequence"] == "tokens" and model(Batch.from_data_list(listops)).shape == (2, 2)
+    with pytest.raises(ValueError, match="task must be one of listops, circuits"):
+        structure_model("sst", "lstm", {}, task, dim=4, hidden=3, dropout=0.0, max_offset=5)
 
 
 def test_report_keeps_runs_of_another_length_apart(tmp_path):

@@ -1,4 +1,8 @@
-"""The spaCy pipeline the datasets parse with, and its name in processed file names."""
+"""The spaCy pipeline the datasets parse with, and its name in processed file names.
+
+Importing this (or :mod:`graphtree.parse`) does not import spaCy, an optional
+dependency: it is loaded when a corpus is first parsed.
+"""
 
 from __future__ import annotations
 

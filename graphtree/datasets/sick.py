@@ -5,10 +5,8 @@ Graphs" in PyG's batching guide): every tree attribute appears twice, with the
 suffix ``_a`` (first sentence) or ``_b`` (second), and :class:`PairData`
 offsets ``edge_index_a`` by the nodes of side a and ``edge_index_b`` by those
 of side b, so a ``DataLoader`` batches pairs correctly. The model side needs
-one tree batch per sentence: :func:`pair_side` cuts a batched pair into the
-``Batch`` of its a trees, its b trees, or both in one (a schedule for both
-sides at once), with ``batch``/``ptr`` rebuilt from ``num_nodes_a``/``num_nodes_b``,
-so no ``follow_batch`` is needed.
+one tree batch per sentence: :func:`~graphtree.data.pairs.pair_side` (here too)
+cuts a batched pair into the ``Batch`` of its a trees, its b trees, or both in one.
 """
 
 from __future__ import annotations
@@ -21,18 +19,17 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Batch, Data
+from torch_geometric.data import Data
 
+from ..data.pairs import TREE_KEYS, pair_side
 from ..data.parents import from_parents
 from ..errors import TreeFormatError
+from ..parse import parse_many
+from ._spacy import model_tag, parser_for
 from .base import DEFAULT_ROOT, CorpusDataset
 from .download import CorruptFileError, DatasetError, RemoteFile, count_lines, extract_zip, fetch, obtain
 
 __all__ = ["SICK", "PairData", "pair_side", "sick_target"]
-
-TREE_KEYS = ("edge_index", "edge_pos", "y", "word_pos", "word", "tokens", "child_pos", "height", "depth",
-             "is_root", "is_leaf")
-"""Per-tree attributes of :mod:`graphtree.data` that a pair holds once per side."""
 
 
 def sick_target(score: float | Tensor, num_classes: int = 5) -> Tensor:
@@ -106,63 +103,6 @@ def make_pair(tree_a: Data, tree_b: Data, **pair_attrs: Any) -> PairData:
     for key, value in pair_attrs.items():
         pair[key] = value
     return pair
-
-
-def pair_side(pairs: Data, side: str) -> Batch:
-    """The trees of one side of a (batched) pair, as a ``Batch`` the cells and ``schedule_of`` accept.
-
-    Args:
-        pairs: A :class:`PairData` or a ``Batch`` of them (from a ``DataLoader``).
-        side: ``"a"``, ``"b"``, or ``"both"``: the a trees of all pairs then
-            the b trees, as one batch of ``2B`` graphs (graph ``i`` is side a of
-            pair ``i``, graph ``B + i`` its side b), so one pass runs both sides.
-
-    Returns:
-        A ``Batch`` with the tree attributes of :mod:`graphtree.data` (``tokens``
-        a list per tree), ``batch``, ``ptr`` and ``num_nodes``.
-
-    Raises:
-        ValueError: ``side`` is not ``"a"``, ``"b"`` or ``"both"``, or ``pairs`` is not a pair.
-    """
-    if side not in ("a", "b", "both"):
-        raise ValueError(f"side must be 'a', 'b' or 'both', got {side!r}")
-    if getattr(pairs, "edge_index_a", None) is None:
-        raise ValueError("pair_side expects a PairData (or a batch of them) with edge_index_a/edge_index_b")
-    if side == "both":
-        a, b = pair_side(pairs, "a"), pair_side(pairs, "b")
-        out = {}
-        for key in TREE_KEYS:
-            va, vb = getattr(a, key, None), getattr(b, key, None)
-            if va is None or vb is None:
-                continue
-            if key == "tokens":
-                out[key] = va + vb
-            elif key == "edge_index":
-                out[key] = torch.cat([va, vb + a.num_nodes], dim=1)
-            else:
-                out[key] = torch.cat([va, vb])
-        counts = torch.cat([_side_counts(pairs, "a"), _side_counts(pairs, "b")])
-        return _batch_from_counts(out, counts)
-    out = {}
-    for key in TREE_KEYS:
-        value = getattr(pairs, f"{key}_{side}", None)
-        if value is not None:
-            out[key] = value
-    if isinstance(out.get("tokens"), list) and out["tokens"] and isinstance(out["tokens"][0], str):
-        out["tokens"] = [out["tokens"]]  # an unbatched pair: one tree
-    return _batch_from_counts(out, _side_counts(pairs, side))
-
-
-def _side_counts(pairs: Data, side: str) -> Tensor:
-    counts = getattr(pairs, f"num_nodes_{side}")
-    return torch.as_tensor(counts, dtype=torch.long).reshape(-1)
-
-
-def _batch_from_counts(attrs: dict, counts: Tensor) -> Batch:
-    ptr = torch.zeros(counts.numel() + 1, dtype=torch.long)
-    ptr[1:] = counts.cumsum(0)
-    batch = torch.repeat_interleave(torch.arange(counts.numel()), counts)
-    return Batch(**attrs, num_nodes=int(ptr[-1]), batch=batch, ptr=ptr)
 
 
 class SICK(CorpusDataset):
@@ -239,8 +179,6 @@ class SICK(CorpusDataset):
     def options_tag(self) -> str:
         if self.parser == "stanford":
             return "stanford"
-        from ._spacy import model_tag
-
         return f"spacy-{model_tag(self.nlp)}"
 
     @property
@@ -315,9 +253,6 @@ class SICK(CorpusDataset):
         return rows
 
     def _read_semeval(self) -> list[tuple]:
-        from ..parse import parse_many
-        from ._spacy import parser_for
-
         path = Path(self.raw_dir) / self.MEMBERS[self.split]
         with open(path, encoding="utf-8", newline="") as handle:
             records = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))

@@ -11,6 +11,8 @@ from typing import Any, ClassVar
 import torch
 
 from ..data.tree import NO_LABEL
+from ..parse import parse_many
+from ._spacy import model_tag, parser_for
 from .base import DEFAULT_ROOT, CorpusDataset
 from .download import CorruptFileError, DatasetError, RemoteFile, count_lines, obtain
 
@@ -119,8 +121,6 @@ class TREC(CorpusDataset):
         return len(self.classes)
 
     def options_tag(self) -> str:
-        from ._spacy import model_tag
-
         grain = "fine" if self.fine_grained else "coarse"
         seed = f"-seed{self.dev_seed}" if self.split != "test" else ""
         return f"{self.tree}-{grain}{seed}-{model_tag(self.nlp)}"
@@ -170,9 +170,6 @@ class TREC(CorpusDataset):
         return sorted(random.Random(self.dev_seed).sample(range(self.FILE_SIZES["train"]), self.DEV_SIZE))
 
     def process(self) -> None:
-        from ..parse import parse_many
-        from ._spacy import parser_for
-
         if self.split == "test":
             questions = self.read_questions("test")
         else:

@@ -8,6 +8,8 @@ data and choice of model.
   data mirror, word vectors, ``--quick`` samples, the data's identity, run names.
 * :mod:`~graphtree.experiments.sst_options` — ``experiments/sst.py``'s flags,
   run settings and run names over the script's settings tables.
+* :mod:`~graphtree.experiments.sst_models` — ``experiments/sst.py``'s models,
+  built from a run's settings.
 * :mod:`~graphtree.experiments.baselines` — the n-gram baselines (naive Bayes,
   linear SVM) with their value chosen on dev.
 * :mod:`~graphtree.experiments.sst_predict` — ``experiments/sst.py predict``:

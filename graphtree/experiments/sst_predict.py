@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..parse import parse
 from ..train.runs import ArgumentParser, RunPaths, fail
 from ..train.transforms import recursive_tree
 from ..vocab import Vocab
@@ -49,8 +50,6 @@ def predict(argv: list[str], build_model: Callable[..., tuple[torch.nn.Module, A
     """The ``predict`` command of ``experiments/sst.py``: the tree on stdout, the picture's path on stderr; returns
     that path. ``build_model(config, vocab_size, num_classes, None)`` rebuilds the checkpoint's model, ``models``
     names the experiment's models, ``out`` is the default output folder."""
-    from ..parse import parse
-
     p = ArgumentParser(prog="sst.py predict", usage=PREDICT_USAGE,
                                 description="Parse a sentence with spaCy and classify every node of its binarized "
                                             "tree with a checkpoint's best-dev model; print the tree and draw it.")

@@ -23,6 +23,7 @@ from torch import Tensor
 from torch.nn import Linear
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from ..data.pairs import pair_side
 from ..data.tree import NO_WORD
 from ..nn.cell import TreeCell, first_state
 from ..nn.functional import dropout
@@ -252,8 +253,6 @@ class PairSimilarity(torch.nn.Module):
         self.head = SimilarityHead(encoder.out_channels, hidden_channels, num_classes)
 
     def forward(self, pairs: Any) -> Tensor:
-        from ..datasets.sick import pair_side  # models must not import the datasets package at load time
-
         # Both sides as one batch of 2B trees: one level schedule for the whole minibatch.
         h = self.encoder(pair_side(pairs, "both"))
         half = h.size(0) // 2

@@ -8,11 +8,14 @@
 * :func:`structure_of` says what the graphs ask of a tree cell (for
   :func:`~graphtree.train.own_data.model_settings`); :func:`accuracy_by`
   breaks accuracy down by depth, size or any other integer per graph.
+* :func:`structure_model` builds a model of ``experiments/structure.py`` (a tree
+  cell on the gold graphs, or the sequence LSTM) with the sizes the script
+  chooses; :func:`add_sequences` gives the graphs the sequence model's input.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -21,12 +24,16 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_sequence
 from torch_geometric.data import Data
 
 from ..data.tree import NO_WORD
+from ..datasets.circuits import FAN_IN, NODE_TYPES
+from ..datasets.listops import LISTOPS_VOCAB
 from ..models import NodeEmbedding
 from ..nn.functional import dropout
-from .own_data import Structure
+from .own_data import NodeInputs, Structure, Task, build_model, model_settings
 
-__all__ = ["SequenceLSTM", "accuracy_by", "structure_of", "token_sequence", "topological_order",
-           "topological_sequence"]
+__all__ = ["SequenceLSTM", "accuracy_by", "add_sequences", "structure_model", "structure_of", "token_sequence",
+           "topological_order", "topological_sequence"]
+
+_TASKS = ("listops", "circuits")  # the benchmarks of experiments/structure.py
 
 
 def token_sequence(data: Data) -> Data:
@@ -59,6 +66,14 @@ def topological_sequence(data: Data, slots: int, max_offset: int = 32) -> Data:
     data.seq = torch.cat([data.x[order], wiring.flatten(1)], dim=1)
     data.seq_len = torch.tensor([data.num_nodes])
     return data
+
+
+def add_sequences(graphs: Iterable[Data], task: str, max_offset: int) -> None:
+    """Give each of ``task``'s graphs (``"listops"`` or ``"circuits"``) the sequence a :class:`SequenceLSTM` reads:
+    ListOps' tokens (:func:`token_sequence`), or a circuit's gates in a topological order with the distances back
+    to their operands up to ``max_offset`` (:func:`topological_sequence`)."""
+    for graph in graphs:
+        token_sequence(graph) if task == "listops" else topological_sequence(graph, max(FAN_IN.values()), max_offset)
 
 
 class SequenceLSTM(torch.nn.Module):
@@ -97,6 +112,34 @@ def structure_of(graphs: Iterable[Data], name: str) -> Structure:
                      else graph.word_pos != NO_WORD)
         inner = inner or bool((has_input & ~graph.is_leaf).any())
     return Structure(most, name if most else None, name if most > 2 else None, name if inner else None)
+
+
+def structure_model(task_name: str, model: str, splits: Mapping[str, Sequence[Data]], task: Task, *, dim: int,
+                    hidden: int, dropout: float, max_offset: int) -> tuple[torch.nn.Module, dict[str, Any],
+                                                                           NodeEmbedding | None]:
+    """A model of ``experiments/structure.py`` on ``task_name``'s graphs (``"listops"`` or ``"circuits"``), its
+    settings, and its word embedding (``None`` for circuits, whose inputs are their one-hot gate types).
+
+    ``model`` is a cell of :data:`~graphtree.train.own_data.MODELS` on the gold
+    graphs of ``splits`` (it must fit them: :func:`model_settings`), or
+    ``"lstm"``: a :class:`SequenceLSTM` over the sequences of
+    :func:`add_sequences` (``max_offset``: its circuits' operand distances).
+    ListOps' tokens are vectors of ``dim``; ``hidden`` is the memory size,
+    ``dropout`` that of the output layer.
+    """
+    if task_name not in _TASKS:
+        raise ValueError(f"task must be one of {', '.join(_TASKS)}, got {task_name!r}")
+    listops = task_name == "listops"
+    embedding = NodeEmbedding(len(LISTOPS_VOCAB), dim) if listops else None
+    if model == "lstm":
+        width = dim if listops else len(NODE_TYPES) + max(FAN_IN.values()) * max_offset
+        settings = dict(model="lstm", in_channels=width, hidden=hidden,
+                        sequence="tokens" if listops else f"topological, operand offsets up to {max_offset}")
+        return SequenceLSTM(width, hidden, task.out_channels, embedding, dropout), settings, embedding
+    inputs = NodeInputs(embedding, 0 if listops else len(NODE_TYPES))
+    structure = structure_of((g for s in splits.values() for g in s), f"the {task_name} graphs")
+    settings = model_settings(model, structure, inputs.out_channels, hidden)
+    return build_model(settings, task, inputs, dropout), settings, embedding
 
 
 def accuracy_by(keys: Sequence[int], correct: Sequence[bool]) -> dict[str, dict[str, Any]]:
