@@ -7,7 +7,7 @@ import json
 import os
 import random
 from collections.abc import Callable, Mapping, Sequence
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -203,7 +203,7 @@ def unpack_string_lists(value: Any) -> Any:
     ends = list(accumulate(lengths))
     flat = [text[end - length:end] for end, length in zip(ends, lengths)]
     bounds = [0, *accumulate(value["counts"].tolist())]
-    return [flat[begin:end] for begin, end in zip(bounds, bounds[1:])]
+    return [flat[begin:end] for begin, end in pairwise(bounds)]
 
 
 SPLIT_ORDER = ("test", "dev", "train")  # the order generated splits are drawn in

@@ -14,8 +14,8 @@ import json
 import math
 import os
 import random
-import sys
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
