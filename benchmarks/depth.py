@@ -11,7 +11,7 @@ node the same memory in a graph of 10^4 nodes as in one of 10^6. Two families:
 * ``fan-in``: ``--width`` nodes per layer; each node below the top layer feeds one random node of the layer above
   (children per node unbounded; a node that draws none is a leaf, so the levels are of unequal sizes);
 * ``random-tree``: node ``i``'s parent is one of the 1,000 nodes before it (children per node unbounded: the
-  cells that take any number of children).
+  cells that take any number of children, and the top-down cell, every child at position 0).
 
 Each measurement runs in a process of its own (one thread), so that its peak resident memory is its own: a
 forward and backward pass once to warm up, then ``--repeats`` timed passes, over features of width
@@ -28,7 +28,8 @@ process starts, which hands blocks above 32 MiB back to the kernel when they are
 faults them in afresh) or ``keep`` (:func:`graphtree.backend.allocator.keep_freed_memory`).
 
     python benchmarks/depth.py --quick                              # minutes: two depths, two cells
-    python benchmarks/depth.py --out /tmp/depth.json                # every cell, 200 to 3,200 levels, 10^6 nodes
+    python benchmarks/depth.py --out runs/depth.json                # every cell, 200 to 3,200 levels, 10^6 nodes
+    python benchmarks/depth.py --slow --cells child_sum own         # to 3.2 and 3 million nodes (about 20 GB)
     python benchmarks/depth.py --table benchmarks/results/depth-cpu.json   # the table of a results file
 """
 
@@ -53,7 +54,8 @@ from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, LexicalizedTreeLSTM, 
 from graphtree.train.provenance import code_state
 
 CELLS = ("child_sum", "nary", "slstm", "lstm_rnn", "lexicalized", "top_down", "own")
-UNBOUNDED = ("child_sum", "own")  # the cells that take any number of children (fan-in, random tree)
+UNBOUNDED = ("child_sum", "own")  # the cells that take any number of children (fan-in)
+TREE_CELLS = (*UNBOUNDED, "top_down")  # and those that take a tree of any shape (top-down: each node one parent)
 
 
 class MeanPool(TreeCell):
@@ -133,6 +135,8 @@ def measure_one(cell_name: str, family: str, size: int, width: int, channels: in
     torch.manual_seed(0)
     graph = {"layered": lambda: layered(size, width), "fan-in": lambda: fan_in(size, width),
              "random-tree": lambda: random_tree(size)}[family]()
+    if family == "random-tree" and cell_name == "top_down":  # children unordered: all under parameter set 0
+        graph.edge_pos = torch.zeros(graph.num_edges, dtype=torch.long)
     cell = MAKE[cell_name](channels)
     x = torch.randn(graph.num_nodes, channels, requires_grad=True)
     direction = getattr(cell, "direction", "bottom_up")
@@ -211,7 +215,7 @@ def main() -> None:
     parser.add_argument("--cells", nargs="+", choices=CELLS, default=list(CELLS))
     parser.add_argument("--levels", nargs="+", type=int, default=[200, 800, 3200], help="depths of the layered DAGs")
     parser.add_argument("--tree-nodes", nargs="*", type=int, default=[100_000, 1_000_000],
-                        help="sizes of the random trees (Child-Sum and the cell of one's own; none: no trees)")
+                        help="sizes of the random trees (Child-Sum, top-down, the cell of one's own; none: no trees)")
     parser.add_argument("--width", type=int, default=500, help="nodes per level of the layered DAGs")
     parser.add_argument("--channels", type=int, default=32)
     parser.add_argument("--paths", nargs="+", choices=("compiled", "pytorch"), default=["compiled", "pytorch"])
@@ -220,6 +224,7 @@ def main() -> None:
                         help="malloc as the process starts, or told to keep freed memory "
                              "(graphtree.backend.allocator.keep_freed_memory); each is measured")
     parser.add_argument("--quick", action="store_true", help="child_sum and own, 100 and 400 levels, no tree")
+    parser.add_argument("--slow", action="store_true", help="200 to 6,400 levels and trees of up to 3 million nodes")
     parser.add_argument("--out", default=None, help="write every measurement to this JSON (default: print only)")
     parser.add_argument("--table", default=None, metavar="JSON", help="only print the table of this results file")
     parser.add_argument("--one", nargs=3, metavar=("CELL", "FAMILY", "SIZE"), help=argparse.SUPPRESS)
@@ -232,11 +237,13 @@ def main() -> None:
     if args.table:
         print(table(json.loads(Path(args.table).read_text())["rows"]))
         return
+    if args.slow:
+        args.levels, args.tree_nodes = [200, 800, 3200, 6400], [100_000, 1_000_000, 3_000_000]
     if args.quick:
         args.cells, args.levels, args.tree_nodes, args.repeats = ["child_sum", "own"], [100, 400], [], 1
     jobs = [(cell, "layered", levels) for cell in args.cells for levels in args.levels]
     jobs += [(cell, "fan-in", levels) for cell in args.cells if cell in UNBOUNDED for levels in args.levels]
-    jobs += [(cell, "random-tree", nodes) for cell in args.cells if cell in UNBOUNDED for nodes in args.tree_nodes]
+    jobs += [(cell, "random-tree", nodes) for cell in args.cells if cell in TREE_CELLS for nodes in args.tree_nodes]
     rows = []
     for cell, family, size in jobs:
         for path, allocator in itertools.product(args.paths, args.allocator):
