@@ -24,14 +24,14 @@ __all__ = ["keep_freed_memory"]
 # mallopt's parameters, from glibc's <malloc.h>.
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
-_LARGEST_TRIM_THRESHOLD = 2**31 - 1  # an int: a free heap top above 2 GiB is still handed back
+_NEVER = -1  # as M_TRIM_THRESHOLD's value: never trim (mallopt(3))
 
 
 def keep_freed_memory() -> bool:
     """Have ``malloc`` keep freed memory for reuse (glibc only). Returns whether it took effect.
 
     Affects every allocation of the process from then on, not only graphtree's. Equivalent to starting the
-    process with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``.
+    process with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1``.
     """
     if not sys.platform.startswith("linux"):
         return False
@@ -40,4 +40,4 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _LARGEST_TRIM_THRESHOLD))
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _NEVER))
