@@ -102,8 +102,8 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
     grad_f_ = save_ ? fresh(gathered(0).size(0), d_) : Tensor();
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     const int64_t n = level.rows(), K = level.width, d = d_;
     auto h_k = children[0].view({n, K, d}), c_k = children[1].view({n, K, d});
     auto h_tilde = h_tilde_.narrow(0, level.begin - first_, n);
@@ -118,8 +118,7 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
     if (save) saved(level) = {activated, f, c_k, tanh_c};
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     const auto& s = saved(level);
     const int64_t n = level.rows(), K = level.width, d = d_;
     auto grad_wx = fresh(n, 4 * d), grad_c_k = fresh(n * K, d);
@@ -136,7 +135,7 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
     return {grad_h_k.view({n * K, d}), grad_c_k};
   }
 
-  std::vector<Tensor> param_grads() override {
+  Tensors param_grads() override {
     return {weight_grad(U_iou_, grad_iou_, h_tilde_), bias_grad(b_iou_, grad_iou_),
             weight_grad(U_f_, grad_f_, gathered(0)), bias_grad(b_f_, grad_f_)};
   }

@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <initializer_list>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace graphtree {
@@ -38,11 +38,15 @@ inline void check(const Tensor& t, const char* name) {
 }
 
 // check() every argument, and make each contiguous in place (the kernels index raw rows).
-inline void check_all(std::initializer_list<Tensor*> tensors) {
+inline void check_all(std::initializer_list<Tensor*> tensors, const char* name = "every argument") {
   for (auto* t : tensors) {
-    check(*t, "every argument");
+    check(*t, name);
     *t = t->contiguous();
   }
+}
+
+inline void check_all(std::vector<Tensor>& tensors, const char* name) {
+  for (auto& t : tensors) check_all({&t}, name);
 }
 
 // w ([rows, cols], float32) transposed into a new contiguous [cols, rows] tensor: w.t().contiguous(), the same
@@ -141,21 +145,64 @@ inline void for_rows(int64_t n, const F& f) {
   for (int64_t r = 0; r < n; ++r) f(r);
 }
 
-// Independent parts of a level's work (products with different weights, or of different rows), side by side:
-// each on a thread of PyTorch's pool, everything inside a part on that one thread (a product called inside a
-// parallel region runs serially), so each part computes exactly what it computes in a one-thread process. With
-// one thread, or inside a parallel region already (a side-by-side pass), one after the other. A level's
-// products are too small for two threads to share one well; Child-Sum's two are too small to gain even so,
-// and it does not use this.
-inline void side_by_side(const std::vector<std::function<void()>>& parts) {
-  const int64_t n = static_cast<int64_t>(parts.size());
-  if (n > 1 && at::get_num_threads() > 1 && !at::in_parallel_region()) {
-    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+// Input terms W x + b ([n, 4 d] rows, a block per gate, the forget gate's at block f) and pre-activations of the
+// same gates with N forget gates, f_1 .. f_N from block f on ([n, (N + 3) d]): x's block b feeds pre-activation
+// blocks [first, first + count), every f_l for the forget gate's, its own gate for each other block.
+inline std::pair<int64_t, int64_t> input_blocks(int64_t b, int64_t f, int64_t N) {
+  return {b <= f ? b : b + N - 1, b == f ? N : 1};
+}
+
+// pre += the input terms, the block at `doubled` twice: the N-ary kernel doubles its candidate's weights (one
+// sigmoid serves every gate there: tanh(z) = 2 sigmoid(2 z) - 1).
+inline void add_input_terms(const Tensor& pre, const Tensor& terms, int64_t N, int64_t d, int64_t f,
+                            int64_t doubled = -1) {
+  float* P = pre.data_ptr<float>();
+  const float* X = terms.data_ptr<float>();
+  for_rows(pre.size(0), [&](int64_t r) {
+    for (int64_t b = 0; b < 4; ++b) {
+      const float* x = X + (r * 4 + b) * d;
+      const float scale = b == doubled ? 2.f : 1.f;
+      const auto [first, count] = input_blocks(b, f, N);
+      for (float *p = P + (r * (N + 3) + first) * d, *end = p + count * d; p < end; p += d) {
+#pragma omp simd
+        for (int64_t k = 0; k < d; ++k) p[k] += scale * x[k];
+      }
+    }
+  });
+}
+
+// grad_terms += the input terms' gradient from that of the pre-activations (with respect to the undoubled
+// candidate): each gate's block, the sum over the f_l for the forget gate's.
+inline void add_input_terms_grad(const Tensor& grad_pre, const Tensor& grad_terms, int64_t N, int64_t d, int64_t f) {
+  const float* G = grad_pre.data_ptr<float>();
+  float* X = grad_terms.data_ptr<float>();
+  for_rows(grad_pre.size(0), [&](int64_t r) {
+    for (int64_t b = 0; b < 4; ++b) {
+      float* x = X + (r * 4 + b) * d;
+      const auto [first, count] = input_blocks(b, f, N);
+      for (const float *g = G + (r * (N + 3) + first) * d, *end = g + count * d; g < end; g += d) {
+#pragma omp simd
+        for (int64_t k = 0; k < d; ++k) x[k] += g[k];
+      }
+    }
+  });
+}
+
+// Independent parts of a level's work (products with different weights, or of different rows), f(k) for k in
+// [0, count), side by side: each on a thread of PyTorch's pool, everything inside a part on that one thread (a
+// product called inside a parallel region runs serially), so each part computes exactly what it computes in a
+// one-thread process. With one thread, or inside a parallel region already (a side-by-side pass), one after the
+// other. A level's products are too small for two threads to share one well; Child-Sum's two are too small to
+// gain even so, and it does not use this.
+template <typename F>
+inline void side_by_side(int64_t count, const F& f) {
+  if (count > 1 && at::get_num_threads() > 1 && !at::in_parallel_region()) {
+    at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
       at::NoGradGuard no_grad;  // grad mode is thread-local: a pool thread's own would record the products
-      for (int64_t k = begin; k < end; ++k) parts[k]();
+      for (int64_t k = begin; k < end; ++k) f(k);
     });
   } else {
-    for (const auto& part : parts) part();
+    for (int64_t k = 0; k < count; ++k) f(k);
   }
 }
 

@@ -36,8 +36,8 @@ class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
     grad_logits_ = save_ ? internal(D_) : Tensor();
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     if (level.width == 0) return copy_input(level, inputs, buffers);  // a leaf: its word vector
     const int64_t n = level.rows(), D = D_, pad = padding_row();
     auto heads = rows_of(buffers[0], level), pair = gathered(0, level, 2 * D);
@@ -60,8 +60,7 @@ class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
     if (save) saved(level) = z;
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     if (level.width == 0) return pass_gradient_to_input(grad_states, grad_inputs);
     const auto& gate = saved(level);
     const int64_t n = level.rows(), D = D_;
@@ -85,7 +84,7 @@ class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
     return {grad_pair.view({-1, D})};
   }
 
-  std::vector<Tensor> param_grads() override {
+  Tensors param_grads() override {
     return {weight_grad(W_zx_, grad_logits_, gathered(0, 2 * D_)), bias_grad(b_z_, grad_logits_)};
   }
 
@@ -105,8 +104,8 @@ class FixedHeadLevels : public Levels<Nothing> {
     TORCH_CHECK(method >= 0 && method <= 2, "FixedHeadLevels: method must be 0 (left), 1 (right) or 2 (average)");
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     if (level.width == 0) return copy_input(level, inputs, buffers);  // a leaf: its word vector
     const int64_t n = level.rows(), K = level.width;
     auto heads = rows_of(buffers[0], level);
@@ -136,8 +135,7 @@ class FixedHeadLevels : public Levels<Nothing> {
     });
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     if (level.width == 0) return pass_gradient_to_input(grad_states, grad_inputs);
     const int64_t n = level.rows(), K = level.width;
     const auto& grad_head = grad_states[0];
@@ -167,7 +165,7 @@ class FixedHeadLevels : public Levels<Nothing> {
     return {};
   }
 
-  std::vector<Tensor> param_grads() override { return {}; }
+  Tensors param_grads() override { return {}; }
 
  private:
   // How many of a node's K slots hold a child.
@@ -199,8 +197,8 @@ class LeafSumLevels : public Levels<Nothing> {
  public:
   LeafSumLevels() : Levels("LeafSumLevels", torch::kFloat32) {}
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     const int64_t n = level.rows();
     auto total = rows_of(buffers[0], level), count = rows_of(buffers[1], level);
     if (level.width == 0) {
@@ -212,15 +210,14 @@ class LeafSumLevels : public Levels<Nothing> {
     at::sum_out(count, children[1].view({n, level.width, 1}), 1);
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     // The counts are constants: the totals' gradient alone, which leaves add into their inputs'.
     if (level.width == 0) return pass_gradient_to_input(grad_states, grad_inputs);
     // The children's rows are added into the buffer that the level's gradient is rows of: a copy (repeated_rows).
     return {repeated_rows(grad_states[0], level.rows(), level.width)};
   }
 
-  std::vector<Tensor> param_grads() override { return {}; }
+  Tensors param_grads() override { return {}; }
 };
 
 const Binding binding([](pybind11::module& m) {

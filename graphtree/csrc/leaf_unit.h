@@ -77,7 +77,7 @@ class LeafUnit {
 
   // `grads` (a kernel's other parameter gradients), then those of the weight and the bias over every leaf level
   // that ran backward, where the unit is defined.
-  std::vector<Tensor> with_param_grads(std::vector<Tensor> grads) const {
+  Tensors with_param_grads(Tensors grads) const {
     if (!defined()) return grads;
     auto grad_gates = grads_.grads();
     grads.push_back(weight_grad(weight_, grad_gates, grads_.rows()));

@@ -58,25 +58,6 @@ void backward_rows(const float* gH, const float* gC, const float* A, const float
   });
 }
 
-// The general setting's input terms: adds each row of X = W x + b ([n, 4 d]: gates i, o, u, f) to the row's
-// pre-activations G ([n, (3 + N) d]), the u block doubled like its weights, the f block to every child's gate.
-void add_input_rows(float* G, const float* X, int64_t n, int64_t N, int64_t d) {
-  const int64_t width = (3 + N) * d;
-  for_rows(n, [&](int64_t r) {
-    float* g = G + r * width;
-    const float* x = X + r * 4 * d;
-#pragma omp simd
-    for (int64_t k = 0; k < 2 * d; ++k) g[k] += x[k];
-#pragma omp simd
-    for (int64_t k = 0; k < d; ++k) g[2 * d + k] += 2.f * x[2 * d + k];
-    for (int64_t l = 0; l < N; ++l) {
-      float* f = g + (3 + l) * d;
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) f[k] += x[3 * d + k];
-    }
-  });
-}
-
 struct NarySaved {
   Tensor activated, tanh_c, c_children;
   LeafUnit::Saved leaf;
@@ -113,8 +94,8 @@ class NaryLevels : public Levels<NarySaved> {
     grad_gates_ = save_ ? internal(rows_) : Tensor();
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     const int64_t n = level.rows();
     auto h = rows_of(buffers[0], level), c = rows_of(buffers[1], level);
     if (level.width == 0 && !general_) {
@@ -132,15 +113,14 @@ class NaryLevels : public Levels<NarySaved> {
     }
     if (general_) {
       TORCH_CHECK(inputs[0].size(1) == 4 * d_, "NaryLevels: inputs must be [n, 4 d] (W x + b)");
-      add_input_rows(gates.data_ptr<float>(), inputs[0].data_ptr<float>(), n, N_, d_);
+      add_input_terms(gates, inputs[0], N_, d_, 3, 2);  // W x + b: gates i, o, u, f; u doubled like its weights
     }
     forward_rows(gates.data_ptr<float>(), c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(),
                  tanh_c.data_ptr<float>(), n, N_, d_);
     if (save) saved(level) = {gates, tanh_c, c_children, {}};
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     const auto& s = saved(level);
     const int64_t n = level.rows(), d = d_;
     const auto &grad_h = grad_states[0], &grad_c = grad_states[1];
@@ -154,10 +134,7 @@ class NaryLevels : public Levels<NarySaved> {
     backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), s.activated.data_ptr<float>(),
                   s.c_children.data_ptr<float>(), s.tanh_c.data_ptr<float>(), grad_gates.data_ptr<float>(),
                   grad_c_children.data_ptr<float>(), n, N_, d);
-    if (general_ && grad_x != nullptr) {  // W x + b: gates i, o, u; f summed
-      grad_x->narrow(1, 0, 3 * d).add_(grad_gates.narrow(1, 0, 3 * d));
-      grad_x->narrow(1, 3 * d, d).add_(grad_gates.narrow(1, 3 * d, N_ * d).view({n, N_, d}).sum(1));
-    }
+    if (general_ && grad_x != nullptr) add_input_terms_grad(grad_gates, *grad_x, N_, d, 3);
     if (level.width == 0) {  // general leaves: no children; their gates' bias gradient
       leaf_grad_bias_ += grad_gates.sum(0);
       return {};
@@ -165,7 +142,7 @@ class NaryLevels : public Levels<NarySaved> {
     return {at::mm(grad_gates, U_).view({-1, d}), grad_c_children.view({-1, d})};
   }
 
-  std::vector<Tensor> param_grads() override {
+  Tensors param_grads() override {
     auto grad_U = weight_grad(U_, grad_gates_, gathered(0, N_ * d_));
     auto grad_b = leaf_grad_bias_.clone();
     if (grad_gates_.defined() && grad_gates_.size(0) > 0) grad_b += grad_gates_.sum(0);
