@@ -87,6 +87,16 @@ inline Tensor transposed(const Tensor& w) {
   return out;
 }
 
+// A weight as it is (for the gradients' products) and transposed (for the forward products): checked, contiguous.
+struct Weight {
+  Tensor w, t;
+};
+
+inline Weight with_transposed(const Tensor& weight) {
+  auto w = weight.contiguous();
+  return {w, transposed(w)};  // transposed() checks it
+}
+
 // exp(x) that the compiler can vectorize (std::exp is a scalar libm call here): Cody-Waite range
 // reduction x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial for exp(r) (the coefficients of the
 // Cephes library's expf), and 2^n put into the exponent bits. Relative error about 2e-7 over the clamped
@@ -147,9 +157,16 @@ inline void for_rows(int64_t n, const F& f) {
 
 // Input terms W x + b ([n, 4 d] rows, a block per gate, the forget gate's at block f) and pre-activations of the
 // same gates with N forget gates, f_1 .. f_N from block f on ([n, (N + 3) d]): x's block b feeds pre-activation
-// blocks [first, first + count), every f_l for the forget gate's, its own gate for each other block.
-inline std::pair<int64_t, int64_t> input_blocks(int64_t b, int64_t f, int64_t N) {
-  return {b <= f ? b : b + N - 1, b == f ? N : 1};
+// blocks [first, first + count), every f_l for the forget gate's, its own gate for each other block. fn(b, x, p)
+// for each pair, x and p the blocks' offsets in the raw rows of the n rows.
+template <typename F>
+inline void each_input_block(int64_t n, int64_t N, int64_t d, int64_t f, const F& fn) {
+  for_rows(n, [&](int64_t r) {
+    for (int64_t b = 0; b < 4; ++b) {
+      const int64_t first = b <= f ? b : b + N - 1, count = b == f ? N : 1;
+      for (int64_t l = 0; l < count; ++l) fn(b, (r * 4 + b) * d, (r * (N + 3) + first + l) * d);
+    }
+  });
 }
 
 // pre += the input terms, the block at `doubled` twice: the N-ary kernel doubles its candidate's weights (one
@@ -158,16 +175,10 @@ inline void add_input_terms(const Tensor& pre, const Tensor& terms, int64_t N, i
                             int64_t doubled = -1) {
   float* P = pre.data_ptr<float>();
   const float* X = terms.data_ptr<float>();
-  for_rows(pre.size(0), [&](int64_t r) {
-    for (int64_t b = 0; b < 4; ++b) {
-      const float* x = X + (r * 4 + b) * d;
-      const float scale = b == doubled ? 2.f : 1.f;
-      const auto [first, count] = input_blocks(b, f, N);
-      for (float *p = P + (r * (N + 3) + first) * d, *end = p + count * d; p < end; p += d) {
+  each_input_block(pre.size(0), N, d, f, [&](int64_t b, int64_t x, int64_t p) {
+    const float scale = b == doubled ? 2.f : 1.f;
 #pragma omp simd
-        for (int64_t k = 0; k < d; ++k) p[k] += scale * x[k];
-      }
-    }
+    for (int64_t k = 0; k < d; ++k) P[p + k] += scale * X[x + k];
   });
 }
 
@@ -176,15 +187,9 @@ inline void add_input_terms(const Tensor& pre, const Tensor& terms, int64_t N, i
 inline void add_input_terms_grad(const Tensor& grad_pre, const Tensor& grad_terms, int64_t N, int64_t d, int64_t f) {
   const float* G = grad_pre.data_ptr<float>();
   float* X = grad_terms.data_ptr<float>();
-  for_rows(grad_pre.size(0), [&](int64_t r) {
-    for (int64_t b = 0; b < 4; ++b) {
-      float* x = X + (r * 4 + b) * d;
-      const auto [first, count] = input_blocks(b, f, N);
-      for (const float *g = G + (r * (N + 3) + first) * d, *end = g + count * d; g < end; g += d) {
+  each_input_block(grad_pre.size(0), N, d, f, [&](int64_t, int64_t x, int64_t g) {
 #pragma omp simd
-        for (int64_t k = 0; k < d; ++k) x[k] += g[k];
-      }
-    }
+    for (int64_t k = 0; k < d; ++k) X[x + k] += G[g + k];
   });
 }
 

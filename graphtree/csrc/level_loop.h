@@ -143,7 +143,9 @@ inline Tensor repeated_rows(const Tensor& t, int64_t n, int64_t times) {
 }
 
 // A weight's gradient deferred to param_grads: the gradient rows of the weight's products and the rows it
-// multiplied, level by level, for one product over them all.
+// multiplied, level by level, for one product over them all. Rows that follow the previous ones in the same
+// tensor extend them: every level's rows of one whole tensor (a bottom-up pass's internal rows) are that tensor's
+// block again, not a copy.
 class GradientRows {
  public:
   void clear() {
@@ -152,8 +154,8 @@ class GradientRows {
   }
 
   void add(const Tensor& grad, const Tensor& rows) {
-    grads_.push_back(grad);
-    rows_.push_back(rows);
+    append(grads_, grad);
+    append(rows_, rows);
   }
 
   // Every level's rows, in the order added (undefined where none).
@@ -166,6 +168,18 @@ class GradientRows {
   }
 
  private:
+  static void append(Tensors& parts, const Tensor& t) {
+    if (!parts.empty()) {
+      auto& last = parts.back();
+      if (t.is_alias_of(last) && t.size(1) == last.size(1) && t.strides() == last.strides() &&
+          t.storage_offset() == last.storage_offset() + last.size(0) * last.stride(0)) {
+        last = last.as_strided({last.size(0) + t.size(0), last.size(1)}, last.strides());
+        return;
+      }
+    }
+    parts.push_back(t);
+  }
+
   Tensors grads_, rows_;
 };
 

@@ -188,17 +188,14 @@ struct LSTMRNNSaved {
 class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
  public:
   LSTMRNNLevels(Tensor W_leaf, Tensor W_inner, Tensor W_cell, Tensor b, int64_t kind)
-      : Levels("LSTMRNNLevels", W_inner.options()), W_leaf_(W_leaf), W_inner_(W_inner), W_cell_(W_cell), b_(b),
-        kind_(kind) {
-    check_all({&W_leaf_, &W_inner_, &W_cell_, &b_});
-    d_ = W_inner_.size(1);
-    TORCH_CHECK(W_inner_.size(0) == 8 * d_ && W_leaf_.size(0) == 8 * d_ && W_cell_.size(0) == 5 * d_ &&
-                    W_cell_.size(1) == d_ && b_.numel() == 4 * d_,
+      : Levels("LSTMRNNLevels", W_inner.options()), W_leaf_(with_transposed(W_leaf)),
+        W_inner_(with_transposed(W_inner)), W_cell_(with_transposed(W_cell)), b_(b), kind_(kind) {
+    check_all({&b_});
+    d_ = W_inner.size(1);
+    TORCH_CHECK(W_inner.size(0) == 8 * d_ && W_leaf.size(0) == 8 * d_ && W_cell.size(0) == 5 * d_ &&
+                    W_cell.size(1) == d_ && b_.numel() == 4 * d_,
                 "LSTMRNNLevels: weight shapes do not agree");
     expect(2);
-    W_leaf_t_ = transposed(W_leaf_);
-    W_inner_t_ = transposed(W_inner_);
-    W_cell_t_ = transposed(W_cell_);
   }
 
   void start(const std::vector<Level>& levels) override {
@@ -220,15 +217,15 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
     auto p_out = rows_of(buffers[0], level), c_out = rows_of(buffers[1], level), m_out = rows_of(buffers[2], level);
     if (level.width == 0) {  // leaves: output w, memory 0, so m is the leaf set applied to w alone
       copy_input(level, inputs, buffers);
-      project_read_blocks(m_out, inputs[0], W_leaf_t_, blocks, d);
+      project_read_blocks(m_out, inputs[0], W_leaf_.t, blocks, d);
       return;
     }
     auto c_xy = children[1].view({n, 2, d}), m_xy = children[2].view({n, 2, 8 * d});
     auto gates = fresh(n, 4 * d), g_a = fresh(n, d), o = fresh(n, d), g_c = fresh(n, d);
     cell_into(m_xy, c_xy, b_, kind_, gates, g_a, c_out);  // c_p
-    auto cell_terms = at::mm(c_out, W_cell_t_);
+    auto cell_terms = at::mm(c_out, W_cell_.t);
     output_into(m_xy, cell_terms, c_out, b_, kind_, o, g_c, p_out);  // p
-    project_read_blocks(m_out, p_out, W_inner_t_, blocks, d);
+    project_read_blocks(m_out, p_out, W_inner_.t, blocks, d);
     const int64_t read = blocks.empty() ? 0 : blocks.back().begin + blocks.back().count;  // the rows with a parent
     m_out.narrow(0, 0, read).narrow(1, 0, 4 * d).add_(cell_terms.narrow(0, 0, read).narrow(1, 0, 4 * d));
     if (save) saved(level).step = {c_xy, gates, m_xy, g_a, c_out, o, g_c};
@@ -242,15 +239,15 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
     if (level.width == 0) {
       // A leaf's memory is the constant 0, so grad_c does not reach x.
       if (auto* grad_x = input_grad(grad_inputs)) {
-        add_read_blocks_back(grad_x->add_(grad_p), grad_m, W_leaf_, blocks, d);
+        add_read_blocks_back(grad_x->add_(grad_p), grad_m, W_leaf_.w, blocks, d);
       }
       return {};
     }
     auto grad_p_total = grad_p.clone(at::MemoryFormat::Contiguous);
-    add_read_blocks_back(grad_p_total, grad_m, W_inner_, blocks, d);
+    add_read_blocks_back(grad_p_total, grad_m, W_inner_.w, blocks, d);
     auto grad_cell = internal_rows(grad_cell_, level);
     output_backward_into(grad_m, grad_p_total, s.o, s.g_c, grad_cell);  // peephole blocks, then o's
-    auto grad_c_from_cell = at::mm(grad_cell, W_cell_);
+    auto grad_c_from_cell = at::mm(grad_cell, W_cell_.w);
     auto grad_m_xy = fresh(n, 16 * d), grad_c_xy = fresh(n, 2 * d);
     cell_backward_into(grad_c, grad_c_from_cell, grad_p_total, grad_cell, s.o, s.g_c, s.g_a, s.gates, s.m_xy, s.c_xy,
                        kind_, internal_rows(grad_b_, level), grad_m_xy, grad_c_xy);
@@ -260,13 +257,14 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
 
   Tensors param_grads() override {
     auto leaves = [this](const Tensor& t) { return t.narrow(0, 0, internal_begin_); };  // level 0's rows
-    return {weight_grad(W_leaf_, leaves(grad_state(2)), leaves(input(0))),
-            weight_grad(W_inner_, internal_block(grad_state(2)), internal_block(buffer(0))),
-            weight_grad(W_cell_, grad_cell_, internal_block(buffer(1))), bias_grad(b_, grad_b_)};
+    return {weight_grad(W_leaf_.w, leaves(grad_state(2)), leaves(input(0))),
+            weight_grad(W_inner_.w, internal_block(grad_state(2)), internal_block(buffer(0))),
+            weight_grad(W_cell_.w, grad_cell_, internal_block(buffer(1))), bias_grad(b_, grad_b_)};
   }
 
  private:
-  Tensor W_leaf_, W_inner_, W_cell_, b_, W_leaf_t_, W_inner_t_, W_cell_t_;
+  Weight W_leaf_, W_inner_, W_cell_;
+  Tensor b_;
   int64_t kind_ = 0, d_ = 0;
   Tensor grad_cell_, grad_b_;
 };

@@ -75,15 +75,15 @@ class NaryLevels : public Levels<NarySaved> {
   // likewise; U: [R, N d] as it is, for the children's gradients; leaf_weight: [2 d, E] and leaf_bias: [2 d],
   // W_leaf's (constituency; empty in the general setting).
   NaryLevels(Tensor gate_weights_t, Tensor gate_bias, Tensor U, Tensor leaf_weight, Tensor leaf_bias, bool general)
-      : Levels("NaryLevels", U.options()),
-        gate_weights_t_(gate_weights_t), gate_bias_(gate_bias), U_(U), general_(general) {
-    check_all({&gate_weights_t_, &gate_bias_, &U_});
+      : Levels("NaryLevels", U.options()), gate_bias_(gate_bias), general_(general) {
+    check_all({&gate_weights_t, &gate_bias_, &U});
+    U_ = {U, gate_weights_t};
     if (!general_) leaf_ = LeafUnit(leaf_weight, leaf_bias);
-    rows_ = U_.size(0);
-    d_ = (rows_ - U_.size(1)) / 3;  // R = 3 d + N d
-    N_ = d_ > 0 ? U_.size(1) / d_ : 0;
-    TORCH_CHECK(d_ > 0 && rows_ == (3 + N_) * d_ && gate_weights_t_.size(0) == N_ * d_ &&
-                    gate_weights_t_.size(1) == rows_ && (general_ || leaf_weight.size(0) == 2 * d_),
+    rows_ = U.size(0);
+    d_ = (rows_ - U.size(1)) / 3;  // R = 3 d + N d
+    N_ = d_ > 0 ? U.size(1) / d_ : 0;
+    TORCH_CHECK(d_ > 0 && rows_ == (3 + N_) * d_ && gate_weights_t.size(0) == N_ * d_ &&
+                    gate_weights_t.size(1) == rows_ && (general_ || leaf_weight.size(0) == 2 * d_),
                 "NaryLevels: weight shapes do not agree");
     expect(N_, {d_, 0});
   }
@@ -108,7 +108,7 @@ class NaryLevels : public Levels<NarySaved> {
       gates = repeated_rows(gate_bias_, 1, n);  // written in place below
       c_children = torch::zeros({n, N_, d_}, options_);
     } else {
-      gates = at::addmm(gate_bias_, children[0].view({n, N_ * d_}), gate_weights_t_);
+      gates = at::addmm(gate_bias_, children[0].view({n, N_ * d_}), U_.t);
       c_children = children[1].view({n, N_, d_});
     }
     if (general_) {
@@ -139,11 +139,11 @@ class NaryLevels : public Levels<NarySaved> {
       leaf_grad_bias_ += grad_gates.sum(0);
       return {};
     }
-    return {at::mm(grad_gates, U_).view({-1, d}), grad_c_children.view({-1, d})};
+    return {at::mm(grad_gates, U_.w).view({-1, d}), grad_c_children.view({-1, d})};
   }
 
   Tensors param_grads() override {
-    auto grad_U = weight_grad(U_, grad_gates_, gathered(0, N_ * d_));
+    auto grad_U = weight_grad(U_.w, grad_gates_, gathered(0, N_ * d_));
     auto grad_b = leaf_grad_bias_.clone();
     if (grad_gates_.defined() && grad_gates_.size(0) > 0) grad_b += grad_gates_.sum(0);
     // Every child's bias block b_U[l] enters the gates the same way, so each gets the same gradient.
@@ -151,7 +151,8 @@ class NaryLevels : public Levels<NarySaved> {
   }
 
  private:
-  Tensor gate_weights_t_, gate_bias_, U_;
+  Weight U_;  // t: gate_weights_t, the u block doubled
+  Tensor gate_bias_;
   LeafUnit leaf_;  // constituency only
   bool general_ = false;
   int64_t rows_ = 0, d_ = 0, N_ = 0;

@@ -112,16 +112,17 @@ Tensor cell_backward_into(const Tensor& grad_c, const Tensor& grad_h, const Tens
 struct PeepholeSaved {
   std::vector<Block> blocks;  // the level's rows by the weight set that multiplies them
   struct Step {
-    Tensor activated, c, o, tanh_c, c_children;
-  } step;                                  // what the step's backward needs (below)
-  Tensor x, h_children, grad_pre, grad_o;  // kept for parameter gradients: a lexicalized leaf's x, top-down's
-  LeafUnit::Saved leaf;                    // an S-LSTM leaf unit's
+    Tensor activated, c, o, tanh_c, c_children, h_children;  // h_children: undefined without predecessors
+  } step;                 // what the step's backward needs (below)
+  Tensor grad_pre, grad_o;  // the step's gradients, kept for the weights' (peephole_grads)
+  Tensor x;                 // a lexicalized leaf's input
+  LeafUnit::Saved leaf;     // an S-LSTM leaf unit's
 };
 
 // The weights on a node's predecessors' states and on its new cell, W_h [(N + 3) d, N d], W_c [(N + 1) d, N d]
-// and W_co [d, d], as they are (for the gradients) and transposed (for the products).
+// and W_co [d, d].
 struct Weights {
-  Tensor W_h, W_c, W_co, W_h_t, W_c_t, W_co_t;
+  Weight W_h, W_c, W_co;
 };
 
 // The level step of the three cells: from the pre-activations that do not depend on the predecessors' states,
@@ -133,7 +134,7 @@ class PeepholeLevels : public Levels<PeepholeSaved> {
   PeepholeLevels(const char* name, torch::TensorOptions options) : Levels(name, options) {}
 
   void add_weights(const Tensor& W_h, const Tensor& W_c, const Tensor& W_co) {
-    sets_.push_back({W_h, W_c, W_co, transposed(W_h), transposed(W_c), transposed(W_co)});
+    sets_.push_back({with_transposed(W_h), with_transposed(W_c), with_transposed(W_co)});
   }
 
   // The level's rows by weight set: every row set 0's unless the kernel groups them.
@@ -141,6 +142,7 @@ class PeepholeLevels : public Levels<PeepholeSaved> {
 
   void start(const std::vector<Level>& levels) override {
     for (const auto& level : levels) saved(level).blocks = blocks_of(level);
+    grad_o_ = save_ && !levels.empty() ? fresh(levels.back().end, d_) : Tensor();  // every row's, by row
   }
 
   // Writes the level's h and c from `pre` ([n, (N + 3) d], the pre-activations from everything but the
@@ -150,58 +152,90 @@ class PeepholeLevels : public Levels<PeepholeSaved> {
     auto& s = saved(level);
     const int64_t n = level.rows(), d = d_, N = pre.size(1) / d - 3;
     auto h = rows_of(buffers[0], level), c = rows_of(buffers[1], level);
-    Tensor c_terms, c_children = level.width == 0 ? torch::zeros({n, N, d}, options_) : children[1].view({n, N, d});
+    Tensor c_terms, h_children, c_children = level.width == 0 ? torch::zeros({n, N, d}, options_)
+                                                               : children[1].view({n, N, d});
     if (level.width > 0) {
-      auto h_flat = children[0].view({n, N * d}), c_flat = children[1].view({n, N * d});
+      h_children = children[0].view({n, N * d});
+      auto c_flat = children[1].view({n, N * d});
       c_terms = fresh(n, (N + 1) * d);
       each_block(
-          s.blocks, [&](const Block& b) { rows_of(pre, b).addmm_(rows_of(h_flat, b), set(b).W_h_t); },
-          [&](const Block& b) { mm_into(rows_of(c_terms, b), rows_of(c_flat, b), set(b).W_c_t); });
+          s.blocks, [&](const Block& b) { rows_of(pre, b).addmm_(rows_of(h_children, b), set(b).W_h.t); },
+          [&](const Block& b) { mm_into(rows_of(c_terms, b), rows_of(c_flat, b), set(b).W_c.t); });
     }
     auto activated = fresh(n, (N + 2) * d), co = fresh(n, d), o = fresh(n, d), tanh_c = fresh(n, d);
     cell_into(pre, c_terms, c_children, activated, c);
     // o peeks at the new cell: W_co c_t
-    each_block(s.blocks, [&](const Block& b) { mm_into(rows_of(co, b), rows_of(c, b), set(b).W_co_t); });
+    each_block(s.blocks, [&](const Block& b) { mm_into(rows_of(co, b), rows_of(c, b), set(b).W_co.t); });
     output_into(pre, co, c, o, tanh_c, h);
-    if (save) s.step = {activated, c, o, tanh_c, c_children};
+    if (save) s.step = {activated, c, o, tanh_c, c_children, h_children};
   }
 
   // The step's derivatives: writes grad_pre (pre's gradient; its first (N + 1) d columns are also that of the
-  // peephole terms) and grad_o (the output gate's pre-activation gradient, [n, d]) and returns the predecessors'
-  // state gradients (none at a level without).
-  Tensors step_backward(const Level& level, const Tensors& grad_states, const Tensor& grad_pre, const Tensor& grad_o) {
-    const auto& blocks = saved(level).blocks;
-    const auto& s = saved(level).step;
+  // peephole terms) and the output gate's pre-activation gradient, keeps both for peephole_grads, and returns the
+  // predecessors' state gradients (none at a level without).
+  Tensors step_backward(const Level& level, const Tensors& grad_states, const Tensor& grad_pre) {
+    auto& saved_level = saved(level);
+    const auto& blocks = saved_level.blocks;
+    const auto& s = saved_level.step;
     const int64_t n = level.rows(), d = d_, N = s.c_children.size(1);
     const auto &grad_h = grad_states[0], &grad_c = grad_states[1];
+    auto grad_o = rows_of(grad_o_, level);
+    saved_level.grad_pre = grad_pre;
+    saved_level.grad_o = grad_o;
     output_backward_into(grad_h, s.o, s.tanh_c, grad_o);
     auto grad_c_from_o = fresh(n, d);
-    each_block(blocks, [&](const Block& b) { mm_into(rows_of(grad_c_from_o, b), rows_of(grad_o, b), set(b).W_co); });
+    each_block(blocks, [&](const Block& b) { mm_into(rows_of(grad_c_from_o, b), rows_of(grad_o, b), set(b).W_co.w); });
     // Through c_t = sum_k f_k c_k + ... alone; the peepholes' part added below.
     auto grad_c_children = cell_backward_into(grad_c, grad_h, s.o, s.tanh_c, grad_c_from_o, grad_o, s.activated,
                                               s.c_children, grad_pre).view({n, N * d});
     if (level.width == 0) return {};
     auto grad_h_children = fresh(n, N * d), grad_if = grad_pre.narrow(1, 0, (N + 1) * d);
     each_block(
-        blocks, [&](const Block& b) { mm_into(rows_of(grad_h_children, b), rows_of(grad_pre, b), set(b).W_h); },
-        [&](const Block& b) { rows_of(grad_c_children, b).addmm_(rows_of(grad_if, b), set(b).W_c); });
+        blocks, [&](const Block& b) { mm_into(rows_of(grad_h_children, b), rows_of(grad_pre, b), set(b).W_h.w); },
+        [&](const Block& b) { rows_of(grad_c_children, b).addmm_(rows_of(grad_if, b), set(b).W_c.w); });
     return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
+  }
+
+  // The gradients of W_h, W_c and W_co, each [sets, ...]: every level's rows of a weight set gathered so that
+  // each gradient is one product (GradientRows: one block of rows where they follow one another, as bottom-up).
+  // A level without predecessors has gradients for W_co alone.
+  Tensors peephole_grads() const {
+    const int64_t sets = static_cast<int64_t>(sets_.size());
+    std::vector<GradientRows> rows(3 * sets);  // W_h, W_c, W_co of each set
+    for (const auto& s : all_saved()) {
+      if (!s.grad_pre.defined()) continue;
+      for (const auto& b : s.blocks) {
+        auto* set_rows = &rows[3 * b.position];
+        set_rows[2].add(rows_of(s.grad_o, b), rows_of(s.step.c, b));
+        if (!s.step.h_children.defined()) continue;
+        auto grad_pre = rows_of(s.grad_pre, b), c_children = s.step.c_children.view({s.grad_pre.size(0), -1});
+        set_rows[0].add(grad_pre, rows_of(s.step.h_children, b));
+        set_rows[1].add(grad_pre.narrow(1, 0, c_children.size(1) + d_), rows_of(c_children, b));
+      }
+    }
+    Tensors grads;
+    for (int64_t k = 0; k < 3; ++k) {
+      const auto& w = k == 0 ? sets_[0].W_h.w : (k == 1 ? sets_[0].W_c.w : sets_[0].W_co.w);
+      grads.push_back(torch::zeros({sets, w.size(0), w.size(1)}, options_));
+      for (int64_t p = 0; p < sets; ++p) rows[3 * p + k].add_into(grads[k][p]);
+    }
+    return grads;
   }
 
   const Weights& set(const Block& block) const { return sets_[block.position]; }
 
   std::vector<Weights> sets_;
   int64_t d_ = 0;
+  Tensor grad_o_;
 };
 
 // The internal levels of the S-LSTM and of the lexicalized cell, bottom-up (eqs 1-7 of Zhu et al. 2015; eqs 10-11
-// of Teng & Zhang 2017): the step from b (and the lexicalized cell's W_x x) over N children. Their inner rows are
-// one block of the state buffers, so W_co's rows, the new cells, are read from the c buffer.
+// of Teng & Zhang 2017): the step from b (and the lexicalized cell's W_x x) over N children.
 class BottomUpLevels : public PeepholeLevels {
  protected:
   BottomUpLevels(const char* name, Tensor W_h, Tensor W_c, Tensor W_co, Tensor b)
       : PeepholeLevels(name, W_h.options()), b_(b) {
-    check_all({&W_h, &W_c, &W_co, &b_});
+    check_all({&b_});
     d_ = W_co.size(0);
     N_ = W_h.size(1) / d_;
     TORCH_CHECK(N_ >= 1 && W_h.size(1) == N_ * d_ && W_h.size(0) == (N_ + 3) * d_ && W_c.size(0) == (N_ + 1) * d_ &&
@@ -214,7 +248,6 @@ class BottomUpLevels : public PeepholeLevels {
   void start(const std::vector<Level>& levels) override {
     PeepholeLevels::start(levels);
     grad_gates_ = save_ ? internal((N_ + 3) * d_) : Tensor();
-    grad_o_ = save_ ? internal(d_) : Tensor();
   }
 
   // lexical: the level's W_x x (i, f, g, o), or undefined.
@@ -228,23 +261,20 @@ class BottomUpLevels : public PeepholeLevels {
   // grad_lexical: where the gradient of the level's W_x x goes, or undefined.
   Tensors backward_internal(const Level& level, const Tensors& grad_states, const Tensor& grad_lexical) {
     auto grad_gates = internal_rows(grad_gates_, level);
-    auto grads = step_backward(level, grad_states, grad_gates, internal_rows(grad_o_, level));
+    auto grads = step_backward(level, grad_states, grad_gates);
     if (grad_lexical.defined()) add_input_terms_grad(grad_gates, grad_lexical, N_, d_, 1);
     return grads;
   }
 
-  // The gradients of W_h, W_c, W_co and b from the internal levels; W_co's rows are the new cells.
+  // The gradients of W_h, W_c, W_co and b.
   Tensors internal_grads() const {
-    const int64_t d = d_, N = N_;
-    const auto& w = sets_[0];
-    return {weight_grad(w.W_h, grad_gates_, gathered(0, N * d)),
-            weight_grad(w.W_c, grad_gates_.narrow(1, 0, (N + 1) * d), gathered(1, N * d)),
-            weight_grad(w.W_co, grad_o_, internal_block(buffer(1))), bias_grad(b_, grad_gates_)};
+    auto grads = peephole_grads();
+    return {grads[0][0], grads[1][0], grads[2][0], bias_grad(b_, grad_gates_)};
   }
 
   Tensor b_;
   int64_t N_ = 0;
-  Tensor grad_gates_, grad_o_;
+  Tensor grad_gates_;
 };
 
 // The S-LSTM (graphtree/nn/slstm.py, Zhu et al. 2015, eqs 1-7) as a LevelKernel. Leaves: h = x, c = 0
@@ -293,57 +323,53 @@ class SLSTMLevels : public BottomUpLevels {
 class LexicalizedLevels : public BottomUpLevels {
  public:
   LexicalizedLevels(Tensor W_x, Tensor W_h, Tensor W_c, Tensor W_co, Tensor b, bool lexicalized)
-      : BottomUpLevels("LexicalizedLevels", W_h, W_c, W_co, b), W_x_(W_x), lexicalized_(lexicalized) {
-    check_all({&W_x_});
+      : BottomUpLevels("LexicalizedLevels", W_h, W_c, W_co, b), lexicalized_(lexicalized) {
+    check_all({&W_x});
     const int64_t d = d_, N = N_;
-    TORCH_CHECK(W_x_.size(0) == (lexicalized ? 4 : 3) * d, "LexicalizedLevels: weight shapes do not agree");
+    TORCH_CHECK(W_x.size(0) == (lexicalized ? 4 : 3) * d, "LexicalizedLevels: weight shapes do not agree");
     // The leaves' rows i, g, o of W_x and b (a leaf has no forget gate).
-    W_igo_ = lexicalized ? torch::cat({W_x_.narrow(0, 0, d), W_x_.narrow(0, 2 * d, 2 * d)}) : W_x_;
-    W_igo_t_ = transposed(W_igo_);
+    W_x_ = lexicalized ? with_transposed(W_x) : Weight{W_x, Tensor()};
+    W_igo_ = lexicalized ? with_transposed(torch::cat({W_x.narrow(0, 0, d), W_x.narrow(0, 2 * d, 2 * d)}))
+                         : with_transposed(W_x);
     b_igo_ = torch::cat({b_.narrow(0, 0, d), b_.narrow(0, (N + 1) * d, 2 * d)});
-    if (lexicalized) W_x_t_ = transposed(W_x_);
   }
 
   void start(const std::vector<Level>& levels) override {
     BottomUpLevels::start(levels);
     leaf_x_.clear();
-    leaf_co_.clear();
     if (!lexicalized_) return;
     // The inner rows are one block, whose W_x x is one product here rather than one per level.
-    x_terms_ = at::mm(internal_block(input(0)), W_x_t_);
+    x_terms_ = at::mm(internal_block(input(0)), W_x_.t);
     grad_x_terms_ = save_ ? torch::zeros({internal_, 4 * d_}, options_) : Tensor();  // added into
   }
 
   void forward(const Level& level, const Tensors& inputs,
                const Tensors& children, Tensors& buffers, bool save) override {
     if (level.width > 0) return forward_internal(level, children, buffers, save, lexical_rows(x_terms_, level));
-    step(level, at::addmm(b_igo_, inputs[0], W_igo_t_), children, buffers, save);  // i, g, o
+    step(level, at::addmm(b_igo_, inputs[0], W_igo_.t), children, buffers, save);  // i, g, o
     if (save) saved(level).x = inputs[0];
   }
 
   Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     if (level.width > 0) return backward_internal(level, grad_states, lexical_rows(grad_x_terms_, level));
-    const auto& s = saved(level);
-    auto grad_o = fresh(level.rows(), d_), grad_igo = fresh(level.rows(), 3 * d_);
-    step_backward(level, grad_states, grad_igo, grad_o);
-    leaf_x_.add(grad_igo, s.x);
-    leaf_co_.add(grad_o, s.step.c);
-    if (auto* grad_x = input_grad(grad_inputs)) grad_x->addmm_(grad_igo, W_igo_);
+    auto grad_igo = fresh(level.rows(), 3 * d_);
+    step_backward(level, grad_states, grad_igo);
+    leaf_x_.add(grad_igo, saved(level).x);
+    if (auto* grad_x = input_grad(grad_inputs)) grad_x->addmm_(grad_igo, W_igo_.w);
     return {};
   }
 
   void finish_backward(Tensors& grad_inputs) override {
     auto* grad_x = input_grad(grad_inputs);
     if (!lexicalized_ || !grad_x_terms_.defined() || grad_x == nullptr) return;
-    internal_block(*grad_x).addmm_(grad_x_terms_, W_x_);
+    internal_block(*grad_x).addmm_(grad_x_terms_, W_x_.w);
   }
 
   Tensors param_grads() override {
     const int64_t d = d_, N = N_;
     auto grads = internal_grads();  // W_h, W_c, W_co, b
-    auto &grad_W_co = grads[2], &grad_b = grads[3];
-    auto grad_W_x = weight_grad(W_x_, grad_x_terms_, lexicalized_ ? internal_block(input(0)) : Tensor());
-    leaf_co_.add_into(grad_W_co);
+    auto& grad_b = grads[3];
+    auto grad_W_x = weight_grad(W_x_.w, grad_x_terms_, lexicalized_ ? internal_block(input(0)) : Tensor());
     if (auto grad_igo = leaf_x_.grads(); grad_igo.defined()) {
       auto x = leaf_x_.rows();
       auto grad_b_igo = grad_igo.sum(0);
@@ -356,7 +382,7 @@ class LexicalizedLevels : public BottomUpLevels {
         grad_W_x.addmm_(grad_igo.t(), x);
       }
     }
-    return {grad_W_x, grads[0], grads[1], grad_W_co, grad_b};
+    return {grad_W_x, grads[0], grads[1], grads[2], grad_b};
   }
 
  private:
@@ -365,9 +391,10 @@ class LexicalizedLevels : public BottomUpLevels {
     return lexicalized_ ? internal_rows(t, level) : Tensor();
   }
 
-  Tensor W_x_, W_x_t_, W_igo_, W_igo_t_, b_igo_;
+  Weight W_x_, W_igo_;  // W_x_.t: lexicalized only (the inner rows' W_x x)
+  Tensor b_igo_;
   bool lexicalized_;
-  GradientRows leaf_x_, leaf_co_;  // the leaves' gate gradients (i, g, o; o alone) with their inputs, cells
+  GradientRows leaf_x_;            // the leaves' gate gradients (i, g, o) with their inputs
   Tensor x_terms_, grad_x_terms_;  // lexicalized: the inner rows' W_x x and its gradient
 };
 
@@ -381,23 +408,23 @@ class TopDownLevels : public PeepholeLevels {
   // W_x: [P, 4 d, D] and b: [P, 4 d], one input set per position (P = N) or one shared (P = 1); W_h: [N, 4 d, d],
   // W_c: [N, 2 d, d], W_co: [N, d, d].
   TopDownLevels(Tensor W_x, Tensor b, Tensor W_h, Tensor W_c, Tensor W_co)
-      : PeepholeLevels("TopDownLevels", W_h.options()), W_x_(W_x), b_(b), W_h_(W_h), W_c_(W_c), W_co_(W_co) {
-    check_all({&W_x_, &b_, &W_h_, &W_c_, &W_co_});
-    N_ = W_h_.size(0);
-    d_ = W_co_.size(1);
-    const int64_t P = W_x_.size(0), d = d_;
-    TORCH_CHECK((P == N_ || P == 1) && W_x_.size(1) == 4 * d && b_.size(0) == P && b_.size(1) == 4 * d &&
-                    W_h_.size(1) == 4 * d && W_h_.size(2) == d && W_c_.size(0) == N_ && W_c_.size(1) == 2 * d &&
-                    W_c_.size(2) == d && W_co_.size(0) == N_ && W_co_.size(2) == d,
+      : PeepholeLevels("TopDownLevels", W_h.options()), b_(b) {
+    check_all({&W_x, &b_, &W_h, &W_c, &W_co});
+    N_ = W_h.size(0);
+    d_ = W_co.size(1);
+    const int64_t P = W_x.size(0), d = d_;
+    TORCH_CHECK((P == N_ || P == 1) && W_x.size(1) == 4 * d && b_.size(0) == P && b_.size(1) == 4 * d &&
+                    W_h.size(1) == 4 * d && W_h.size(2) == d && W_c.size(0) == N_ && W_c.size(1) == 2 * d &&
+                    W_c.size(2) == d && W_co.size(0) == N_ && W_co.size(2) == d,
                 "TopDownLevels: weight shapes do not agree");
     expect(1);  // one parent a node (a node with several takes the Python loop)
-    for (int64_t s = 0; s < P; ++s) W_x_t_.push_back(transposed(W_x_[s]));
-    for (int64_t p = 0; p < N_; ++p) add_weights(W_h_[p], W_c_[p], W_co_[p]);
+    for (int64_t s = 0; s < P; ++s) W_x_.push_back(with_transposed(W_x[s]));
+    for (int64_t p = 0; p < N_; ++p) add_weights(W_h[p], W_c[p], W_co[p]);
   }
 
   void start(const std::vector<Level>& levels) override {
     PeepholeLevels::start(levels);
-    const int64_t P = W_x_.size(0), d = d_;
+    const int64_t P = b_.size(0);
     const auto& x = input(0);
     // W_x x + b of every node, one product per input set over all levels (its rows gathered where the sets
     // differ by position) rather than one per level and position.
@@ -407,83 +434,60 @@ class TopDownLevels : public PeepholeLevels {
         for (int64_t r = 0; r < count; ++r) rows[input_set(p)].push_back(level.begin + begin + r);
       }
     }
-    x_terms_ = fresh(x.size(0), 4 * d);
+    x_terms_ = fresh(x.size(0), 4 * d_);
     set_rows_.assign(P, Tensor());
     all_rows_.assign(P, false);
     for (int64_t s = 0; s < P; ++s) {
-      if (static_cast<int64_t>(rows[s].size()) == x.size(0)) {
-        all_rows_[s] = true;
-        at::addmm_out(x_terms_, b_[s], x, W_x_t_[s]);
+      all_rows_[s] = static_cast<int64_t>(rows[s].size()) == x.size(0);
+      if (all_rows_[s]) {
+        at::addmm_out(x_terms_, b_[s], x, W_x_[s].t);
       } else if (!rows[s].empty()) {
         set_rows_[s] = torch::tensor(rows[s], torch::kLong);
-        x_terms_.index_copy_(0, set_rows_[s], at::addmm(b_[s], x.index_select(0, set_rows_[s]), W_x_t_[s]));
+        x_terms_.index_copy_(0, set_rows_[s], at::addmm(b_[s], of_set(x, s), W_x_[s].t));
       }
     }
-    grad_a_ = save_ ? fresh(x.size(0), 4 * d) : Tensor();
+    grad_a_ = save_ ? fresh(x.size(0), 4 * d_) : Tensor();
   }
 
   void forward(const Level& level, const Tensors& inputs,
                const Tensors& children, Tensors& buffers, bool save) override {
     step(level, rows_of(x_terms_, level), children, buffers, save);  // W_x x + b from start(), the parent's added
-    if (save && level.width > 0) saved(level).h_children = children[0];
   }
 
   Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
-    // Kept for finish_backward() and param_grads(), which multiply every level's rows at once.
-    auto& s = saved(level);
-    s.grad_pre = rows_of(grad_a_, level);
-    s.grad_o = fresh(level.rows(), d_);
-    return step_backward(level, grad_states, s.grad_pre, s.grad_o);
+    // grad_a_'s rows: finish_backward() and param_grads() multiply every level's rows at once.
+    return step_backward(level, grad_states, rows_of(grad_a_, level));
   }
 
   void finish_backward(Tensors& grad_inputs) override {
     auto* grad_x = input_grad(grad_inputs);
-    if (grad_x == nullptr) return;
-    for (int64_t s = 0; s < W_x_.size(0); ++s) {
+    for (int64_t s = 0; s < b_.size(0) && grad_x != nullptr; ++s) {
       if (all_rows_[s]) {
-        grad_x->addmm_(grad_a_, W_x_[s]);
+        grad_x->addmm_(grad_a_, W_x_[s].w);
       } else if (set_rows_[s].defined()) {
-        grad_x->index_add_(0, set_rows_[s], at::mm(grad_a_.index_select(0, set_rows_[s]), W_x_[s]));
+        grad_x->index_add_(0, set_rows_[s], at::mm(of_set(grad_a_, s), W_x_[s].w));
       }
     }
   }
 
   Tensors param_grads() override {
-    const int64_t d = d_, P = W_x_.size(0);
-    const auto& x = input(0);
-    auto grad_W_x = torch::zeros_like(W_x_), grad_b = torch::zeros_like(b_), grad_W_h = torch::zeros_like(W_h_);
-    auto grad_W_c = torch::zeros_like(W_c_), grad_W_co = torch::zeros_like(W_co_);
-    if (grad_a_.defined()) {
-      for (int64_t s = 0; s < P; ++s) {
-        if (!all_rows_[s] && !set_rows_[s].defined()) continue;
-        auto grad_a = all_rows_[s] ? grad_a_ : grad_a_.index_select(0, set_rows_[s]);
-        grad_W_x[s].addmm_(grad_a.t(), all_rows_[s] ? x : x.index_select(0, set_rows_[s]));
-        grad_b[s] += grad_a.sum(0);
-      }
+    const int64_t P = b_.size(0);
+    auto grad_W_x = torch::zeros({P, 4 * d_, input(0).size(1)}, options_), grad_b = torch::zeros_like(b_);
+    for (int64_t s = 0; s < P && grad_a_.defined(); ++s) {
+      if (!all_rows_[s] && !set_rows_[s].defined()) continue;
+      auto grad_a = of_set(grad_a_, s);
+      grad_W_x[s].addmm_(grad_a.t(), of_set(input(0), s));
+      grad_b[s] += grad_a.sum(0);
     }
-    // Every level's rows of one position, gathered so that each gradient is one product.
-    std::vector<GradientRows> W_h_rows(N_), W_c_rows(N_), W_co_rows(N_);
-    for (const auto& s : all_saved()) {
-      if (!s.grad_pre.defined()) continue;
-      for (const auto& block : s.blocks) {
-        const auto p = block.position;
-        auto grad_a = rows_of(s.grad_pre, block);
-        W_co_rows[p].add(rows_of(s.grad_o, block), rows_of(s.step.c, block));
-        if (!s.h_children.defined()) continue;  // the roots: no parent, nothing for W_h and W_c
-        W_h_rows[p].add(grad_a, rows_of(s.h_children, block));
-        W_c_rows[p].add(grad_a.narrow(1, 0, 2 * d), rows_of(s.step.c_children.view({-1, d}), block));
-      }
-    }
-    for (int64_t p = 0; p < N_; ++p) {
-      W_co_rows[p].add_into(grad_W_co[p]);
-      W_h_rows[p].add_into(grad_W_h[p]);
-      W_c_rows[p].add_into(grad_W_c[p]);
-    }
-    return {grad_W_x, grad_b, grad_W_h, grad_W_c, grad_W_co};
+    auto grads = peephole_grads();  // W_h, W_c, W_co: [N, ...]
+    return {grad_W_x, grad_b, grads[0], grads[1], grads[2]};
   }
 
  private:
-  int64_t input_set(int64_t position) const { return W_x_.size(0) == 1 ? 0 : position; }
+  int64_t input_set(int64_t position) const { return b_.size(0) == 1 ? 0 : position; }
+
+  // t's rows that input set s multiplies: all, or those of set_rows_[s].
+  Tensor of_set(const Tensor& t, int64_t s) const { return all_rows_[s] ? t : t.index_select(0, set_rows_[s]); }
 
   // The roots are all position 0; below, one block per position.
   std::vector<Block> blocks_of(const Level& level) const override {
@@ -500,11 +504,11 @@ class TopDownLevels : public PeepholeLevels {
     return blocks;
   }
 
-  Tensor W_x_, b_, W_h_, W_c_, W_co_;
-  Tensors W_x_t_;
-  Tensor x_terms_, grad_a_;       // the level-sorted inputs' W_x x + b, the gates' gradients
-  Tensors set_rows_;  // each input set's rows, where it has some but not all
-  std::vector<bool> all_rows_;    // an input set that every row uses
+  std::vector<Weight> W_x_;  // one per input set
+  Tensor b_;
+  Tensor x_terms_, grad_a_;     // the level-sorted inputs' W_x x + b, the gates' gradients
+  Tensors set_rows_;            // each input set's rows, where it has some but not all
+  std::vector<bool> all_rows_;  // an input set that every row uses
   int64_t N_ = 0;
 };
 
