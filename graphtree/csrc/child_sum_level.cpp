@@ -5,9 +5,6 @@
 // Wx rows (d wide each): W x + b for i, o, u, f. iou_terms: U^(iou) h~ + b for i, o, u. uf_terms: U^(f) h_k + b
 // for every child slot k. "activated" rows: i, o, u.
 
-#include <vector>
-
-#include "common.h"
 #include "level_loop.h"
 
 namespace graphtree {

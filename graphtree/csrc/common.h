@@ -1,4 +1,5 @@
-// Helpers shared by graphtree's compiled level kernels (see graphtree/backend/compiled.py).
+// Helpers shared by graphtree's compiled level kernels (see graphtree/backend/compiled.py), with the standard
+// headers that every source file uses.
 #pragma once
 
 #include <ATen/Parallel.h>

@@ -4,15 +4,7 @@
 // may repeat (a DAG node with several parents, the padding row of empty slots), so the pass is serial over rows
 // and vectorized within a row.
 
-#include "common.h"
 #include "level_loop.h"
-
-#include <cstring>
-#include <memory>
-#include <optional>
-#include <string>
-#include <utility>
-#include <vector>
 
 using graphtree::check;
 

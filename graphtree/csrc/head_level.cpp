@@ -9,9 +9,6 @@
 // Also the left, right and average heads of Table 5 (FixedHeadLevels) and the leaf sums of BiTreeLSTM's
 // classifier input (LeafSumLevels), parameterless bottom-up passes.
 
-#include <vector>
-
-#include "common.h"
 #include "level_loop.h"
 
 namespace graphtree {

@@ -4,12 +4,6 @@
 // which on a tree level's few rows costs as much as the arithmetic.
 #pragma once
 
-#include <torch/extension.h>
-
-#include <cstdint>
-#include <utility>
-#include <vector>
-
 #include "common.h"
 
 namespace graphtree {

@@ -7,9 +7,6 @@
 // g is the composition's activation: 0 tanh, 1 softsign, 2 sigmoid (the gates are always logistic). Its
 // derivative is written in terms of its output y, which is all the backward pass keeps.
 
-#include <vector>
-
-#include "common.h"
 #include "level_loop.h"
 
 namespace graphtree {
@@ -123,21 +120,14 @@ void cell_backward_into(const Tensor& grad_c, const Tensor& grad_c_from_cell, co
       gb[d + k] = gfx + gfy;
       gb[2 * d + k] = grad_a;
       gb[3 * d + k] = go[k];
-      // Child x's first blocks feed its own gates and its second blocks y's; likewise for y.
-      gmx[k] = gix;
-      gmx[d + k] = gfx;
-      gmx[2 * d + k] = giy;
-      gmx[3 * d + k] = gfy;
-      gmy[k] = giy;
-      gmy[d + k] = gfy;
-      gmy[2 * d + k] = gix;
-      gmy[3 * d + k] = gfx;
-      gmx[4 * d + k] = grad_a * ix;  // W_c1 x
-      gmx[5 * d + k] = go[k];        // W_o1 x
-      gmy[6 * d + k] = grad_a * iy;  // W_c2 y
-      gmy[7 * d + k] = go[k];        // W_o2 y
-      gmx[6 * d + k] = gmx[7 * d + k] = 0.f;  // a first child's W_c2, W_o2 blocks are not read
-      gmy[4 * d + k] = gmy[5 * d + k] = 0.f;  // nor a second child's W_c1, W_o1
+      // Child x's first blocks feed its own gates and its second blocks y's, likewise for y; then W_c1 x, W_o1 x,
+      // W_c2 y, W_o2 y (a first child's W_c2, W_o2 blocks are not read, nor a second child's W_c1, W_o1: zero).
+      const float blocks_x[8] = {gix, gfx, giy, gfy, grad_a * ix, go[k], 0.f, 0.f};
+      const float blocks_y[8] = {giy, gfy, gix, gfx, 0.f, 0.f, grad_a * iy, go[k]};
+      for (int64_t j = 0; j < 8; ++j) {
+        gmx[j * d + k] = blocks_x[j];
+        gmy[j * d + k] = blocks_y[j];
+      }
       gcx[k] = gc * fx;
       gcy[k] = gc * fy;
     }

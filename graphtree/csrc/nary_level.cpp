@@ -5,9 +5,6 @@
 // Gate layout of a row (d = hidden size, N = children): i, o, u, f_1 .. f_N, each d wide. The u block's
 // weights are doubled by the caller, so one sigmoid serves every gate: u = 2 sigmoid(2 z) - 1 = tanh(z).
 
-#include <vector>
-
-#include "common.h"
 #include "leaf_unit.h"
 #include "level_loop.h"
 

@@ -9,10 +9,6 @@
 // c_terms rows: the peepholes on the children's cells, for i, f_1 .. f_N (none at a level without predecessors).
 // "activated" rows: i, f_1 .. f_N, tanh(g).
 
-#include <optional>
-#include <vector>
-
-#include "common.h"
 #include "leaf_unit.h"
 #include "level_loop.h"
 
