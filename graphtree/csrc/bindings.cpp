@@ -1,8 +1,5 @@
 // Python bindings of graphtree's compiled level kernels (built and loaded by graphtree/backend/native.py): the
 // kernels' base class, then what each source file registered (a static Binding: its kernels and functions).
-#include <torch/extension.h>
-
-#include "common.h"
 #include "level_loop.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

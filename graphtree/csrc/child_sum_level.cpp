@@ -5,9 +5,6 @@
 // Wx rows (d wide each): W x + b for i, o, u, f. iou_terms: U^(iou) h~ + b for i, o, u. uf_terms: U^(f) h_k + b
 // for every child slot k. "activated" rows: i, o, u.
 
-#include <vector>
-
-#include "common.h"
 #include "level_loop.h"
 
 namespace graphtree {
@@ -26,15 +23,13 @@ void forward_rows(const float* X, const float* Tiou, const float* Uf, const floa
       a[2 * d + k] = tanh_of(x[2 * d + k] + t[2 * d + k]);  // eq 6
       cr[k] = a[k] * a[2 * d + k];
     }
+    float* f = F + r * K * d;
     for (int64_t l = 0; l < K; ++l) {
-      const float *uf = Uf + (r * K + l) * d, *cl = Cj + (r * K + l) * d;
-      float* fl = F + (r * K + l) * d;
+      const float* uf = Uf + (r * K + l) * d;
 #pragma omp simd
-      for (int64_t k = 0; k < d; ++k) {
-        fl[k] = sigmoid(x[3 * d + k] + uf[k]);  // eq 4, one gate per child
-        cr[k] += fl[k] * cl[k];                 // eq 7
-      }
+      for (int64_t k = 0; k < d; ++k) f[l * d + k] = sigmoid(x[3 * d + k] + uf[k]);  // eq 4, one gate per child
     }
+    add_forgotten(cr, f, Cj + r * K * d, K, d);  // eq 7
 #pragma omp simd
     for (int64_t k = 0; k < d; ++k) {
       tr[k] = tanh_of(cr[k]);
@@ -61,15 +56,11 @@ void backward_rows(const float* gH, const float* gC, const float* A, const float
       gx[2 * d + k] = gc[k] * i * (1.f - u * u);
       gx[3 * d + k] = 0.f;
     }
+    forgotten_backward(gc, F + r * K * d, Cj + r * K * d, gF + r * K * d, gCj + r * K * d, K, d);
     for (int64_t l = 0; l < K; ++l) {
-      const float *fl = F + (r * K + l) * d, *cl = Cj + (r * K + l) * d;
-      float *gfl = gF + (r * K + l) * d, *gcl = gCj + (r * K + l) * d;
+      const float* gfl = gF + (r * K + l) * d;
 #pragma omp simd
-      for (int64_t k = 0; k < d; ++k) {
-        gfl[k] = gc[k] * cl[k] * fl[k] * (1.f - fl[k]);
-        gx[3 * d + k] += gfl[k];
-        gcl[k] = gc[k] * fl[k];
-      }
+      for (int64_t k = 0; k < d; ++k) gx[3 * d + k] += gfl[k];
     }
   });
 }
@@ -83,14 +74,13 @@ struct ChildSumSaved {
 class ChildSumLevels : public Levels<ChildSumSaved> {
  public:
   ChildSumLevels(Tensor U_iou, Tensor b_iou, Tensor U_f, Tensor b_f)
-      : Levels("ChildSumLevels", U_f.options()), U_iou_(U_iou), b_iou_(b_iou), U_f_(U_f), b_f_(b_f) {
-    check_all({&U_iou_, &b_iou_, &U_f_, &b_f_});
-    d_ = U_f_.size(0);
-    TORCH_CHECK(U_iou_.size(0) == 3 * d_ && U_iou_.size(1) == d_ && U_f_.size(1) == d_,
+      : Levels("ChildSumLevels", U_f.options()), U_iou_(with_transposed(U_iou)), U_f_(with_transposed(U_f)),
+        b_iou_(b_iou), b_f_(b_f) {
+    check_all({&b_iou_, &b_f_});
+    d_ = U_f.size(0);
+    TORCH_CHECK(U_iou.size(0) == 3 * d_ && U_iou.size(1) == d_ && U_f.size(1) == d_,
                 "ChildSumLevels: weight shapes do not agree");
     expect(0, {d_, 0});
-    U_iou_t_ = transposed(U_iou_);
-    U_f_t_ = transposed(U_f_);
   }
 
   void start(const std::vector<Level>& levels) override {
@@ -102,14 +92,14 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
     grad_f_ = save_ ? fresh(gathered(0).size(0), d_) : Tensor();
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     const int64_t n = level.rows(), K = level.width, d = d_;
     auto h_k = children[0].view({n, K, d}), c_k = children[1].view({n, K, d});
     auto h_tilde = h_tilde_.narrow(0, level.begin - first_, n);
     at::sum_out(h_tilde, h_k, {1});  // eq 2
-    auto iou_terms = at::addmm(b_iou_, h_tilde, U_iou_t_);
-    auto uf_terms = at::addmm(b_f_, children[0], U_f_t_);
+    auto iou_terms = at::addmm(b_iou_, h_tilde, U_iou_.t);
+    auto uf_terms = at::addmm(b_f_, children[0], U_f_.t);
     auto tanh_c = fresh(n, d), activated = fresh(n, 3 * d), f = fresh(n * K, d);
     forward_rows(inputs[0].data_ptr<float>(), iou_terms.data_ptr<float>(), uf_terms.data_ptr<float>(),
                  c_k.data_ptr<float>(), rows_of(buffers[0], level).data_ptr<float>(),
@@ -118,8 +108,7 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
     if (save) saved(level) = {activated, f, c_k, tanh_c};
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     const auto& s = saved(level);
     const int64_t n = level.rows(), K = level.width, d = d_;
     auto grad_wx = fresh(n, 4 * d), grad_c_k = fresh(n * K, d);
@@ -131,18 +120,19 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
     grad_iou.copy_(grad_wx.narrow(1, 0, 3 * d));
     if (auto* grad_x = input_grad(grad_inputs)) grad_x->add_(grad_wx);
     if (K == 0) return {};
-    auto grad_h_k = at::mm(grad_f, U_f_).view({n, K, d});
-    grad_h_k.add_(at::mm(grad_iou, U_iou_).unsqueeze(1));
+    auto grad_h_k = at::mm(grad_f, U_f_.w).view({n, K, d});
+    grad_h_k.add_(at::mm(grad_iou, U_iou_.w).unsqueeze(1));
     return {grad_h_k.view({n * K, d}), grad_c_k};
   }
 
-  std::vector<Tensor> param_grads() override {
-    return {weight_grad(U_iou_, grad_iou_, h_tilde_), bias_grad(b_iou_, grad_iou_),
-            weight_grad(U_f_, grad_f_, gathered(0)), bias_grad(b_f_, grad_f_)};
+  Tensors param_grads() override {
+    return {weight_grad(U_iou_.w, grad_iou_, h_tilde_), bias_grad(b_iou_, grad_iou_),
+            weight_grad(U_f_.w, grad_f_, gathered(0)), bias_grad(b_f_, grad_f_)};
   }
 
  private:
-  Tensor U_iou_, b_iou_, U_f_, b_f_, U_iou_t_, U_f_t_;
+  Weight U_iou_, U_f_;
+  Tensor b_iou_, b_f_;
   int64_t d_ = 0, first_ = 0;
   Tensor h_tilde_, grad_iou_, grad_f_;
 };

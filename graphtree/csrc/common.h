@@ -1,4 +1,5 @@
-// Helpers shared by graphtree's compiled level kernels (see graphtree/backend/compiled.py).
+// Helpers shared by graphtree's compiled level kernels (see graphtree/backend/compiled.py), with the standard
+// headers that every source file uses.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -8,9 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <initializer_list>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace graphtree {
@@ -38,11 +39,15 @@ inline void check(const Tensor& t, const char* name) {
 }
 
 // check() every argument, and make each contiguous in place (the kernels index raw rows).
-inline void check_all(std::initializer_list<Tensor*> tensors) {
+inline void check_all(std::initializer_list<Tensor*> tensors, const char* name = "every argument") {
   for (auto* t : tensors) {
-    check(*t, "every argument");
+    check(*t, name);
     *t = t->contiguous();
   }
+}
+
+inline void check_all(std::vector<Tensor>& tensors, const char* name) {
+  for (auto& t : tensors) check_all({&t}, name);
 }
 
 // w ([rows, cols], float32) transposed into a new contiguous [cols, rows] tensor: w.t().contiguous(), the same
@@ -81,6 +86,16 @@ inline Tensor transposed(const Tensor& w) {
     }
   });
   return out;
+}
+
+// A weight as it is (for the gradients' products) and transposed (for the forward products): checked, contiguous.
+struct Weight {
+  Tensor w, t;
+};
+
+inline Weight with_transposed(const Tensor& weight) {
+  auto w = weight.contiguous();
+  return {w, transposed(w)};  // transposed() checks it
 }
 
 // exp(x) that the compiler can vectorize (std::exp is a scalar libm call here): Cody-Waite range
@@ -141,21 +156,59 @@ inline void for_rows(int64_t n, const F& f) {
   for (int64_t r = 0; r < n; ++r) f(r);
 }
 
-// Independent parts of a level's work (products with different weights, or of different rows), side by side:
-// each on a thread of PyTorch's pool, everything inside a part on that one thread (a product called inside a
-// parallel region runs serially), so each part computes exactly what it computes in a one-thread process. With
-// one thread, or inside a parallel region already (a side-by-side pass), one after the other. A level's
-// products are too small for two threads to share one well; Child-Sum's two are too small to gain even so,
-// and it does not use this.
-inline void side_by_side(const std::vector<std::function<void()>>& parts) {
-  const int64_t n = static_cast<int64_t>(parts.size());
-  if (n > 1 && at::get_num_threads() > 1 && !at::in_parallel_region()) {
-    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+// Input terms W x + b ([n, 4 d] rows, a block per gate, the forget gate's at block f) and pre-activations of the
+// same gates with N forget gates, f_1 .. f_N from block f on ([n, (N + 3) d]): x's block b feeds pre-activation
+// blocks [first, first + count), every f_l for the forget gate's, its own gate for each other block. fn(b, x, p)
+// for each pair, x and p the blocks' offsets in the raw rows of the n rows.
+template <typename F>
+inline void each_input_block(int64_t n, int64_t N, int64_t d, int64_t f, const F& fn) {
+  for_rows(n, [&](int64_t r) {
+    for (int64_t b = 0; b < 4; ++b) {
+      const int64_t first = b <= f ? b : b + N - 1, count = b == f ? N : 1;
+      for (int64_t l = 0; l < count; ++l) fn(b, (r * 4 + b) * d, (r * (N + 3) + first + l) * d);
+    }
+  });
+}
+
+// pre += the input terms, the block at `doubled` twice: the N-ary kernel doubles its candidate's weights (one
+// sigmoid serves every gate there: tanh(z) = 2 sigmoid(2 z) - 1).
+inline void add_input_terms(const Tensor& pre, const Tensor& terms, int64_t N, int64_t d, int64_t f,
+                            int64_t doubled = -1) {
+  float* P = pre.data_ptr<float>();
+  const float* X = terms.data_ptr<float>();
+  each_input_block(pre.size(0), N, d, f, [&](int64_t b, int64_t x, int64_t p) {
+    const float scale = b == doubled ? 2.f : 1.f;
+#pragma omp simd
+    for (int64_t k = 0; k < d; ++k) P[p + k] += scale * X[x + k];
+  });
+}
+
+// grad_terms += the input terms' gradient from that of the pre-activations (with respect to the undoubled
+// candidate): each gate's block, the sum over the f_l for the forget gate's.
+inline void add_input_terms_grad(const Tensor& grad_pre, const Tensor& grad_terms, int64_t N, int64_t d, int64_t f) {
+  const float* G = grad_pre.data_ptr<float>();
+  float* X = grad_terms.data_ptr<float>();
+  each_input_block(grad_pre.size(0), N, d, f, [&](int64_t, int64_t x, int64_t g) {
+#pragma omp simd
+    for (int64_t k = 0; k < d; ++k) X[x + k] += G[g + k];
+  });
+}
+
+// Independent parts of a level's work (products with different weights, or of different rows), f(k) for k in
+// [0, count), side by side: each on a thread of PyTorch's pool, everything inside a part on that one thread (a
+// product called inside a parallel region runs serially), so each part computes exactly what it computes in a
+// one-thread process. With one thread, or inside a parallel region already (a side-by-side pass), one after the
+// other. A level's products are too small for two threads to share one well; Child-Sum's two are too small to
+// gain even so, and it does not use this.
+template <typename F>
+inline void side_by_side(int64_t count, const F& f) {
+  if (count > 1 && at::get_num_threads() > 1 && !at::in_parallel_region()) {
+    at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
       at::NoGradGuard no_grad;  // grad mode is thread-local: a pool thread's own would record the products
-      for (int64_t k = begin; k < end; ++k) parts[k]();
+      for (int64_t k = begin; k < end; ++k) f(k);
     });
   } else {
-    for (const auto& part : parts) part();
+    for (int64_t k = 0; k < count; ++k) f(k);
   }
 }
 

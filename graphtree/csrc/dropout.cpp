@@ -8,14 +8,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/MT19937RNGEngine.h>
-#include <torch/extension.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
 #include <mutex>
-#include <optional>
-#include <vector>
 
 #include "common.h"
 

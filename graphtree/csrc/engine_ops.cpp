@@ -4,15 +4,7 @@
 // may repeat (a DAG node with several parents, the padding row of empty slots), so the pass is serial over rows
 // and vectorized within a row.
 
-#include "common.h"
 #include "level_loop.h"
-
-#include <cstring>
-#include <memory>
-#include <optional>
-#include <string>
-#include <utility>
-#include <vector>
 
 using graphtree::check;
 
@@ -89,10 +81,7 @@ void run_levels_forward(graphtree::LevelKernel& kernel, std::vector<torch::Tenso
     check(buffer, "every state buffer");
     TORCH_CHECK(buffer.dim() == 2 && buffer.is_contiguous(), "run_levels: state buffers must be contiguous [rows, d]");
   }
-  for (auto& input : inputs) {  // the kernels index rows: every level's rows of an input are contiguous
-    check(input, "every input");
-    input = input.contiguous();
-  }
+  graphtree::check_all(inputs, "every input");  // the kernels index rows: every level's rows of an input are contiguous
   kernel.begin(levels, inputs, buffers, save);
   std::vector<torch::Tensor> level_inputs(inputs.size()), children(buffers.size());
   for (const auto& level : levels) {
@@ -125,9 +114,11 @@ std::vector<torch::Tensor> run_levels_backward(
     std::vector<torch::Tensor> slots, std::vector<std::vector<int64_t>> position_groups) {
   const auto levels = levels_of(ptr, slots, position_groups);
   // The kernels index rows; these are the loop's own (the caller does not read them back), made contiguous.
-  for (auto& grad : grad_states) {
-    check(grad, "every state's gradient");
-    grad = grad.contiguous();
+  graphtree::check_all(grad_states, "every state's gradient");
+  for (const auto& grad : grad_inputs) {  // the caller's own, added into in place: a copy would not do
+    if (!grad) continue;
+    check(*grad, "every input's gradient");
+    TORCH_CHECK(grad->is_contiguous(), "run_levels: input gradients must be contiguous (the kernels index rows)");
   }
   kernel.begin_backward(grad_states);
   std::vector<torch::Tensor> level_grads(grad_states.size()), level_grad_inputs(grad_inputs.size());

@@ -9,9 +9,6 @@
 // Also the left, right and average heads of Table 5 (FixedHeadLevels) and the leaf sums of BiTreeLSTM's
 // classifier input (LeafSumLevels), parameterless bottom-up passes.
 
-#include <vector>
-
-#include "common.h"
 #include "level_loop.h"
 
 namespace graphtree {
@@ -23,25 +20,23 @@ class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
  public:
   // W_zx: [D, 2 D] (columns [W_zx^L, W_zx^R]), b_z: [D].
   GatedHeadLevels(Tensor W_zx, Tensor b_z)
-      : Levels("GatedHeadLevels", W_zx.options()), W_zx_(W_zx), b_z_(b_z) {
-    check_all({&W_zx_, &b_z_});
-    D_ = W_zx_.size(0);
-    TORCH_CHECK(W_zx_.dim() == 2 && W_zx_.size(1) == 2 * D_ && b_z_.numel() == D_,
-                "GatedHeadLevels: W_zx must be [D, 2 D] and b_z [D]");
+      : Levels("GatedHeadLevels", W_zx.options()), W_zx_(with_transposed(W_zx)), b_z_(b_z) {
+    check_all({&b_z_});
+    D_ = W_zx.size(0);
+    TORCH_CHECK(W_zx.size(1) == 2 * D_ && b_z_.numel() == D_, "GatedHeadLevels: W_zx must be [D, 2 D] and b_z [D]");
     expect(2, {D_});
-    W_zx_t_ = transposed(W_zx_);
   }
 
   void start(const std::vector<Level>& levels) override {
     grad_logits_ = save_ ? internal(D_) : Tensor();
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     if (level.width == 0) return copy_input(level, inputs, buffers);  // a leaf: its word vector
     const int64_t n = level.rows(), D = D_, pad = padding_row();
     auto heads = rows_of(buffers[0], level), pair = gathered(0, level, 2 * D);
-    auto z = at::addmm(b_z_, pair, W_zx_t_);  // the gate's logits, replaced by the gate
+    auto z = at::addmm(b_z_, pair, W_zx_.t);  // the gate's logits, replaced by the gate
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* X = pair.data_ptr<float>();
     float *Z = z.data_ptr<float>(), *H = heads.data_ptr<float>();
@@ -60,8 +55,7 @@ class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
     if (save) saved(level) = z;
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     if (level.width == 0) return pass_gradient_to_input(grad_states, grad_inputs);
     const auto& gate = saved(level);
     const int64_t n = level.rows(), D = D_;
@@ -81,16 +75,17 @@ class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
         ga[k] = gl[k] * (1.f - z[k]) * (xl[k] - xr[k]);  // sigmoid' = z (1 - z); d x_t / d z = x^L - x^R
       }
     });
-    grad_pair.addmm_(grad_logits, W_zx_);  // the children's share through the gate's logits
+    grad_pair.addmm_(grad_logits, W_zx_.w);  // the children's share through the gate's logits
     return {grad_pair.view({-1, D})};
   }
 
-  std::vector<Tensor> param_grads() override {
-    return {weight_grad(W_zx_, grad_logits_, gathered(0, 2 * D_)), bias_grad(b_z_, grad_logits_)};
+  Tensors param_grads() override {
+    return {weight_grad(W_zx_.w, grad_logits_, gathered(0, 2 * D_)), bias_grad(b_z_, grad_logits_)};
   }
 
  private:
-  Tensor W_zx_, b_z_, W_zx_t_;
+  Weight W_zx_;
+  Tensor b_z_;
   int64_t D_ = 0;
   Tensor grad_logits_;
 };
@@ -105,43 +100,34 @@ class FixedHeadLevels : public Levels<Nothing> {
     TORCH_CHECK(method >= 0 && method <= 2, "FixedHeadLevels: method must be 0 (left), 1 (right) or 2 (average)");
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     if (level.width == 0) return copy_input(level, inputs, buffers);  // a leaf: its word vector
     const int64_t n = level.rows(), K = level.width;
     auto heads = rows_of(buffers[0], level);
-    const int64_t D = heads.size(1), pad = padding_row(), method = method_;
+    const int64_t D = heads.size(1), pad = padding_row();
     const int64_t* S = level.slots.data_ptr<int64_t>();
     const float* X = children[0].data_ptr<float>();
     float* H = heads.data_ptr<float>();
     for_rows(n, [&](int64_t r) {
       float* h = H + r * D;
-      if (method < 2) {
-        const float* x = X + (r * K + pick(S + r * K, K, pad)) * D;
+      std::fill(h, h + D, 0.f);
+      const float count = each_read(S + r * K, K, pad, [&](int64_t l) {
+        const float* x = X + (r * K + l) * D;
 #pragma omp simd
-        for (int64_t k = 0; k < D; ++k) h[k] = x[k];
-        return;
-      }
-      const float c = present(S + r * K, K, pad);
-      const float* x0 = X + r * K * D;
+        for (int64_t k = 0; k < D; ++k) h[k] += x[k];
+      });
+      if (method_ < 2) return;
 #pragma omp simd
-      for (int64_t k = 0; k < D; ++k) h[k] = x0[k];
-      for (int64_t l = 1; l < K; ++l) {
-        const float* x = x0 + l * D;
-#pragma omp simd
-        for (int64_t k = 0; k < D; ++k) h[k] += x[k];  // empty slots hold zeros
-      }
-#pragma omp simd
-      for (int64_t k = 0; k < D; ++k) h[k] /= c;
+      for (int64_t k = 0; k < D; ++k) h[k] /= count;
     });
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     if (level.width == 0) return pass_gradient_to_input(grad_states, grad_inputs);
     const int64_t n = level.rows(), K = level.width;
     const auto& grad_head = grad_states[0];
-    const int64_t D = grad_head.size(1), pad = padding_row(), method = method_;
+    const int64_t D = grad_head.size(1), pad = padding_row();
     // Added straight into the children's rows of the heads' gradient, in the order in which the loop would
     // scatter them (the level's own rows, read here, are none of them): no [n * K, D] rows, mostly zeros, for the
     // loop to fill and scatter.
@@ -150,43 +136,37 @@ class FixedHeadLevels : public Levels<Nothing> {
     float* gX = grad_state(0).data_ptr<float>();
     for_rows(n, [&](int64_t r) {
       const float* g = G + r * D;
-      if (method < 2) {
-        float* gx = gX + S[r * K + pick(S + r * K, K, pad)] * D;
-#pragma omp simd
-        for (int64_t k = 0; k < D; ++k) gx[k] += g[k];
-        return;
-      }
-      const float c = present(S + r * K, K, pad);
-      for (int64_t l = 0; l < K; ++l) {
-        if (S[r * K + l] == pad) continue;
+      const float count = method_ < 2 ? 1.f : each_read(S + r * K, K, pad, [](int64_t) {});
+      each_read(S + r * K, K, pad, [&](int64_t l) {
         float* gx = gX + S[r * K + l] * D;
+        if (count == 1.f) {  // no division in the fixed heads' loop
 #pragma omp simd
-        for (int64_t k = 0; k < D; ++k) gx[k] += g[k] / c;
-      }
+          for (int64_t k = 0; k < D; ++k) gx[k] += g[k];
+        } else {
+#pragma omp simd
+          for (int64_t k = 0; k < D; ++k) gx[k] += g[k] / count;
+        }
+      });
     });
     return {};
   }
 
-  std::vector<Tensor> param_grads() override { return {}; }
+  Tensors param_grads() override { return {}; }
 
  private:
-  // How many of a node's K slots hold a child.
-  static float present(const int64_t* slots, int64_t K, int64_t pad) {
-    int64_t count = 0;
-    for (int64_t l = 0; l < K; ++l) count += slots[l] != pad;
-    return static_cast<float>(count);
-  }
-
-  // The slot of the leftmost (method 0) or rightmost (1) child present among a node's K slots.
-  int64_t pick(const int64_t* slots, int64_t K, int64_t pad) const {
-    if (method_ == 0) {
-      for (int64_t l = 0; l < K; ++l)
-        if (slots[l] != pad) return l;
-    } else {
-      for (int64_t l = K - 1; l >= 0; --l)
-        if (slots[l] != pad) return l;
+  // f(l) for each of a node's K slots whose child's head the node's reads: the leftmost child's (method 0), the
+  // rightmost's (1) or every child's (2; empty slots hold the padding row). Returns how many.
+  template <typename F>
+  float each_read(const int64_t* slots, int64_t K, int64_t pad, const F& f) const {
+    float count = 0.f;
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t l = method_ == 1 ? K - 1 - j : j;
+      if (slots[l] == pad) continue;
+      f(l);
+      count += 1.f;
+      if (method_ < 2) break;
     }
-    return 0;  // unreachable: an internal node has a child
+    return count;
   }
 
   int64_t method_;
@@ -199,8 +179,8 @@ class LeafSumLevels : public Levels<Nothing> {
  public:
   LeafSumLevels() : Levels("LeafSumLevels", torch::kFloat32) {}
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     const int64_t n = level.rows();
     auto total = rows_of(buffers[0], level), count = rows_of(buffers[1], level);
     if (level.width == 0) {
@@ -212,15 +192,14 @@ class LeafSumLevels : public Levels<Nothing> {
     at::sum_out(count, children[1].view({n, level.width, 1}), 1);
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     // The counts are constants: the totals' gradient alone, which leaves add into their inputs'.
     if (level.width == 0) return pass_gradient_to_input(grad_states, grad_inputs);
     // The children's rows are added into the buffer that the level's gradient is rows of: a copy (repeated_rows).
     return {repeated_rows(grad_states[0], level.rows(), level.width)};
   }
 
-  std::vector<Tensor> param_grads() override { return {}; }
+  Tensors param_grads() override { return {}; }
 };
 
 const Binding binding([](pybind11::module& m) {

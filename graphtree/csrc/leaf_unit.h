@@ -4,9 +4,6 @@
 // is deferred to param_grads, one product over every leaf level.
 #pragma once
 
-#include <vector>
-
-#include "common.h"
 #include "level_loop.h"
 
 namespace graphtree {
@@ -21,10 +18,8 @@ class LeafUnit {
   LeafUnit() = default;
 
   // weight: [2 d, E] (rows c, then o) and bias: [2 d].
-  LeafUnit(const Tensor& weight, const Tensor& bias)
-      : weight_(weight.contiguous()), bias_(bias.contiguous()) {
-    check(weight_, "leaf_weight");
-    check(bias_, "leaf_bias");
+  LeafUnit(const Tensor& weight, const Tensor& bias) : weight_(weight), bias_(bias) {
+    check_all({&weight_, &bias_}, "leaf_weight and leaf_bias");
     TORCH_CHECK(weight_.dim() == 2 && weight_.size(0) % 2 == 0 && bias_.numel() == weight_.size(0),
                 "leaf_weight must be [2 d, E] and leaf_bias [2 d]");
   }
@@ -77,7 +72,7 @@ class LeafUnit {
 
   // `grads` (a kernel's other parameter gradients), then those of the weight and the bias over every leaf level
   // that ran backward, where the unit is defined.
-  std::vector<Tensor> with_param_grads(std::vector<Tensor> grads) const {
+  Tensors with_param_grads(Tensors grads) const {
     if (!defined()) return grads;
     auto grad_gates = grads_.grads();
     grads.push_back(weight_grad(weight_, grad_gates, grads_.rows()));

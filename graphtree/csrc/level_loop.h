@@ -4,15 +4,11 @@
 // which on a tree level's few rows costs as much as the arithmetic.
 #pragma once
 
-#include <torch/extension.h>
-
-#include <cstdint>
-#include <utility>
-#include <vector>
-
 #include "common.h"
 
 namespace graphtree {
+
+using Tensors = std::vector<Tensor>;
 
 // One level of a pass: its rows [begin, end) of the level-sorted buffers, the flat slot index of its
 // nodes' predecessors ([n * width], the padding row where a slot is empty), and, bottom-up, the sizes of its
@@ -36,8 +32,7 @@ class LevelKernel {
 
   // Called before the forward loop with every level of the pass, the whole level-sorted inputs and the state
   // buffers that the levels write; `save`: a backward loop will follow.
-  virtual void begin(const std::vector<Level>& levels, const std::vector<Tensor>& inputs,
-                     const std::vector<Tensor>& buffers, bool save) = 0;
+  virtual void begin(const std::vector<Level>& levels, const Tensors& inputs, const Tensors& buffers, bool save) = 0;
 
   // Where to gather state component `state` of the level's predecessors ([n * width, d] rows), or an undefined
   // tensor to let the engine allocate it: a kernel that keeps the gathered states can have them written in place.
@@ -45,39 +40,78 @@ class LevelKernel {
 
   // The level's states, written into rows [begin, end) of `buffers`, from its rows of `inputs` and the
   // gathered predecessor states `children` (one [n * width, d] tensor per state component).
-  virtual void forward(const Level& level, const std::vector<Tensor>& inputs, const std::vector<Tensor>& children,
-                       std::vector<Tensor>& buffers, bool save) = 0;
+  virtual void forward(const Level& level, const Tensors& inputs, const Tensors& children,
+                       Tensors& buffers, bool save) = 0;
 
   // Called before the backward loop with the gradients of the whole state buffers, which the loop adds into. A
   // kernel may add its children's gradients into their rows there itself, in the order in which the loop would
   // scatter them, and return none.
-  virtual void begin_backward(const std::vector<Tensor>& grad_states) = 0;
+  virtual void begin_backward(const Tensors& grad_states) = 0;
 
   // Given the gradients of the level's states, adds into `grad_inputs` (the level's rows; undefined where no
   // gradient is needed) and returns the gradients of the gathered predecessor states (undefined or missing:
   // none; a level without predecessors returns none).
-  virtual std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                                       std::vector<Tensor>& grad_inputs) = 0;
+  virtual Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) = 0;
 
   // Called once after the backward loop, with the gradients of the whole inputs (undefined where none is
   // needed): a kernel that deferred its input gradients adds them here, in one product.
-  virtual void finish_backward(std::vector<Tensor>& grad_inputs) {}
+  virtual void finish_backward(Tensors& grad_inputs) {}
 
   // Called once after the backward loop: the parameter gradients, in the order in which the kernel's maker in
   // graphtree/backend/compiled.py lists the cell's parameters.
-  virtual std::vector<Tensor> param_grads() = 0;
+  virtual Tensors param_grads() = 0;
 };
 
 // Rows of several tensors, one after the other (no copy for one).
-inline Tensor cat_rows(const std::vector<Tensor>& parts) {
+inline Tensor cat_rows(const Tensors& parts) {
   return parts.size() == 1 ? parts[0] : torch::cat(parts);
 }
 
 // The level's rows of a level-sorted tensor.
 inline Tensor rows_of(const Tensor& t, const Level& level) { return t.narrow(0, level.begin, level.rows()); }
 
+// Rows [begin, begin + count) of a level, whose nodes are all at `position` under their parents (-1: several).
+struct Block {
+  int64_t position, begin, count;
+};
+
+inline Tensor rows_of(const Tensor& t, const Block& block) { return t.narrow(0, block.begin, block.count); }
+
+// A level's rows as consecutive blocks by the nodes' position under their parents (Level::position_groups): one
+// per position that has rows, then one of the rows at several positions. The rows with no parent, last, are in
+// none; a level without position groups is one block at several positions.
+inline std::vector<Block> position_blocks(const Level& level) {
+  const auto& groups = level.position_groups;
+  if (groups.size() < 2) return {{-1, 0, level.rows()}};
+  const int64_t several = static_cast<int64_t>(groups.size()) - 2;  // the groups: each position, several, none
+  std::vector<Block> blocks;
+  for (int64_t g = 0, begin = 0; g <= several; begin += groups[g++]) {
+    if (groups[g] > 0) blocks.push_back({g == several ? -1 : g, begin, groups[g]});
+  }
+  return blocks;
+}
+
+// f(block) for each block of a level's rows, side by side (common.h): the blocks write different rows, with
+// different weights where a kernel has a set per position. With two functions, f(block) and g(block) are parts
+// of their own (two products of every block).
+template <typename F>
+void each_block(const std::vector<Block>& blocks, const F& f) {
+  side_by_side(static_cast<int64_t>(blocks.size()), [&](int64_t k) { f(blocks[k]); });
+}
+
+template <typename F, typename G>
+void each_block(const std::vector<Block>& blocks, const F& f, const G& g) {
+  side_by_side(2 * static_cast<int64_t>(blocks.size()), [&](int64_t k) {
+    if (k % 2 == 0) return f(blocks[k / 2]);
+    g(blocks[k / 2]);
+  });
+}
+
+// out = a b into rows of a larger tensor (at::mm_out takes its output by reference).
+inline void mm_into(Tensor out, const Tensor& a, const Tensor& b) { at::mm_out(out, a, b); }
+
 // Where a level's input gradient goes, or nullptr where none is needed.
-inline Tensor* input_grad(std::vector<Tensor>& grad_inputs) {
+inline Tensor* input_grad(Tensors& grad_inputs) {
   return grad_inputs.empty() || !grad_inputs[0].defined() ? nullptr : &grad_inputs[0];
 }
 
@@ -103,7 +137,9 @@ inline Tensor repeated_rows(const Tensor& t, int64_t n, int64_t times) {
 }
 
 // A weight's gradient deferred to param_grads: the gradient rows of the weight's products and the rows it
-// multiplied, level by level, for one product over them all.
+// multiplied, level by level, for one product over them all. Rows that follow the previous ones in the same
+// tensor extend them: every level's rows of one whole tensor (a bottom-up pass's internal rows) are that tensor's
+// block again, not a copy.
 class GradientRows {
  public:
   void clear() {
@@ -112,8 +148,8 @@ class GradientRows {
   }
 
   void add(const Tensor& grad, const Tensor& rows) {
-    grads_.push_back(grad);
-    rows_.push_back(rows);
+    append(grads_, grad);
+    append(rows_, rows);
   }
 
   // Every level's rows, in the order added (undefined where none).
@@ -126,7 +162,19 @@ class GradientRows {
   }
 
  private:
-  std::vector<Tensor> grads_, rows_;
+  static void append(Tensors& parts, const Tensor& t) {
+    if (!parts.empty()) {
+      auto& last = parts.back();
+      if (t.is_alias_of(last) && t.size(1) == last.size(1) && t.strides() == last.strides() &&
+          t.storage_offset() == last.storage_offset() + last.size(0) * last.stride(0)) {
+        last = last.as_strided({last.size(0) + t.size(0), last.size(1)}, last.strides());
+        return;
+      }
+    }
+    parts.push_back(t);
+  }
+
+  Tensors grads_, rows_;
 };
 
 // The frame of every cell's kernel: what forward saves per level for backward (Saved), the pass's whole
@@ -145,8 +193,7 @@ class GradientRows {
 template <typename Saved>
 class Levels : public LevelKernel {
  public:
-  void begin(const std::vector<Level>& levels, const std::vector<Tensor>& inputs,
-             const std::vector<Tensor>& buffers, bool save) override {
+  void begin(const std::vector<Level>& levels, const Tensors& inputs, const Tensors& buffers, bool save) override {
     save_ = save;
     inputs_ = inputs;
     buffers_ = buffers;
@@ -182,7 +229,7 @@ class Levels : public LevelKernel {
     return gathered_[state].narrow(0, slots_[level.index], level.slots.numel());
   }
 
-  void begin_backward(const std::vector<Tensor>& grad_states) override {
+  void begin_backward(const Tensors& grad_states) override {
     TORCH_CHECK(save_, name_, ": backward after a forward that saved nothing");
     grad_states_ = grad_states;
   }
@@ -214,11 +261,10 @@ class Levels : public LevelKernel {
 
   // A leaf level whose first state is its input (a word vector): the input's rows copied forward, and the
   // state's gradient added into the input's backward.
-  void copy_input(const Level& level, const std::vector<Tensor>& inputs, std::vector<Tensor>& buffers) const {
+  void copy_input(const Level& level, const Tensors& inputs, Tensors& buffers) const {
     rows_of(buffers[0], level).copy_(inputs[0]);
   }
-  std::vector<Tensor> pass_gradient_to_input(const std::vector<Tensor>& grad_states,
-                                             std::vector<Tensor>& grad_inputs) const {
+  Tensors pass_gradient_to_input(const Tensors& grad_states, Tensors& grad_inputs) const {
     if (auto* grad_x = input_grad(grad_inputs)) grad_x->add_(grad_states[0]);
     return {};
   }
@@ -249,11 +295,11 @@ class Levels : public LevelKernel {
  private:
   int64_t width_ = 0;
   std::vector<int64_t> kept_states_;
-  std::vector<Tensor> inputs_, buffers_, grad_states_;
+  Tensors inputs_, buffers_, grad_states_;
   std::vector<Saved> saved_;
   std::vector<int64_t> internal_rows_, slots_;
   bool consecutive_ = true;
-  std::vector<Tensor> gathered_;
+  Tensors gathered_;
 };
 
 // The Python class of kernel K, made from constructor arguments Args (named by `names`).

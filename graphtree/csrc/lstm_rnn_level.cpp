@@ -7,9 +7,6 @@
 // g is the composition's activation: 0 tanh, 1 softsign, 2 sigmoid (the gates are always logistic). Its
 // derivative is written in terms of its output y, which is all the backward pass keeps.
 
-#include <vector>
-
-#include "common.h"
 #include "level_loop.h"
 
 namespace graphtree {
@@ -56,8 +53,7 @@ void cell_into(const Tensor& m_children, const Tensor& c_children, const Tensor&
 // o = sigmoid(W_o1 x + W_o2 y + W_co c_p + b_o) and p = o g(c_p), given cell_terms = W_cell c_p [n, 5d] (W_co last).
 // Writes o, g(c_p) and p, each [n, d].
 void output_into(const Tensor& m_children, const Tensor& cell_terms, const Tensor& c,
-                 const Tensor& b, int64_t kind, const Tensor& o, const Tensor& g_c,
-                 const Tensor& p) {
+                 const Tensor& b, int64_t kind, const Tensor& o, const Tensor& g_c, const Tensor& p) {
   const int64_t n = c.size(0), d = c.size(1);
   const float *M = m_children.data_ptr<float>(), *Ct = cell_terms.data_ptr<float>(), *C = c.data_ptr<float>();
   const float* B = b.data_ptr<float>();
@@ -124,149 +120,124 @@ void cell_backward_into(const Tensor& grad_c, const Tensor& grad_c_from_cell, co
       gb[d + k] = gfx + gfy;
       gb[2 * d + k] = grad_a;
       gb[3 * d + k] = go[k];
-      // Child x's first blocks feed its own gates and its second blocks y's; likewise for y.
-      gmx[k] = gix;
-      gmx[d + k] = gfx;
-      gmx[2 * d + k] = giy;
-      gmx[3 * d + k] = gfy;
-      gmy[k] = giy;
-      gmy[d + k] = gfy;
-      gmy[2 * d + k] = gix;
-      gmy[3 * d + k] = gfx;
-      gmx[4 * d + k] = grad_a * ix;  // W_c1 x
-      gmx[5 * d + k] = go[k];        // W_o1 x
-      gmy[6 * d + k] = grad_a * iy;  // W_c2 y
-      gmy[7 * d + k] = go[k];        // W_o2 y
-      gmx[6 * d + k] = gmx[7 * d + k] = 0.f;  // a first child's W_c2, W_o2 blocks are not read
-      gmy[4 * d + k] = gmy[5 * d + k] = 0.f;  // nor a second child's W_c1, W_o1
+      // Child x's first blocks feed its own gates and its second blocks y's, likewise for y; then W_c1 x, W_o1 x,
+      // W_c2 y, W_o2 y (a first child's W_c2, W_o2 blocks are not read, nor a second child's W_c1, W_o1: zero).
+      const float blocks_x[8] = {gix, gfx, giy, gfy, grad_a * ix, go[k], 0.f, 0.f};
+      const float blocks_y[8] = {giy, gfy, gix, gfx, 0.f, 0.f, grad_a * iy, go[k]};
+      for (int64_t j = 0; j < 8; ++j) {
+        gmx[j * d + k] = blocks_x[j];
+        gmy[j * d + k] = blocks_y[j];
+      }
       gcx[k] = gc * fx;
       gcy[k] = gc * fy;
     }
   });
 }
 
-// A level's rows by the blocks of m their parents read (the level is grouped by position, Level::position_groups):
-// [0, first) are child 0 of their parents, which read W_i1 .. W_o1 (the first 6d columns); [first, second)
-// child 1, which read W_i1 .. W_f2 and W_c2, W_o2 (the first 4d and the last 2d); [second, all) every block (a
-// DAG node at both positions, or a level that is not grouped); [all, n) have no parent and need no m.
-struct MRows {
-  int64_t first, second, all;
-};
-
-MRows m_rows(const Level& level) {
-  const int64_t n = level.end - level.begin;
-  const auto& groups = level.position_groups;
-  if (groups.size() < 2) return {0, 0, n};
-  const size_t widest = groups.size() - 2;  // the groups: each position, then several, then no parent
-  TORCH_CHECK(widest <= 2, "LSTMRNNLevels: a child at position ", widest - 1, " of a binary cell");
-  const int64_t first = widest >= 1 ? groups[0] : 0, second = first + (widest >= 2 ? groups[1] : 0);
-  return {first, second, second + groups[widest]};
-}
-
-Tensor rows(const Tensor& t, int64_t begin, int64_t end) { return t.narrow(0, begin, end - begin); }
-
-// f(begin, end, column, width) for each row group of `r` and each block of m that its rows' parents read
-// (columns [column, column + width)), the row groups side by side (they write different rows).
+// f(block, column, width) for each block of a level's rows (position_blocks) and each block of m that its rows'
+// parents read, columns [column, column + width): a child 0 reads W_i1 .. W_o1 (the first 6d columns), a child 1
+// W_i1 .. W_f2 and W_c2, W_o2 (the first 4d and the last 2d), a node at both positions (or a level that is not
+// grouped) every block; the rows with no parent need no m. The row blocks side by side (they write different rows).
 template <typename F>
-void each_read_block(const MRows& r, int64_t d, const F& f) {
-  std::vector<std::function<void()>> parts;
-  if (r.first > 0) parts.push_back([&] { f(0, r.first, 0, 6 * d); });
-  if (r.second > r.first) {
-    parts.push_back([&] {
-      f(r.first, r.second, 0, 4 * d);
-      f(r.first, r.second, 6 * d, 2 * d);
-    });
-  }
-  if (r.all > r.second) parts.push_back([&] { f(r.second, r.all, 0, 8 * d); });
-  side_by_side(parts);
+void each_read_block(const std::vector<Block>& blocks, int64_t d, const F& f) {
+  each_block(blocks, [&](const Block& b) {
+    if (b.position != 1) return f(b, 0, b.position == 0 ? 6 * d : 8 * d);
+    f(b, 0, 4 * d);
+    f(b, 6 * d, 2 * d);
+  });
 }
 
 // m = u W^T (W_t = W^T, [d, 8d]) on the blocks each row's parent reads; the other blocks are left as they are.
 // mm_out writes into the strided column blocks directly (BLAS's leading dimension).
-void project_read_blocks(const Tensor& m, const Tensor& u, const Tensor& W_t, const MRows& r, int64_t d) {
-  each_read_block(r, d, [&](int64_t begin, int64_t end, int64_t column, int64_t width) {
-    auto out = rows(m, begin, end).narrow(1, column, width);
-    at::mm_out(out, rows(u, begin, end), W_t.narrow(1, column, width));
+void project_read_blocks(const Tensor& m, const Tensor& u, const Tensor& W_t, const std::vector<Block>& blocks,
+                         int64_t d) {
+  each_read_block(blocks, d, [&](const Block& b, int64_t column, int64_t width) {
+    mm_into(rows_of(m, b).narrow(1, column, width), rows_of(u, b), W_t.narrow(1, column, width));
   });
 }
 
 // grad_u += grad_m W on the blocks each row's parent read (grad_m is zero on the others).
-void add_read_blocks_back(const Tensor& grad_u, const Tensor& grad_m, const Tensor& W, const MRows& r, int64_t d) {
-  each_read_block(r, d, [&](int64_t begin, int64_t end, int64_t column, int64_t width) {
-    rows(grad_u, begin, end).addmm_(rows(grad_m, begin, end).narrow(1, column, width), W.narrow(0, column, width));
+void add_read_blocks_back(const Tensor& grad_u, const Tensor& grad_m, const Tensor& W,
+                          const std::vector<Block>& blocks, int64_t d) {
+  each_read_block(blocks, d, [&](const Block& b, int64_t column, int64_t width) {
+    rows_of(grad_u, b).addmm_(rows_of(grad_m, b).narrow(1, column, width), W.narrow(0, column, width));
   });
 }
 
-struct LSTMRNNSaved {  // of the inner levels
-  Tensor c_xy, gates, m_xy, g_a, c_p, o, g_c;
+struct LSTMRNNSaved {
+  std::vector<Block> blocks;  // the level's rows by the blocks of m that their parents read (each_read_block)
+  struct Step {
+    Tensor c_xy, gates, m_xy, g_a, c_p, o, g_c;
+  } step;  // an inner level's
 };
 
 // The LSTM-RNN (graphtree/nn/lstm_rnn.py, Le & Zuidema 2015) as a LevelKernel. States: p, c_p and the internal
-// m, of which each node computes only the blocks its parents read (MRows). The weight gradients are products over
-// all inner rows at once, read from the state buffers and their gradients (the leaves' from level 0's rows), whose
-// inner rows are one block in a bottom-up pass.
+// m, of which each node computes only the blocks its parents read (each_read_block). The weight gradients are
+// products over all inner rows at once, read from the state buffers and their gradients (the leaves' from level
+// 0's rows), whose inner rows are one block in a bottom-up pass.
 class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
  public:
   LSTMRNNLevels(Tensor W_leaf, Tensor W_inner, Tensor W_cell, Tensor b, int64_t kind)
-      : Levels("LSTMRNNLevels", W_inner.options()), W_leaf_(W_leaf), W_inner_(W_inner), W_cell_(W_cell), b_(b),
-        kind_(kind) {
-    check_all({&W_leaf_, &W_inner_, &W_cell_, &b_});
-    d_ = W_inner_.size(1);
-    TORCH_CHECK(W_inner_.size(0) == 8 * d_ && W_leaf_.size(0) == 8 * d_ && W_cell_.size(0) == 5 * d_ &&
-                    W_cell_.size(1) == d_ && b_.numel() == 4 * d_,
+      : Levels("LSTMRNNLevels", W_inner.options()), W_leaf_(with_transposed(W_leaf)),
+        W_inner_(with_transposed(W_inner)), W_cell_(with_transposed(W_cell)), b_(b), kind_(kind) {
+    check_all({&b_});
+    d_ = W_inner.size(1);
+    TORCH_CHECK(W_inner.size(0) == 8 * d_ && W_leaf.size(0) == 8 * d_ && W_cell.size(0) == 5 * d_ &&
+                    W_cell.size(1) == d_ && b_.numel() == 4 * d_,
                 "LSTMRNNLevels: weight shapes do not agree");
     expect(2);
-    W_leaf_t_ = transposed(W_leaf_);
-    W_inner_t_ = transposed(W_inner_);
-    W_cell_t_ = transposed(W_cell_);
   }
 
   void start(const std::vector<Level>& levels) override {
     for (size_t l = 0; l < levels.size(); ++l) {
       TORCH_CHECK((levels[l].width > 0) == (l > 0), "LSTMRNNLevels: expected a bottom-up pass (leaves first, "
                   "then inner levels)");
+      for (const auto& block : saved(levels[l]).blocks = position_blocks(levels[l])) {
+        TORCH_CHECK(block.position < 2, "LSTMRNNLevels: a child at position ", block.position, " of a binary cell");
+      }
     }
     grad_cell_ = save_ ? internal(5 * d_) : Tensor();
     grad_b_ = save_ ? internal(4 * d_) : Tensor();
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     const int64_t n = level.rows(), d = d_;
+    const auto& blocks = saved(level).blocks;
     auto p_out = rows_of(buffers[0], level), c_out = rows_of(buffers[1], level), m_out = rows_of(buffers[2], level);
     if (level.width == 0) {  // leaves: output w, memory 0, so m is the leaf set applied to w alone
       copy_input(level, inputs, buffers);
-      project_read_blocks(m_out, inputs[0], W_leaf_t_, m_rows(level), d);
+      project_read_blocks(m_out, inputs[0], W_leaf_.t, blocks, d);
       return;
     }
     auto c_xy = children[1].view({n, 2, d}), m_xy = children[2].view({n, 2, 8 * d});
     auto gates = fresh(n, 4 * d), g_a = fresh(n, d), o = fresh(n, d), g_c = fresh(n, d);
     cell_into(m_xy, c_xy, b_, kind_, gates, g_a, c_out);  // c_p
-    auto cell_terms = at::mm(c_out, W_cell_t_);
+    auto cell_terms = at::mm(c_out, W_cell_.t);
     output_into(m_xy, cell_terms, c_out, b_, kind_, o, g_c, p_out);  // p
-    const auto read = m_rows(level);
-    project_read_blocks(m_out, p_out, W_inner_t_, read, d);
-    rows(m_out, 0, read.all).narrow(1, 0, 4 * d).add_(rows(cell_terms, 0, read.all).narrow(1, 0, 4 * d));
-    if (save) saved(level) = {c_xy, gates, m_xy, g_a, c_out, o, g_c};
+    project_read_blocks(m_out, p_out, W_inner_.t, blocks, d);
+    const int64_t read = blocks.empty() ? 0 : blocks.back().begin + blocks.back().count;  // the rows with a parent
+    m_out.narrow(0, 0, read).narrow(1, 0, 4 * d).add_(cell_terms.narrow(0, 0, read).narrow(1, 0, 4 * d));
+    if (save) saved(level).step = {c_xy, gates, m_xy, g_a, c_out, o, g_c};
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
-    const auto& s = saved(level);
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
+    const auto& blocks = saved(level).blocks;
+    const auto& s = saved(level).step;
     const int64_t n = level.rows(), d = d_;
     const auto &grad_p = grad_states[0], &grad_c = grad_states[1], &grad_m = grad_states[2];
     if (level.width == 0) {
       // A leaf's memory is the constant 0, so grad_c does not reach x.
       if (auto* grad_x = input_grad(grad_inputs)) {
-        add_read_blocks_back(grad_x->add_(grad_p), grad_m, W_leaf_, m_rows(level), d);
+        add_read_blocks_back(grad_x->add_(grad_p), grad_m, W_leaf_.w, blocks, d);
       }
       return {};
     }
     auto grad_p_total = grad_p.clone(at::MemoryFormat::Contiguous);
-    add_read_blocks_back(grad_p_total, grad_m, W_inner_, m_rows(level), d);
+    add_read_blocks_back(grad_p_total, grad_m, W_inner_.w, blocks, d);
     auto grad_cell = internal_rows(grad_cell_, level);
     output_backward_into(grad_m, grad_p_total, s.o, s.g_c, grad_cell);  // peephole blocks, then o's
-    auto grad_c_from_cell = at::mm(grad_cell, W_cell_);
+    auto grad_c_from_cell = at::mm(grad_cell, W_cell_.w);
     auto grad_m_xy = fresh(n, 16 * d), grad_c_xy = fresh(n, 2 * d);
     cell_backward_into(grad_c, grad_c_from_cell, grad_p_total, grad_cell, s.o, s.g_c, s.g_a, s.gates, s.m_xy, s.c_xy,
                        kind_, internal_rows(grad_b_, level), grad_m_xy, grad_c_xy);
@@ -274,15 +245,16 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
     return {Tensor(), grad_c_xy.view({-1, d}), grad_m_xy.view({-1, 8 * d})};
   }
 
-  std::vector<Tensor> param_grads() override {
+  Tensors param_grads() override {
     auto leaves = [this](const Tensor& t) { return t.narrow(0, 0, internal_begin_); };  // level 0's rows
-    return {weight_grad(W_leaf_, leaves(grad_state(2)), leaves(input(0))),
-            weight_grad(W_inner_, internal_block(grad_state(2)), internal_block(buffer(0))),
-            weight_grad(W_cell_, grad_cell_, internal_block(buffer(1))), bias_grad(b_, grad_b_)};
+    return {weight_grad(W_leaf_.w, leaves(grad_state(2)), leaves(input(0))),
+            weight_grad(W_inner_.w, internal_block(grad_state(2)), internal_block(buffer(0))),
+            weight_grad(W_cell_.w, grad_cell_, internal_block(buffer(1))), bias_grad(b_, grad_b_)};
   }
 
  private:
-  Tensor W_leaf_, W_inner_, W_cell_, b_, W_leaf_t_, W_inner_t_, W_cell_t_;
+  Weight W_leaf_, W_inner_, W_cell_;
+  Tensor b_;
   int64_t kind_ = 0, d_ = 0;
   Tensor grad_cell_, grad_b_;
 };

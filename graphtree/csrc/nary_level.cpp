@@ -5,9 +5,6 @@
 // Gate layout of a row (d = hidden size, N = children): i, o, u, f_1 .. f_N, each d wide. The u block's
 // weights are doubled by the caller, so one sigmoid serves every gate: u = 2 sigmoid(2 z) - 1 = tanh(z).
 
-#include <vector>
-
-#include "common.h"
 #include "leaf_unit.h"
 #include "level_loop.h"
 
@@ -58,25 +55,6 @@ void backward_rows(const float* gH, const float* gC, const float* A, const float
   });
 }
 
-// The general setting's input terms: adds each row of X = W x + b ([n, 4 d]: gates i, o, u, f) to the row's
-// pre-activations G ([n, (3 + N) d]), the u block doubled like its weights, the f block to every child's gate.
-void add_input_rows(float* G, const float* X, int64_t n, int64_t N, int64_t d) {
-  const int64_t width = (3 + N) * d;
-  for_rows(n, [&](int64_t r) {
-    float* g = G + r * width;
-    const float* x = X + r * 4 * d;
-#pragma omp simd
-    for (int64_t k = 0; k < 2 * d; ++k) g[k] += x[k];
-#pragma omp simd
-    for (int64_t k = 0; k < d; ++k) g[2 * d + k] += 2.f * x[2 * d + k];
-    for (int64_t l = 0; l < N; ++l) {
-      float* f = g + (3 + l) * d;
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) f[k] += x[3 * d + k];
-    }
-  });
-}
-
 struct NarySaved {
   Tensor activated, tanh_c, c_children;
   LeafUnit::Saved leaf;
@@ -94,15 +72,15 @@ class NaryLevels : public Levels<NarySaved> {
   // likewise; U: [R, N d] as it is, for the children's gradients; leaf_weight: [2 d, E] and leaf_bias: [2 d],
   // W_leaf's (constituency; empty in the general setting).
   NaryLevels(Tensor gate_weights_t, Tensor gate_bias, Tensor U, Tensor leaf_weight, Tensor leaf_bias, bool general)
-      : Levels("NaryLevels", U.options()),
-        gate_weights_t_(gate_weights_t), gate_bias_(gate_bias), U_(U), general_(general) {
-    check_all({&gate_weights_t_, &gate_bias_, &U_});
+      : Levels("NaryLevels", U.options()), gate_bias_(gate_bias), general_(general) {
+    check_all({&gate_weights_t, &gate_bias_, &U});
+    U_ = {U, gate_weights_t};
     if (!general_) leaf_ = LeafUnit(leaf_weight, leaf_bias);
-    rows_ = U_.size(0);
-    d_ = (rows_ - U_.size(1)) / 3;  // R = 3 d + N d
-    N_ = d_ > 0 ? U_.size(1) / d_ : 0;
-    TORCH_CHECK(d_ > 0 && rows_ == (3 + N_) * d_ && gate_weights_t_.size(0) == N_ * d_ &&
-                    gate_weights_t_.size(1) == rows_ && (general_ || leaf_weight.size(0) == 2 * d_),
+    rows_ = U.size(0);
+    d_ = (rows_ - U.size(1)) / 3;  // R = 3 d + N d
+    N_ = d_ > 0 ? U.size(1) / d_ : 0;
+    TORCH_CHECK(d_ > 0 && rows_ == (3 + N_) * d_ && gate_weights_t.size(0) == N_ * d_ &&
+                    gate_weights_t.size(1) == rows_ && (general_ || leaf_weight.size(0) == 2 * d_),
                 "NaryLevels: weight shapes do not agree");
     expect(N_, {d_, 0});
   }
@@ -113,8 +91,8 @@ class NaryLevels : public Levels<NarySaved> {
     grad_gates_ = save_ ? internal(rows_) : Tensor();
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     const int64_t n = level.rows();
     auto h = rows_of(buffers[0], level), c = rows_of(buffers[1], level);
     if (level.width == 0 && !general_) {
@@ -127,20 +105,19 @@ class NaryLevels : public Levels<NarySaved> {
       gates = repeated_rows(gate_bias_, 1, n);  // written in place below
       c_children = torch::zeros({n, N_, d_}, options_);
     } else {
-      gates = at::addmm(gate_bias_, children[0].view({n, N_ * d_}), gate_weights_t_);
+      gates = at::addmm(gate_bias_, children[0].view({n, N_ * d_}), U_.t);
       c_children = children[1].view({n, N_, d_});
     }
     if (general_) {
       TORCH_CHECK(inputs[0].size(1) == 4 * d_, "NaryLevels: inputs must be [n, 4 d] (W x + b)");
-      add_input_rows(gates.data_ptr<float>(), inputs[0].data_ptr<float>(), n, N_, d_);
+      add_input_terms(gates, inputs[0], N_, d_, 3, 2);  // W x + b: gates i, o, u, f; u doubled like its weights
     }
     forward_rows(gates.data_ptr<float>(), c_children.data_ptr<float>(), h.data_ptr<float>(), c.data_ptr<float>(),
                  tanh_c.data_ptr<float>(), n, N_, d_);
     if (save) saved(level) = {gates, tanh_c, c_children, {}};
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     const auto& s = saved(level);
     const int64_t n = level.rows(), d = d_;
     const auto &grad_h = grad_states[0], &grad_c = grad_states[1];
@@ -154,19 +131,16 @@ class NaryLevels : public Levels<NarySaved> {
     backward_rows(grad_h.data_ptr<float>(), grad_c.data_ptr<float>(), s.activated.data_ptr<float>(),
                   s.c_children.data_ptr<float>(), s.tanh_c.data_ptr<float>(), grad_gates.data_ptr<float>(),
                   grad_c_children.data_ptr<float>(), n, N_, d);
-    if (general_ && grad_x != nullptr) {  // W x + b: gates i, o, u; f summed
-      grad_x->narrow(1, 0, 3 * d).add_(grad_gates.narrow(1, 0, 3 * d));
-      grad_x->narrow(1, 3 * d, d).add_(grad_gates.narrow(1, 3 * d, N_ * d).view({n, N_, d}).sum(1));
-    }
+    if (general_ && grad_x != nullptr) add_input_terms_grad(grad_gates, *grad_x, N_, d, 3);
     if (level.width == 0) {  // general leaves: no children; their gates' bias gradient
       leaf_grad_bias_ += grad_gates.sum(0);
       return {};
     }
-    return {at::mm(grad_gates, U_).view({-1, d}), grad_c_children.view({-1, d})};
+    return {at::mm(grad_gates, U_.w).view({-1, d}), grad_c_children.view({-1, d})};
   }
 
-  std::vector<Tensor> param_grads() override {
-    auto grad_U = weight_grad(U_, grad_gates_, gathered(0, N_ * d_));
+  Tensors param_grads() override {
+    auto grad_U = weight_grad(U_.w, grad_gates_, gathered(0, N_ * d_));
     auto grad_b = leaf_grad_bias_.clone();
     if (grad_gates_.defined() && grad_gates_.size(0) > 0) grad_b += grad_gates_.sum(0);
     // Every child's bias block b_U[l] enters the gates the same way, so each gets the same gradient.
@@ -174,7 +148,8 @@ class NaryLevels : public Levels<NarySaved> {
   }
 
  private:
-  Tensor gate_weights_t_, gate_bias_, U_;
+  Weight U_;  // t: gate_weights_t, the u block doubled
+  Tensor gate_bias_;
   LeafUnit leaf_;  // constituency only
   bool general_ = false;
   int64_t rows_ = 0, d_ = 0, N_ = 0;

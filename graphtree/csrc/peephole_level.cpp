@@ -1,17 +1,14 @@
-// The elementwise parts of one level of a peephole Tree-LSTM with N ordered children, each fused into one pass
-// over the level's rows. Three cells share this form: the S-LSTM (Zhu et al. 2015, eqs 1-7; N = 2), Teng &
-// Zhang's lexicalized bottom-up cell (eqs 4, 10-11; any N, and N = 0 at its leaves) and their top-down cell
-// (eqs 13-14; N = 1, the parent). The output gate peeks at the new cell through W_co, a matrix product in the
-// middle of the level, so forward and backward each come in two halves around it.
+// One level of a peephole Tree-LSTM with N ordered predecessors, written once (PeepholeLevels::step) for the
+// three cells of this form: the S-LSTM (Zhu et al. 2015, eqs 1-7; N = 2 children), Teng & Zhang's lexicalized
+// bottom-up cell (eqs 4, 10-11; any N, and N = 0 at its leaves) and their top-down cell (eqs 13-14; N = 1, the
+// parent). Its elementwise parts are each fused into one pass over the level's rows. The output gate peeks at the
+// new cell through W_co, a matrix product in the middle of the level, so forward and backward each come in two
+// halves around it.
 //
 // pre rows (d wide each): the pre-activations of i, f_1 .. f_N, g, o from everything but the children's cells;
-// c_terms rows: the peepholes on the children's cells, for i, f_1 .. f_N (or none: already inside pre).
+// c_terms rows: the peepholes on the children's cells, for i, f_1 .. f_N (none at a level without predecessors).
 // "activated" rows: i, f_1 .. f_N, tanh(g).
 
-#include <optional>
-#include <vector>
-
-#include "common.h"
 #include "leaf_unit.h"
 #include "level_loop.h"
 
@@ -108,133 +105,181 @@ Tensor cell_backward_into(const Tensor& grad_c, const Tensor& grad_h, const Tens
   return grad_cj;
 }
 
-// gates [n, (N + 3) d] += W_x x laid out as i, f_1 .. f_N, g, o: the W_xf block goes to every f_k.
-void add_lexical_terms(const Tensor& gates, const Tensor& Wx, int64_t N, int64_t d) {
-  const int64_t n = gates.size(0), width = (N + 3) * d;
-  float* G = gates.data_ptr<float>();
-  const float* X = Wx.data_ptr<float>();
-  for_rows(n, [&](int64_t r) {
-    float* g = G + r * width;
-    const float* x = X + r * 4 * d;
-#pragma omp simd
-    for (int64_t k = 0; k < d; ++k) g[k] += x[k];
-    for (int64_t l = 0; l < N; ++l) {
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) g[(1 + l) * d + k] += x[d + k];
-    }
-#pragma omp simd
-    for (int64_t k = 0; k < 2 * d; ++k) g[(N + 1) * d + k] += x[2 * d + k];
-  });
-}
-
-// The gradient of W_x x from that of the gates, written into `folded` ([n, 4 d], contiguous rows): i, the sum
-// over the f_k, g, o.
-void fold_lexical_terms(const Tensor& grad_gates, const Tensor& folded, int64_t N, int64_t d) {
-  const int64_t n = grad_gates.size(0), width = (N + 3) * d;
-  const float* G = grad_gates.data_ptr<float>();
-  float* F = folded.data_ptr<float>();
-  for_rows(n, [&](int64_t r) {
-    const float* g = G + r * width;
-    float* f = F + r * 4 * d;
-#pragma omp simd
-    for (int64_t k = 0; k < d; ++k) {
-      f[k] = g[k];
-      f[d + k] = 0.f;
-    }
-    for (int64_t l = 0; l < N; ++l) {
-#pragma omp simd
-      for (int64_t k = 0; k < d; ++k) f[d + k] += g[(1 + l) * d + k];
-    }
-#pragma omp simd
-    for (int64_t k = 0; k < 2 * d; ++k) f[2 * d + k] = g[(N + 1) * d + k];
-  });
-}
-
 struct PeepholeSaved {
-  Tensor x, activated, c, o, tanh_c, c_children;  // x, c: a lexicalized leaf's
-  LeafUnit::Saved leaf;                           // an S-LSTM leaf unit's
+  std::vector<Block> blocks;  // the level's rows by the weight set that multiplies them
+  struct Step {
+    Tensor activated, c, o, tanh_c, c_children, h_children;  // h_children: undefined without predecessors
+  } step;                 // what the step's backward needs (below)
+  Tensor grad_pre, grad_o;  // the step's gradients, kept for the weights' (peephole_grads)
+  Tensor x;                 // a lexicalized leaf's input
+  LeafUnit::Saved leaf;     // an S-LSTM leaf unit's
 };
 
-// The internal levels of the S-LSTM and of the lexicalized cell, bottom-up: gates i, f_1 .. f_N, g, o from
-// W_h [h_1 .. h_N] + b, the peepholes W_c [c_1 .. c_N] on i and the f_k, and W_co c_t on o (eqs 1-7 of Zhu et
-// al. 2015; eqs 10-11 of Teng & Zhang 2017). Their inner rows are one block of the state buffers, so W_co's
-// rows, the new cells, are read from the c buffer.
+// The weights on a node's predecessors' states and on its new cell, W_h [(N + 3) d, N d], W_c [(N + 1) d, N d]
+// and W_co [d, d].
+struct Weights {
+  Weight W_h, W_c, W_co;
+};
+
+// The level step of the three cells: from the pre-activations that do not depend on the predecessors' states,
+// gates i, f_1 .. f_N, g, o plus W_h [h_1 .. h_N], the peepholes W_c [c_1 .. c_N] on i and the f_k, and W_co c_t
+// on o. Bottom-up, one weight set multiplies every row; top-down, each position under the parent has its own,
+// and a level's rows come grouped by position (blocks_of), so each set multiplies one contiguous block.
 class PeepholeLevels : public Levels<PeepholeSaved> {
  protected:
-  PeepholeLevels(const char* name, Tensor W_h, Tensor W_c, Tensor W_co, Tensor b)
-      : Levels(name, W_h.options()), W_h_(W_h), W_c_(W_c), W_co_(W_co), b_(b) {
-    check_all({&W_h_, &W_c_, &W_co_, &b_});
-    d_ = W_co_.size(0);
-    N_ = W_h_.size(1) / d_;
-    TORCH_CHECK(N_ >= 1 && W_h_.size(1) == N_ * d_ && W_h_.size(0) == (N_ + 3) * d_ &&
-                    W_c_.size(0) == (N_ + 1) * d_ && W_c_.size(1) == N_ * d_ && b_.numel() == (N_ + 3) * d_,
-                name, ": weight shapes do not agree");
-    expect(N_, {d_, d_});
-    W_h_t_ = transposed(W_h_);
-    W_c_t_ = transposed(W_c_);
-    W_co_t_ = transposed(W_co_);
+  PeepholeLevels(const char* name, torch::TensorOptions options) : Levels(name, options) {}
+
+  void add_weights(const Tensor& W_h, const Tensor& W_c, const Tensor& W_co) {
+    sets_.push_back({with_transposed(W_h), with_transposed(W_c), with_transposed(W_co)});
   }
+
+  // The level's rows by weight set: every row set 0's unless the kernel groups them.
+  virtual std::vector<Block> blocks_of(const Level& level) const { return {{0, 0, level.rows()}}; }
 
   void start(const std::vector<Level>& levels) override {
-    grad_gates_ = save_ ? internal((N_ + 3) * d_) : Tensor();
-    grad_o_ = save_ ? internal(d_) : Tensor();
+    for (const auto& level : levels) saved(level).blocks = blocks_of(level);
+    grad_o_ = save_ && !levels.empty() ? fresh(levels.back().end, d_) : Tensor();  // every row's, by row
   }
 
-  // lexical: the level's W_x x (i, f, g, o), or undefined.
-  void forward_internal(const Level& level, const std::vector<Tensor>& children,
-                        std::vector<Tensor>& buffers, bool save, const Tensor& lexical) {
-    const int64_t n = level.rows(), d = d_, N = N_;
-    auto h_out = rows_of(buffers[0], level), c_out = rows_of(buffers[1], level);
-    auto c_children = children[1].view({n, N, d});
-    Tensor gates, c_terms;
-    side_by_side({[&] { gates = at::addmm(b_, children[0].view({n, N * d}), W_h_t_); },
-                  [&] { c_terms = at::mm(children[1].view({n, N * d}), W_c_t_); }});
-    if (lexical.defined()) add_lexical_terms(gates, lexical, N, d);
-    auto activated = fresh(n, (N + 2) * d), o = fresh(n, d), tanh_c = fresh(n, d);
-    cell_into(gates, c_terms, c_children, activated, c_out);
-    output_into(gates, at::mm(c_out, W_co_t_), c_out, o, tanh_c, h_out);  // o peeks at the new cell
-    if (save) saved(level) = {{}, activated, {}, o, tanh_c, c_children, {}};
+  // Writes the level's h and c from `pre` ([n, (N + 3) d], the pre-activations from everything but the
+  // predecessors' states; the children's terms are added into it) and the gathered predecessor states (none at a
+  // level without: zero cells, as many as pre's width has forget gates).
+  void step(const Level& level, const Tensor& pre, const Tensors& children, Tensors& buffers, bool save) {
+    auto& s = saved(level);
+    const int64_t n = level.rows(), d = d_, N = pre.size(1) / d - 3;
+    auto h = rows_of(buffers[0], level), c = rows_of(buffers[1], level);
+    Tensor c_terms, h_children, c_children = level.width == 0 ? torch::zeros({n, N, d}, options_)
+                                                               : children[1].view({n, N, d});
+    if (level.width > 0) {
+      h_children = children[0].view({n, N * d});
+      auto c_flat = children[1].view({n, N * d});
+      c_terms = fresh(n, (N + 1) * d);
+      each_block(
+          s.blocks, [&](const Block& b) { rows_of(pre, b).addmm_(rows_of(h_children, b), set(b).W_h.t); },
+          [&](const Block& b) { mm_into(rows_of(c_terms, b), rows_of(c_flat, b), set(b).W_c.t); });
+    }
+    auto activated = fresh(n, (N + 2) * d), co = fresh(n, d), o = fresh(n, d), tanh_c = fresh(n, d);
+    cell_into(pre, c_terms, c_children, activated, c);
+    // o peeks at the new cell: W_co c_t
+    each_block(s.blocks, [&](const Block& b) { mm_into(rows_of(co, b), rows_of(c, b), set(b).W_co.t); });
+    output_into(pre, co, c, o, tanh_c, h);
+    if (save) s.step = {activated, c, o, tanh_c, c_children, h_children};
   }
 
-  // grad_lexical: where the gradient of the level's W_x x goes, or undefined.
-  std::vector<Tensor> backward_internal(const Level& level, const std::vector<Tensor>& grad_states,
-                                        const Tensor& grad_lexical) {
-    const auto& s = saved(level);
-    const int64_t n = level.rows(), d = d_, N = N_;
+  // The step's derivatives: writes grad_pre (pre's gradient; its first (N + 1) d columns are also that of the
+  // peephole terms) and the output gate's pre-activation gradient, keeps both for peephole_grads, and returns the
+  // predecessors' state gradients (none at a level without).
+  Tensors step_backward(const Level& level, const Tensors& grad_states, const Tensor& grad_pre) {
+    auto& saved_level = saved(level);
+    const auto& blocks = saved_level.blocks;
+    const auto& s = saved_level.step;
+    const int64_t n = level.rows(), d = d_, N = s.c_children.size(1);
     const auto &grad_h = grad_states[0], &grad_c = grad_states[1];
-    auto grad_gates = internal_rows(grad_gates_, level), grad_o = internal_rows(grad_o_, level);
+    auto grad_o = rows_of(grad_o_, level);
+    saved_level.grad_pre = grad_pre;
+    saved_level.grad_o = grad_o;
     output_backward_into(grad_h, s.o, s.tanh_c, grad_o);
-    auto grad_c_direct = cell_backward_into(grad_c, grad_h, s.o, s.tanh_c, at::mm(grad_o, W_co_), grad_o,
-                                            s.activated, s.c_children, grad_gates);
-    if (grad_lexical.defined()) fold_lexical_terms(grad_gates, grad_lexical, N, d);
-    auto grad_if = grad_gates.narrow(1, 0, (N + 1) * d);  // the gates that also read W_c [c_1 .. c_N]
-    Tensor grad_h_children, grad_c_children;
-    side_by_side({[&] { grad_h_children = at::mm(grad_gates, W_h_); },
-                  [&] { grad_c_children = at::mm(grad_if, W_c_); }});
-    grad_c_children = grad_c_children.view({n, N, d}).add_(grad_c_direct);
+    auto grad_c_from_o = fresh(n, d);
+    each_block(blocks, [&](const Block& b) { mm_into(rows_of(grad_c_from_o, b), rows_of(grad_o, b), set(b).W_co.w); });
+    // Through c_t = sum_k f_k c_k + ... alone; the peepholes' part added below.
+    auto grad_c_children = cell_backward_into(grad_c, grad_h, s.o, s.tanh_c, grad_c_from_o, grad_o, s.activated,
+                                              s.c_children, grad_pre).view({n, N * d});
+    if (level.width == 0) return {};
+    auto grad_h_children = fresh(n, N * d), grad_if = grad_pre.narrow(1, 0, (N + 1) * d);
+    each_block(
+        blocks, [&](const Block& b) { mm_into(rows_of(grad_h_children, b), rows_of(grad_pre, b), set(b).W_h.w); },
+        [&](const Block& b) { rows_of(grad_c_children, b).addmm_(rows_of(grad_if, b), set(b).W_c.w); });
     return {grad_h_children.view({-1, d}), grad_c_children.view({-1, d})};
   }
 
-  // The gradients of W_h, W_c, W_co and b from the internal levels; W_co's rows are the new cells.
-  std::vector<Tensor> internal_grads() const {
-    const int64_t d = d_, N = N_;
-    return {weight_grad(W_h_, grad_gates_, gathered(0, N * d)),
-            weight_grad(W_c_, grad_gates_.narrow(1, 0, (N + 1) * d), gathered(1, N * d)),
-            weight_grad(W_co_, grad_o_, internal_block(buffer(1))), bias_grad(b_, grad_gates_)};
+  // The gradients of W_h, W_c and W_co, each [sets, ...]: every level's rows of a weight set gathered so that
+  // each gradient is one product (GradientRows: one block of rows where they follow one another, as bottom-up).
+  // A level without predecessors has gradients for W_co alone.
+  Tensors peephole_grads() const {
+    const int64_t sets = static_cast<int64_t>(sets_.size());
+    std::vector<GradientRows> rows(3 * sets);  // W_h, W_c, W_co of each set
+    for (const auto& s : all_saved()) {
+      if (!s.grad_pre.defined()) continue;
+      for (const auto& b : s.blocks) {
+        auto* set_rows = &rows[3 * b.position];
+        set_rows[2].add(rows_of(s.grad_o, b), rows_of(s.step.c, b));
+        if (!s.step.h_children.defined()) continue;
+        auto grad_pre = rows_of(s.grad_pre, b), c_children = s.step.c_children.view({s.grad_pre.size(0), -1});
+        set_rows[0].add(grad_pre, rows_of(s.step.h_children, b));
+        set_rows[1].add(grad_pre.narrow(1, 0, c_children.size(1) + d_), rows_of(c_children, b));
+      }
+    }
+    Tensors grads;
+    for (int64_t k = 0; k < 3; ++k) {
+      const auto& w = k == 0 ? sets_[0].W_h.w : (k == 1 ? sets_[0].W_c.w : sets_[0].W_co.w);
+      grads.push_back(torch::zeros({sets, w.size(0), w.size(1)}, options_));
+      for (int64_t p = 0; p < sets; ++p) rows[3 * p + k].add_into(grads[k][p]);
+    }
+    return grads;
   }
 
-  Tensor W_h_, W_c_, W_co_, b_, W_h_t_, W_c_t_, W_co_t_;
-  int64_t d_ = 0, N_ = 0;
-  Tensor grad_gates_, grad_o_;
+  const Weights& set(const Block& block) const { return sets_[block.position]; }
+
+  std::vector<Weights> sets_;
+  int64_t d_ = 0;
+  Tensor grad_o_;
+};
+
+// The internal levels of the S-LSTM and of the lexicalized cell, bottom-up (eqs 1-7 of Zhu et al. 2015; eqs 10-11
+// of Teng & Zhang 2017): the step from b (and the lexicalized cell's W_x x) over N children.
+class BottomUpLevels : public PeepholeLevels {
+ protected:
+  BottomUpLevels(const char* name, Tensor W_h, Tensor W_c, Tensor W_co, Tensor b)
+      : PeepholeLevels(name, W_h.options()), b_(b) {
+    check_all({&b_});
+    d_ = W_co.size(0);
+    N_ = W_h.size(1) / d_;
+    TORCH_CHECK(N_ >= 1 && W_h.size(1) == N_ * d_ && W_h.size(0) == (N_ + 3) * d_ && W_c.size(0) == (N_ + 1) * d_ &&
+                    W_c.size(1) == N_ * d_ && b_.numel() == (N_ + 3) * d_,
+                name, ": weight shapes do not agree");
+    expect(N_, {d_, d_});
+    add_weights(W_h, W_c, W_co);
+  }
+
+  void start(const std::vector<Level>& levels) override {
+    PeepholeLevels::start(levels);
+    grad_gates_ = save_ ? internal((N_ + 3) * d_) : Tensor();
+  }
+
+  // lexical: the level's W_x x (i, f, g, o), or undefined.
+  void forward_internal(const Level& level, const Tensors& children, Tensors& buffers,
+                        bool save, const Tensor& lexical) {
+    auto pre = repeated_rows(b_, 1, level.rows());  // a copy of b for every row, written in place
+    if (lexical.defined()) add_input_terms(pre, lexical, N_, d_, 1);  // W_x x: i, f, g, o
+    step(level, pre, children, buffers, save);
+  }
+
+  // grad_lexical: where the gradient of the level's W_x x goes, or undefined.
+  Tensors backward_internal(const Level& level, const Tensors& grad_states, const Tensor& grad_lexical) {
+    auto grad_gates = internal_rows(grad_gates_, level);
+    auto grads = step_backward(level, grad_states, grad_gates);
+    if (grad_lexical.defined()) add_input_terms_grad(grad_gates, grad_lexical, N_, d_, 1);
+    return grads;
+  }
+
+  // The gradients of W_h, W_c, W_co and b.
+  Tensors internal_grads() const {
+    auto grads = peephole_grads();
+    return {grads[0][0], grads[1][0], grads[2][0], bias_grad(b_, grad_gates_)};
+  }
+
+  Tensor b_;
+  int64_t N_ = 0;
+  Tensor grad_gates_;
 };
 
 // The S-LSTM (graphtree/nn/slstm.py, Zhu et al. 2015, eqs 1-7) as a LevelKernel. Leaves: h = x, c = 0
 // ("embedding"), or the leaf unit c = W^(c) x + b^(c), o = sigmoid(W^(o) x + b^(o)) ("lstm": leaf_weight given).
-class SLSTMLevels : public PeepholeLevels {
+class SLSTMLevels : public BottomUpLevels {
  public:
   SLSTMLevels(Tensor W_h, Tensor W_c, Tensor W_co, Tensor b,
               std::optional<Tensor> leaf_weight, std::optional<Tensor> leaf_bias)
-      : PeepholeLevels("SLSTMLevels", W_h, W_c, W_co, b) {
+      : BottomUpLevels("SLSTMLevels", W_h, W_c, W_co, b) {
     TORCH_CHECK(N_ == 2, "SLSTMLevels: weight shapes do not agree");
     if (leaf_weight && leaf_weight->defined()) {
       TORCH_CHECK(leaf_bias && leaf_bias->defined(), "SLSTMLevels: leaf_weight without leaf_bias");
@@ -243,99 +288,84 @@ class SLSTMLevels : public PeepholeLevels {
   }
 
   void start(const std::vector<Level>& levels) override {
-    PeepholeLevels::start(levels);
+    BottomUpLevels::start(levels);
     leaf_.reset();
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     if (level.width > 0) return forward_internal(level, children, buffers, save, {});
     if (!leaf_.defined()) return copy_input(level, inputs, buffers);  // h = x, c = 0 (the buffers start at zero)
     saved(level).leaf = leaf_.forward(inputs[0], rows_of(buffers[0], level), rows_of(buffers[1], level), save);
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     if (level.width > 0) return backward_internal(level, grad_states, {});
     if (!leaf_.defined()) return pass_gradient_to_input(grad_states, grad_inputs);
     leaf_.backward(saved(level).leaf, grad_states[0], grad_states[1], input_grad(grad_inputs));
     return {};
   }
 
-  std::vector<Tensor> param_grads() override { return leaf_.with_param_grads(internal_grads()); }
+  Tensors param_grads() override { return leaf_.with_param_grads(internal_grads()); }
 
  private:
   LeafUnit leaf_;  // undefined for "embedding" leaves
 };
 
 // Teng & Zhang's lexicalized bottom-up cell (graphtree/nn/lexicalized.py, eqs 4, 10-11; ConTree with
-// lexicalized=false) as a LevelKernel. Internal nodes: PeepholeLevels, plus (lexicalized) W_x x with its one
-// W_xf block feeding every f_k. Leaves: gates i, g, o from W_x x and the matching rows of b, no children.
-class LexicalizedLevels : public PeepholeLevels {
+// lexicalized=false) as a LevelKernel. Internal nodes: BottomUpLevels, plus (lexicalized) W_x x with its one
+// W_xf block feeding every f_k. Leaves: the step with no children (N = 0), gates i, g, o from W_x x and the
+// matching rows of b.
+class LexicalizedLevels : public BottomUpLevels {
  public:
   LexicalizedLevels(Tensor W_x, Tensor W_h, Tensor W_c, Tensor W_co, Tensor b, bool lexicalized)
-      : PeepholeLevels("LexicalizedLevels", W_h, W_c, W_co, b), W_x_(W_x), lexicalized_(lexicalized) {
-    check_all({&W_x_});
+      : BottomUpLevels("LexicalizedLevels", W_h, W_c, W_co, b), lexicalized_(lexicalized) {
+    check_all({&W_x});
     const int64_t d = d_, N = N_;
-    TORCH_CHECK(W_x_.size(0) == (lexicalized ? 4 : 3) * d, "LexicalizedLevels: weight shapes do not agree");
+    TORCH_CHECK(W_x.size(0) == (lexicalized ? 4 : 3) * d, "LexicalizedLevels: weight shapes do not agree");
     // The leaves' rows i, g, o of W_x and b (a leaf has no forget gate).
-    W_igo_ = lexicalized ? torch::cat({W_x_.narrow(0, 0, d), W_x_.narrow(0, 2 * d, 2 * d)}) : W_x_;
-    W_igo_t_ = transposed(W_igo_);
+    W_x_ = lexicalized ? with_transposed(W_x) : Weight{W_x, Tensor()};
+    W_igo_ = lexicalized ? with_transposed(torch::cat({W_x.narrow(0, 0, d), W_x.narrow(0, 2 * d, 2 * d)}))
+                         : with_transposed(W_x);
     b_igo_ = torch::cat({b_.narrow(0, 0, d), b_.narrow(0, (N + 1) * d, 2 * d)});
-    if (lexicalized) W_x_t_ = transposed(W_x_);
   }
 
   void start(const std::vector<Level>& levels) override {
-    PeepholeLevels::start(levels);
+    BottomUpLevels::start(levels);
     leaf_x_.clear();
-    leaf_co_.clear();
     if (!lexicalized_) return;
     // The inner rows are one block, whose W_x x is one product here rather than one per level.
-    x_terms_ = at::mm(internal_block(input(0)), W_x_t_);
-    grad_x_terms_ = save_ ? internal(4 * d_) : Tensor();
+    x_terms_ = at::mm(internal_block(input(0)), W_x_.t);
+    grad_x_terms_ = save_ ? torch::zeros({internal_, 4 * d_}, options_) : Tensor();  // added into
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
     if (level.width > 0) return forward_internal(level, children, buffers, save, lexical_rows(x_terms_, level));
-    const int64_t n = level.rows(), d = d_;
-    auto h_out = rows_of(buffers[0], level), c_out = rows_of(buffers[1], level);
-    const auto& x = inputs[0];
-    auto gates = at::addmm(b_igo_, x, W_igo_t_);  // i, g, o
-    auto activated = fresh(n, 2 * d), o = fresh(n, d), tanh_c = fresh(n, d), none = fresh(n, 0).view({n, 0, d});
-    cell_into(gates, {}, none, activated, c_out);
-    output_into(gates, at::mm(c_out, W_co_t_), c_out, o, tanh_c, h_out);
-    if (save) saved(level) = {x, activated, c_out, o, tanh_c, none, {}};
+    step(level, at::addmm(b_igo_, inputs[0], W_igo_.t), children, buffers, save);  // i, g, o
+    if (save) saved(level).x = inputs[0];
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     if (level.width > 0) return backward_internal(level, grad_states, lexical_rows(grad_x_terms_, level));
-    const auto& s = saved(level);
-    const int64_t n = level.rows(), d = d_;
-    const auto &grad_h = grad_states[0], &grad_c = grad_states[1];
-    auto grad_o = fresh(n, d), grad_igo = fresh(n, 3 * d);
-    output_backward_into(grad_h, s.o, s.tanh_c, grad_o);
-    cell_backward_into(grad_c, grad_h, s.o, s.tanh_c, at::mm(grad_o, W_co_), grad_o, s.activated, s.c_children,
-                       grad_igo);
-    leaf_x_.add(grad_igo, s.x);
-    leaf_co_.add(grad_igo.narrow(1, 2 * d, d), s.c);
-    if (auto* grad_x = input_grad(grad_inputs)) grad_x->addmm_(grad_igo, W_igo_);
+    auto grad_igo = fresh(level.rows(), 3 * d_);
+    step_backward(level, grad_states, grad_igo);
+    leaf_x_.add(grad_igo, saved(level).x);
+    if (auto* grad_x = input_grad(grad_inputs)) grad_x->addmm_(grad_igo, W_igo_.w);
     return {};
   }
 
-  void finish_backward(std::vector<Tensor>& grad_inputs) override {
+  void finish_backward(Tensors& grad_inputs) override {
     auto* grad_x = input_grad(grad_inputs);
     if (!lexicalized_ || !grad_x_terms_.defined() || grad_x == nullptr) return;
-    internal_block(*grad_x).addmm_(grad_x_terms_, W_x_);
+    internal_block(*grad_x).addmm_(grad_x_terms_, W_x_.w);
   }
 
-  std::vector<Tensor> param_grads() override {
+  Tensors param_grads() override {
     const int64_t d = d_, N = N_;
     auto grads = internal_grads();  // W_h, W_c, W_co, b
-    auto &grad_W_co = grads[2], &grad_b = grads[3];
-    auto grad_W_x = weight_grad(W_x_, grad_x_terms_, lexicalized_ ? internal_block(input(0)) : Tensor());
-    leaf_co_.add_into(grad_W_co);
+    auto& grad_b = grads[3];
+    auto grad_W_x = weight_grad(W_x_.w, grad_x_terms_, lexicalized_ ? internal_block(input(0)) : Tensor());
     if (auto grad_igo = leaf_x_.grads(); grad_igo.defined()) {
       auto x = leaf_x_.rows();
       auto grad_b_igo = grad_igo.sum(0);
@@ -348,7 +378,7 @@ class LexicalizedLevels : public PeepholeLevels {
         grad_W_x.addmm_(grad_igo.t(), x);
       }
     }
-    return {grad_W_x, grads[0], grads[1], grad_W_co, grad_b};
+    return {grad_W_x, grads[0], grads[1], grads[2], grad_b};
   }
 
  private:
@@ -357,223 +387,125 @@ class LexicalizedLevels : public PeepholeLevels {
     return lexicalized_ ? internal_rows(t, level) : Tensor();
   }
 
-  Tensor W_x_, W_x_t_, W_igo_, W_igo_t_, b_igo_;
+  Weight W_x_, W_igo_;  // W_x_.t: lexicalized only (the inner rows' W_x x)
+  Tensor b_igo_;
   bool lexicalized_;
-  GradientRows leaf_x_, leaf_co_;  // the leaves' gate gradients (i, g, o; o alone) with their inputs, cells
+  GradientRows leaf_x_;            // the leaves' gate gradients (i, g, o) with their inputs
   Tensor x_terms_, grad_x_terms_;  // lexicalized: the inner rows' W_x x and its gradient
 };
 
-// Rows [begin, begin + count) of a top-down level, whose nodes are all at `position` under their parents.
-struct Block {
-  int64_t position, begin, count;
-};
-
-struct TopDownSaved {
-  std::vector<Block> blocks;
-  Tensor h_parent, c_parent, activated, c, o, tanh_c, grad_a, grad_o;
-};
-
 // Teng & Zhang's top-down cell (graphtree/nn/top_down.py, eqs 13-14) as a LevelKernel, for passes in which
-// every node has at most one parent (trees and forests; a node with several parents takes the Python loop).
-// A level's rows come grouped by their position under the parent (LevelPlan.position_groups), so each
-// position's parameter set multiplies one contiguous block; the roots (level 0) use position 0's set and a zero
-// predecessor. Gate rows i, f, g, o; W_c feeds i and f.
-class TopDownLevels : public Levels<TopDownSaved> {
+// every node has at most one parent (trees and forests; a node with several parents takes the Python loop): the
+// step over N = 1 predecessor, the parent, with a weight set per position under it (LevelPlan.position_groups
+// groups a level's rows so). The roots (level 0) use position 0's set and a zero predecessor. Gate rows i, f, g,
+// o; W_c feeds i and f.
+class TopDownLevels : public PeepholeLevels {
  public:
   // W_x: [P, 4 d, D] and b: [P, 4 d], one input set per position (P = N) or one shared (P = 1); W_h: [N, 4 d, d],
   // W_c: [N, 2 d, d], W_co: [N, d, d].
   TopDownLevels(Tensor W_x, Tensor b, Tensor W_h, Tensor W_c, Tensor W_co)
-      : Levels("TopDownLevels", W_h.options()), W_x_(W_x), b_(b), W_h_(W_h), W_c_(W_c), W_co_(W_co) {
-    check_all({&W_x_, &b_, &W_h_, &W_c_, &W_co_});
-    N_ = W_h_.size(0);
-    d_ = W_co_.size(1);
-    const int64_t P = W_x_.size(0), d = d_;
-    TORCH_CHECK((P == N_ || P == 1) && W_x_.size(1) == 4 * d && b_.size(0) == P && b_.size(1) == 4 * d &&
-                    W_h_.size(1) == 4 * d && W_h_.size(2) == d && W_c_.size(0) == N_ && W_c_.size(1) == 2 * d &&
-                    W_c_.size(2) == d && W_co_.size(0) == N_ && W_co_.size(2) == d,
+      : PeepholeLevels("TopDownLevels", W_h.options()), b_(b) {
+    check_all({&W_x, &b_, &W_h, &W_c, &W_co});
+    N_ = W_h.size(0);
+    d_ = W_co.size(1);
+    const int64_t P = W_x.size(0), d = d_;
+    TORCH_CHECK((P == N_ || P == 1) && W_x.size(1) == 4 * d && b_.size(0) == P && b_.size(1) == 4 * d &&
+                    W_h.size(1) == 4 * d && W_h.size(2) == d && W_c.size(0) == N_ && W_c.size(1) == 2 * d &&
+                    W_c.size(2) == d && W_co.size(0) == N_ && W_co.size(2) == d,
                 "TopDownLevels: weight shapes do not agree");
     expect(1);  // one parent a node (a node with several takes the Python loop)
-    for (int64_t s = 0; s < P; ++s) W_x_t_.push_back(transposed(W_x_[s]));
-    for (int64_t p = 0; p < N_; ++p) {
-      W_h_t_.push_back(transposed(W_h_[p]));
-      W_c_t_.push_back(transposed(W_c_[p]));
-      W_co_t_.push_back(transposed(W_co_[p]));
-    }
+    for (int64_t s = 0; s < P; ++s) W_x_.push_back(with_transposed(W_x[s]));
+    for (int64_t p = 0; p < N_; ++p) add_weights(W_h[p], W_c[p], W_co[p]);
   }
 
   void start(const std::vector<Level>& levels) override {
-    const int64_t P = W_x_.size(0), d = d_;
+    PeepholeLevels::start(levels);
+    const int64_t P = b_.size(0);
     const auto& x = input(0);
     // W_x x + b of every node, one product per input set over all levels (its rows gathered where the sets
     // differ by position) rather than one per level and position.
     std::vector<std::vector<int64_t>> rows(P);
     for (const auto& level : levels) {
-      auto& blocks = saved(level).blocks = blocks_of(level);
-      for (const auto& [p, begin, count] : blocks) {
+      for (const auto& [p, begin, count] : saved(level).blocks) {
         for (int64_t r = 0; r < count; ++r) rows[input_set(p)].push_back(level.begin + begin + r);
       }
     }
-    x_terms_ = fresh(x.size(0), 4 * d);
+    x_terms_ = fresh(x.size(0), 4 * d_);
     set_rows_.assign(P, Tensor());
     all_rows_.assign(P, false);
     for (int64_t s = 0; s < P; ++s) {
-      if (static_cast<int64_t>(rows[s].size()) == x.size(0)) {
-        all_rows_[s] = true;
-        at::addmm_out(x_terms_, b_[s], x, W_x_t_[s]);
+      all_rows_[s] = static_cast<int64_t>(rows[s].size()) == x.size(0);
+      if (all_rows_[s]) {
+        at::addmm_out(x_terms_, b_[s], x, W_x_[s].t);
       } else if (!rows[s].empty()) {
         set_rows_[s] = torch::tensor(rows[s], torch::kLong);
-        x_terms_.index_copy_(0, set_rows_[s], at::addmm(b_[s], x.index_select(0, set_rows_[s]), W_x_t_[s]));
+        x_terms_.index_copy_(0, set_rows_[s], at::addmm(b_[s], of_set(x, s), W_x_[s].t));
       }
     }
-    grad_a_ = save_ ? fresh(x.size(0), 4 * d) : Tensor();
+    grad_a_ = save_ ? fresh(x.size(0), 4 * d_) : Tensor();
   }
 
-  void forward(const Level& level, const std::vector<Tensor>& inputs,
-               const std::vector<Tensor>& children, std::vector<Tensor>& buffers, bool save) override {
-    const int64_t n = level.rows(), d = d_;
-    auto& s = saved(level);
-    auto a = rows_of(x_terms_, level);  // W_x x + b from start(); the parent's terms added below
-    Tensor c_terms, h_parent, c_parent;
-    if (level.width == 0) {
-      c_parent = torch::zeros({n, d}, options_);
-    } else {
-      h_parent = children[0];
-      c_parent = children[1];
-      c_terms = fresh(n, 2 * d);
-      each_block(s.blocks, [&](int64_t p, int64_t begin, int64_t count) {
-        a.narrow(0, begin, count).addmm_(h_parent.narrow(0, begin, count), W_h_t_[p]);
-        auto c_terms_block = c_terms.narrow(0, begin, count);
-        at::mm_out(c_terms_block, c_parent.narrow(0, begin, count), W_c_t_[p]);
-      });
-    }
-    auto c = rows_of(buffers[1], level), h = rows_of(buffers[0], level);
-    auto activated = fresh(n, 3 * d);
-    cell_into(a, c_terms, c_parent.view({n, 1, d}), activated, c);
-    auto co = fresh(n, d);  // W_co c_t: the output gate peeks at the new cell
-    each_block(s.blocks, [&](int64_t p, int64_t begin, int64_t count) {
-      auto co_block = co.narrow(0, begin, count);
-      at::mm_out(co_block, c.narrow(0, begin, count), W_co_t_[p]);
-    });
-    auto o = fresh(n, d), tanh_c = fresh(n, d);
-    output_into(a, co, c, o, tanh_c, h);
-    if (!save) return;
-    s.h_parent = h_parent;
-    s.c_parent = c_parent;
-    s.activated = activated;
-    s.c = c;
-    s.o = o;
-    s.tanh_c = tanh_c;
+  void forward(const Level& level, const Tensors& inputs,
+               const Tensors& children, Tensors& buffers, bool save) override {
+    step(level, rows_of(x_terms_, level), children, buffers, save);  // W_x x + b from start(), the parent's added
   }
 
-  std::vector<Tensor> backward(const Level& level, const std::vector<Tensor>& grad_states,
-                               std::vector<Tensor>& grad_inputs) override {
-    auto& s = saved(level);
-    const int64_t n = level.rows(), d = d_;
-    const auto &grad_h = grad_states[0], &grad_c = grad_states[1];
-    auto grad_o = fresh(n, d), grad_c_from_o = fresh(n, d);
-    output_backward_into(grad_h, s.o, s.tanh_c, grad_o);
-    each_block(s.blocks, [&](int64_t p, int64_t begin, int64_t count) {
-      auto block = grad_c_from_o.narrow(0, begin, count);
-      at::mm_out(block, grad_o.narrow(0, begin, count), W_co_[p]);
-    });
-    // Kept for finish_backward() and param_grads(), which multiply every level's rows at once.
-    s.grad_a = rows_of(grad_a_, level);
-    s.grad_o = grad_o;
-    // Through c_t = f c_{t-1} + ...; the peepholes' part added below.
-    auto grad_c_parent = cell_backward_into(grad_c, grad_h, s.o, s.tanh_c, grad_c_from_o, grad_o, s.activated,
-                                            s.c_parent.view({n, 1, d}), s.grad_a).view({n, d});
-    if (level.width == 0) return {};
-    auto grad_h_parent = fresh(n, d);
-    each_block(s.blocks, [&](int64_t p, int64_t begin, int64_t count) {
-      auto grad_a = s.grad_a.narrow(0, begin, count);
-      auto h_block = grad_h_parent.narrow(0, begin, count);
-      at::mm_out(h_block, grad_a, W_h_[p]);
-      grad_c_parent.narrow(0, begin, count).addmm_(grad_a.narrow(1, 0, 2 * d), W_c_[p]);
-    });
-    return {grad_h_parent, grad_c_parent};
+  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
+    // grad_a_'s rows: finish_backward() and param_grads() multiply every level's rows at once.
+    return step_backward(level, grad_states, rows_of(grad_a_, level));
   }
 
-  void finish_backward(std::vector<Tensor>& grad_inputs) override {
+  void finish_backward(Tensors& grad_inputs) override {
     auto* grad_x = input_grad(grad_inputs);
-    if (grad_x == nullptr) return;
-    for (int64_t s = 0; s < W_x_.size(0); ++s) {
+    for (int64_t s = 0; s < b_.size(0) && grad_x != nullptr; ++s) {
       if (all_rows_[s]) {
-        grad_x->addmm_(grad_a_, W_x_[s]);
+        grad_x->addmm_(grad_a_, W_x_[s].w);
       } else if (set_rows_[s].defined()) {
-        grad_x->index_add_(0, set_rows_[s], at::mm(grad_a_.index_select(0, set_rows_[s]), W_x_[s]));
+        grad_x->index_add_(0, set_rows_[s], at::mm(of_set(grad_a_, s), W_x_[s].w));
       }
     }
   }
 
-  std::vector<Tensor> param_grads() override {
-    const int64_t d = d_, P = W_x_.size(0);
-    const auto& x = input(0);
-    auto grad_W_x = torch::zeros_like(W_x_), grad_b = torch::zeros_like(b_), grad_W_h = torch::zeros_like(W_h_);
-    auto grad_W_c = torch::zeros_like(W_c_), grad_W_co = torch::zeros_like(W_co_);
-    if (grad_a_.defined()) {
-      for (int64_t s = 0; s < P; ++s) {
-        if (!all_rows_[s] && !set_rows_[s].defined()) continue;
-        auto grad_a = all_rows_[s] ? grad_a_ : grad_a_.index_select(0, set_rows_[s]);
-        grad_W_x[s].addmm_(grad_a.t(), all_rows_[s] ? x : x.index_select(0, set_rows_[s]));
-        grad_b[s] += grad_a.sum(0);
-      }
+  Tensors param_grads() override {
+    const int64_t P = b_.size(0);
+    auto grad_W_x = torch::zeros({P, 4 * d_, input(0).size(1)}, options_), grad_b = torch::zeros_like(b_);
+    for (int64_t s = 0; s < P && grad_a_.defined(); ++s) {
+      if (!all_rows_[s] && !set_rows_[s].defined()) continue;
+      auto grad_a = of_set(grad_a_, s);
+      grad_W_x[s].addmm_(grad_a.t(), of_set(input(0), s));
+      grad_b[s] += grad_a.sum(0);
     }
-    // Every level's rows of one position, gathered so that each gradient is one product.
-    std::vector<GradientRows> W_h_rows(N_), W_c_rows(N_), W_co_rows(N_);
-    for (const auto& s : all_saved()) {
-      if (!s.grad_a.defined()) continue;
-      for (const auto& [p, begin, count] : s.blocks) {
-        auto grad_a = s.grad_a.narrow(0, begin, count);
-        W_co_rows[p].add(s.grad_o.narrow(0, begin, count), s.c.narrow(0, begin, count));
-        if (!s.h_parent.defined()) continue;  // the roots: no parent, nothing for W_h and W_c
-        W_h_rows[p].add(grad_a, s.h_parent.narrow(0, begin, count));
-        W_c_rows[p].add(grad_a.narrow(1, 0, 2 * d), s.c_parent.narrow(0, begin, count));
-      }
-    }
-    for (int64_t p = 0; p < N_; ++p) {
-      W_co_rows[p].add_into(grad_W_co[p]);
-      W_h_rows[p].add_into(grad_W_h[p]);
-      W_c_rows[p].add_into(grad_W_c[p]);
-    }
-    return {grad_W_x, grad_b, grad_W_h, grad_W_c, grad_W_co};
+    auto grads = peephole_grads();  // W_h, W_c, W_co: [N, ...]
+    return {grad_W_x, grad_b, grads[0], grads[1], grads[2]};
   }
 
  private:
-  // f(position, begin, count) for each of a level's position blocks, side by side (common.h): the blocks use
-  // different weights and write different rows.
-  template <typename F>
-  static void each_block(const std::vector<Block>& blocks, const F& f) {
-    std::vector<std::function<void()>> parts;
-    for (const auto& block : blocks) parts.push_back([&f, block] { f(block.position, block.begin, block.count); });
-    side_by_side(parts);
-  }
+  int64_t input_set(int64_t position) const { return b_.size(0) == 1 ? 0 : position; }
 
-  int64_t input_set(int64_t position) const { return W_x_.size(0) == 1 ? 0 : position; }
+  // t's rows that input set s multiplies: all, or those of set_rows_[s].
+  Tensor of_set(const Tensor& t, int64_t s) const { return all_rows_[s] ? t : t.index_select(0, set_rows_[s]); }
 
-  // The level's rows by position: the roots are all position 0; below, the position groups of the plan.
-  std::vector<Block> blocks_of(const Level& level) const {
+  // The roots are all position 0; below, one block per position.
+  std::vector<Block> blocks_of(const Level& level) const override {
     if (level.width == 0) return {{0, 0, level.rows()}};
-    const auto& groups = level.position_groups;
-    TORCH_CHECK(groups.size() >= 2, "TopDownLevels: the plan has no position groups");
-    const int64_t widest = static_cast<int64_t>(groups.size()) - 2;
-    std::vector<Block> blocks;
-    int64_t begin = 0;
-    for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g) {
-      if (groups[g] == 0) continue;
-      TORCH_CHECK(g < widest && g < N_, "TopDownLevels: rows at position ", g, " of a model with ", N_,
-                  " positions, or at several positions");
-      blocks.push_back({g, begin, groups[g]});
-      begin += groups[g];
+    TORCH_CHECK(level.position_groups.size() >= 2, "TopDownLevels: the plan has no position groups");
+    auto blocks = position_blocks(level);
+    int64_t rows = 0;
+    for (const auto& block : blocks) {
+      TORCH_CHECK(block.position >= 0 && block.position < N_, "TopDownLevels: rows at position ", block.position,
+                  " of a model with ", N_, " positions (-1: several)");
+      rows += block.count;
     }
+    TORCH_CHECK(rows == level.rows(), "TopDownLevels: a node below the roots without a parent");
     return blocks;
   }
 
-  Tensor W_x_, b_, W_h_, W_c_, W_co_;
-  std::vector<Tensor> W_x_t_, W_h_t_, W_c_t_, W_co_t_;
-  Tensor x_terms_, grad_a_;  // the level-sorted inputs' W_x x + b, the gates' gradients
-  std::vector<Tensor> set_rows_;  // each input set's rows, where it has some but not all
-  std::vector<bool> all_rows_;           // an input set that every row uses
-  int64_t N_ = 0, d_ = 0;
+  std::vector<Weight> W_x_;  // one per input set
+  Tensor b_;
+  Tensor x_terms_, grad_a_;     // the level-sorted inputs' W_x x + b, the gates' gradients
+  Tensors set_rows_;            // each input set's rows, where it has some but not all
+  std::vector<bool> all_rows_;  // an input set that every row uses
+  int64_t N_ = 0;
 };
 
 const Binding binding([](pybind11::module& m) {

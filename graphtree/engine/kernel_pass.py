@@ -137,7 +137,9 @@ def _backward_buffers(cell: torch.nn.Module, grad_buffers: Sequence[Tensor | Non
     grad_states = [g.clone() if g is not None else torch.zeros_like(buf) for g, buf in zip(grad_buffers, buffers)]
     reference = buffers[0]
     grad_states += [reference.new_zeros(reference.size(0), d) for d in cell.state_channels[len(buffers):]]
-    grad_inputs = [torch.zeros_like(x) if x.requires_grad else None for x in inputs]
+    # Contiguous whatever the inputs' layout: the kernels index their rows.
+    grad_inputs = [torch.zeros_like(x, memory_format=torch.contiguous_format) if x.requires_grad else None
+                   for x in inputs]
     return grad_states, grad_inputs
 
 
