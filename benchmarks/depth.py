@@ -179,13 +179,9 @@ def run_in_subprocess(cell: str, family: str, size: int, path: str, allocator: s
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "path": path, "allocator": allocator}
 
 
-def _allocator(row: dict) -> str:
-    return row.get("allocator", "system")  # rows measured before the choice existed ran with malloc as it starts
-
-
 def _saved(row: dict) -> str:
     # On the compiled path the kernels keep their levels' gates in contexts that autograd's hooks do not see.
-    return f"{row['saved_bytes_per_node']:,.0f}" if row["path"] == "pytorch" and "saved_bytes_per_node" in row else ""
+    return f"{row['saved_bytes_per_node']:,.0f}" if row["path"] == "pytorch" else ""
 
 
 def table(rows: list[dict]) -> str:
@@ -196,17 +192,17 @@ def table(rows: list[dict]) -> str:
              "system ms per level | × user per level | × per level | page faults per node | bytes per node | "
              "saved | states |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     smallest: dict[tuple, tuple[float, float]] = {}
-    for row in sorted(rows, key=lambda r: (r["cell"], r["family"], r["path"], _allocator(r), r["nodes"])):
-        key = (row["cell"], row["family"], row["path"], _allocator(row))
+    for row in sorted(rows, key=lambda r: (r["cell"], r["family"], r["path"], r["allocator"], r["nodes"])):
+        key = (row["cell"], row["family"], row["path"], row["allocator"])
         per = row["levels"] if row["family"] != "random-tree" else row["nodes"]  # a tree's levels are not alike
         user, total = row["user_ms_per_level"] * row["levels"] / per, row["ms_per_level"] * row["levels"] / per
         smallest.setdefault(key, (user, total))
         lines.append(f"| {row['cell']} | {row['family']} | {row['levels']:,} | {row['nodes']:,} | {row['path']} | "
-                     f"{_allocator(row)} | "
+                     f"{row['allocator']} | "
                      f"{row['ms_per_level']:.2f} | {row['user_ms_per_level']:.2f} | "
                      f"{row['system_ms_per_level']:.2f} | {user / smallest[key][0]:.2f} | "
                      f"{total / smallest[key][1]:.2f} | {row['faults_per_node']:.2f} | {row['bytes_per_node']:,.0f} | "
-                     f"{_saved(row)} | {row.get('state_bytes_per_node', '')} |")
+                     f"{_saved(row)} | {row['state_bytes_per_node']} |")
     return "\n".join(lines)
 
 
