@@ -25,7 +25,9 @@ the PyTorch path, what autograd keeps for the backward (``saved``, every saved s
 node outputs. ``path``: ``compiled`` (the C++ level kernels where the cell has one) or ``pytorch``
 (``GRAPHTREE_NATIVE=0``: the cell's ``update`` under autograd). ``malloc``: ``system`` (glibc's malloc as a
 process starts, which hands blocks above 32 MiB back to the kernel when they are freed, so that the next pass
-faults them in afresh) or ``keep`` (:func:`graphtree.backend.allocator.keep_freed_memory`).
+faults them in afresh), ``keep`` (:func:`graphtree.backend.allocator.keep_freed_memory`) or ``jemalloc``
+(preloaded: ``$GRAPHTREE_JEMALLOC``, else the conda environment's or the system's ``libjemalloc``; measured
+by default where one is found).
 
     python benchmarks/depth.py --quick                              # minutes: two depths, two cells
     python benchmarks/depth.py --out runs/depth.json                # every cell, 200 to 3,200 levels, 10^6 nodes
@@ -36,6 +38,7 @@ faults them in afresh) or ``keep`` (:func:`graphtree.backend.allocator.keep_free
 from __future__ import annotations
 
 import argparse
+import ctypes.util
 import itertools
 import json
 import os
@@ -48,7 +51,7 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Data
 
-from graphtree.backend.allocator import keep_freed_memory
+from graphtree.backend.allocator import keep_freed_memory, malloc_in_use
 from graphtree.data import with_schedule
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, LexicalizedTreeLSTM, NaryTreeLSTM, TopDownTreeLSTM, TreeCell
 from graphtree.train.provenance import code_state
@@ -127,11 +130,13 @@ def _saving(forward, saved: dict, exclude: list[torch.Tensor]):
 
 
 def measure_one(cell_name: str, family: str, size: int, width: int, channels: int, repeats: int,
-                keep_freed: bool = False) -> dict:
+                allocator: str = "system") -> dict:
     """One measurement, in this process: time per level and peak memory per node of forward + backward."""
     torch.set_num_threads(1)
-    if keep_freed and not keep_freed_memory():
+    if allocator == "keep" and not keep_freed_memory():
         raise SystemExit("--allocator keep: this C library has no mallopt (glibc only)")
+    if allocator == "jemalloc" and malloc_in_use() != "jemalloc":
+        raise SystemExit("--allocator jemalloc: the preloaded library is not jemalloc")
     torch.manual_seed(0)
     graph = {"layered": lambda: layered(size, width), "fan-in": lambda: fan_in(size, width),
              "random-tree": lambda: random_tree(size)}[family]()
@@ -169,8 +174,18 @@ def measure_one(cell_name: str, family: str, size: int, width: int, channels: in
             "state_bytes_per_node": sum(cell.state_channels) * x.element_size()}
 
 
+def jemalloc_library() -> str | None:
+    """The jemalloc to preload: ``$GRAPHTREE_JEMALLOC``, the conda environment's, or the system's; None if none."""
+    if os.environ.get("GRAPHTREE_JEMALLOC"):
+        return os.environ["GRAPHTREE_JEMALLOC"]
+    conda = Path(os.environ.get("CONDA_PREFIX", sys.prefix)) / "lib" / "libjemalloc.so.2"
+    return str(conda) if conda.exists() else ctypes.util.find_library("jemalloc")
+
+
 def run_in_subprocess(cell: str, family: str, size: int, path: str, allocator: str, args: argparse.Namespace) -> dict:
     env = {**os.environ, "GRAPHTREE_NATIVE": "0" if path == "pytorch" else "auto", "OMP_NUM_THREADS": "1"}
+    if allocator == "jemalloc":
+        env["LD_PRELOAD"] = " ".join(filter(None, [jemalloc_library(), env.get("LD_PRELOAD")]))
     command = [sys.executable, __file__, "--one", cell, family, str(size), "--width", str(args.width),
                "--channels", str(args.channels), "--repeats", str(args.repeats), "--allocator", allocator]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -216,9 +231,10 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=32)
     parser.add_argument("--paths", nargs="+", choices=("compiled", "pytorch"), default=["compiled", "pytorch"])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--allocator", nargs="+", choices=("system", "keep"), default=["system", "keep"],
-                        help="malloc as the process starts, or told to keep freed memory "
-                             "(graphtree.backend.allocator.keep_freed_memory); each is measured")
+    parser.add_argument("--allocator", nargs="+", choices=("system", "keep", "jemalloc"), default=None,
+                        help="malloc as the process starts, told to keep freed memory "
+                             "(graphtree.backend.allocator.keep_freed_memory), or jemalloc preloaded; each is "
+                             "measured (default: all three, jemalloc where one is found)")
     parser.add_argument("--quick", action="store_true", help="child_sum and own, 100 and 400 levels, no tree")
     parser.add_argument("--slow", action="store_true", help="200 to 6,400 levels and trees of up to 3 million nodes")
     parser.add_argument("--out", default=None, help="write every measurement to this JSON (default: print only)")
@@ -228,7 +244,7 @@ def main() -> None:
     if args.one:
         cell, family, size = args.one
         print(json.dumps(measure_one(cell, family, int(size), args.width, args.channels, args.repeats,
-                                     args.allocator == ["keep"])))
+                                     args.allocator[0] if args.allocator else "system")))
         return
     if args.table:
         print(table(json.loads(Path(args.table).read_text())["rows"]))
@@ -237,6 +253,11 @@ def main() -> None:
         args.levels, args.tree_nodes = [200, 800, 3200, 6400], [100_000, 1_000_000, 3_000_000]
     if args.quick:
         args.cells, args.levels, args.tree_nodes, args.repeats = ["child_sum", "own"], [100, 400], [], 1
+    if args.allocator is None:
+        args.allocator = ["system", "keep"] + (["jemalloc"] if jemalloc_library() else [])
+    elif "jemalloc" in args.allocator and not jemalloc_library():
+        raise SystemExit("--allocator jemalloc: no libjemalloc found (conda install -c conda-forge jemalloc, or "
+                         "apt install libjemalloc2; or set GRAPHTREE_JEMALLOC to its path)")
     jobs = [(cell, "layered", levels) for cell in args.cells for levels in args.levels]
     jobs += [(cell, "fan-in", levels) for cell in args.cells if cell in UNBOUNDED for levels in args.levels]
     jobs += [(cell, "random-tree", nodes) for cell in args.cells if cell in TREE_CELLS for nodes in args.tree_nodes]

@@ -1,7 +1,10 @@
-"""keep_freed_memory: a large block freed and allocated again comes back without touching fresh pages."""
+"""keep_freed_memory: a large block freed and allocated again comes back without touching fresh pages; malloc_in_use
+names the allocator."""
 
 from __future__ import annotations
 
+import ctypes.util
+import os
 import subprocess
 import sys
 
@@ -33,3 +36,20 @@ def test_a_freed_block_is_reused_only_when_kept():
     system, kept = faults("system"), faults("keep")
     assert system > pages // 2, system  # the control: malloc as it starts hands the block back, and faults again
     assert kept < pages // 100, kept
+
+
+JEMALLOC = ctypes.util.find_library("jemalloc")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or JEMALLOC is None, reason="needs libjemalloc")
+def test_malloc_in_use_names_a_preloaded_jemalloc_and_glibc_otherwise():
+    program = "from graphtree.backend.allocator import malloc_in_use; print(malloc_in_use())"
+
+    def reported(**env: str) -> str:
+        done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                              env={**os.environ, **env})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()[-1]
+
+    assert reported(LD_PRELOAD=JEMALLOC) == "jemalloc"
+    assert reported(LD_PRELOAD="") == "glibc"
