@@ -25,9 +25,10 @@ the PyTorch path, what autograd keeps for the backward (``saved``, every saved s
 node outputs. ``path``: ``compiled`` (the C++ level kernels where the cell has one) or ``pytorch``
 (``GRAPHTREE_NATIVE=0``: the cell's ``update`` under autograd). ``malloc``: ``system`` (glibc's malloc as a
 process starts, which hands blocks above 32 MiB back to the kernel when they are freed, so that the next pass
-faults them in afresh), ``keep`` (:func:`graphtree.backend.allocator.keep_freed_memory`) or ``jemalloc``
-(preloaded: ``$GRAPHTREE_JEMALLOC``, else the conda environment's or the system's ``libjemalloc``; measured
-by default where one is found).
+faults them in afresh), ``keep`` (the same after :func:`graphtree.backend.allocator.keep_freed_memory`),
+``jemalloc`` (preloaded: ``$GRAPHTREE_JEMALLOC``, else the conda environment's or the system's
+``libjemalloc``) or ``jemalloc-keep`` (that, after ``keep_freed_memory``); the two jemalloc ones are measured
+by default where a jemalloc is found.
 
     python benchmarks/depth.py --quick                              # minutes: two depths, two cells
     python benchmarks/depth.py --out runs/depth.json                # every cell, 200 to 3,200 levels, 10^6 nodes
@@ -59,6 +60,7 @@ from graphtree.train.provenance import code_state
 CELLS = ("child_sum", "nary", "slstm", "lstm_rnn", "lexicalized", "top_down", "own")
 UNBOUNDED = ("child_sum", "own")  # the cells that take any number of children (fan-in)
 TREE_CELLS = (*UNBOUNDED, "top_down")  # and those that take a tree of any shape (top-down: each node one parent)
+ALLOCATORS = ("system", "keep", "jemalloc", "jemalloc-keep")
 
 
 class MeanPool(TreeCell):
@@ -133,10 +135,10 @@ def measure_one(cell_name: str, family: str, size: int, width: int, channels: in
                 allocator: str = "system") -> dict:
     """One measurement, in this process: time per level and peak memory per node of forward + backward."""
     torch.set_num_threads(1)
-    if allocator == "keep" and not keep_freed_memory():
-        raise SystemExit("--allocator keep: this C library has no mallopt (glibc only)")
-    if allocator == "jemalloc" and malloc_in_use() != "jemalloc":
-        raise SystemExit("--allocator jemalloc: the preloaded library is not jemalloc")
+    if allocator.startswith("jemalloc") and malloc_in_use() != "jemalloc":
+        raise SystemExit(f"--allocator {allocator}: the preloaded library is not jemalloc")
+    if allocator.endswith("keep") and not keep_freed_memory():
+        raise SystemExit(f"--allocator {allocator}: keep_freed_memory() took no effect under {malloc_in_use()}")
     torch.manual_seed(0)
     graph = {"layered": lambda: layered(size, width), "fan-in": lambda: fan_in(size, width),
              "random-tree": lambda: random_tree(size)}[family]()
@@ -184,7 +186,7 @@ def jemalloc_library() -> str | None:
 
 def run_in_subprocess(cell: str, family: str, size: int, path: str, allocator: str, args: argparse.Namespace) -> dict:
     env = {**os.environ, "GRAPHTREE_NATIVE": "0" if path == "pytorch" else "auto", "OMP_NUM_THREADS": "1"}
-    if allocator == "jemalloc":
+    if allocator.startswith("jemalloc"):
         env["LD_PRELOAD"] = " ".join(filter(None, [jemalloc_library(), env.get("LD_PRELOAD")]))
     command = [sys.executable, __file__, "--one", cell, family, str(size), "--width", str(args.width),
                "--channels", str(args.channels), "--repeats", str(args.repeats), "--allocator", allocator]
@@ -231,10 +233,10 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=32)
     parser.add_argument("--paths", nargs="+", choices=("compiled", "pytorch"), default=["compiled", "pytorch"])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--allocator", nargs="+", choices=("system", "keep", "jemalloc"), default=None,
-                        help="malloc as the process starts, told to keep freed memory "
-                             "(graphtree.backend.allocator.keep_freed_memory), or jemalloc preloaded; each is "
-                             "measured (default: all three, jemalloc where one is found)")
+    parser.add_argument("--allocator", nargs="+", choices=ALLOCATORS, default=None,
+                        help="glibc's malloc as the process starts or told to keep freed memory "
+                             "(graphtree.backend.allocator.keep_freed_memory), or jemalloc preloaded, as it starts "
+                             "or told so; each is measured (default: all four, jemalloc where one is found)")
     parser.add_argument("--quick", action="store_true", help="child_sum and own, 100 and 400 levels, no tree")
     parser.add_argument("--slow", action="store_true", help="200 to 6,400 levels and trees of up to 3 million nodes")
     parser.add_argument("--out", default=None, help="write every measurement to this JSON (default: print only)")
@@ -254,8 +256,8 @@ def main() -> None:
     if args.quick:
         args.cells, args.levels, args.tree_nodes, args.repeats = ["child_sum", "own"], [100, 400], [], 1
     if args.allocator is None:
-        args.allocator = ["system", "keep"] + (["jemalloc"] if jemalloc_library() else [])
-    elif "jemalloc" in args.allocator and not jemalloc_library():
+        args.allocator = [a for a in ALLOCATORS if jemalloc_library() or not a.startswith("jemalloc")]
+    elif any(a.startswith("jemalloc") for a in args.allocator) and not jemalloc_library():
         raise SystemExit("--allocator jemalloc: no libjemalloc found (conda install -c conda-forge jemalloc, or "
                          "apt install libjemalloc2; or set GRAPHTREE_JEMALLOC to its path)")
     jobs = [(cell, "layered", levels) for cell in args.cells for levels in args.levels]

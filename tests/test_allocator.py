@@ -1,5 +1,5 @@
-"""keep_freed_memory: a large block freed and allocated again comes back without touching fresh pages; malloc_in_use
-names the allocator."""
+"""keep_freed_memory: a large block freed and allocated again comes back without touching fresh pages, under glibc
+and under a preloaded jemalloc; malloc_in_use names the allocator."""
 
 from __future__ import annotations
 
@@ -25,10 +25,18 @@ print(faults() - before)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
-def test_a_freed_block_is_reused_only_when_kept():
+JEMALLOC = ctypes.util.find_library("jemalloc")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc or a preloaded jemalloc")
+@pytest.mark.parametrize("preload", ["", "jemalloc"])
+def test_a_freed_block_is_reused_only_when_kept(preload):
+    if preload and JEMALLOC is None:
+        pytest.skip("needs libjemalloc")
+    env = {**os.environ, "LD_PRELOAD": JEMALLOC if preload else ""}
+
     def faults(mode: str) -> int:
-        done = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
         return int(done.stdout.split()[-1])
 
@@ -36,9 +44,6 @@ def test_a_freed_block_is_reused_only_when_kept():
     system, kept = faults("system"), faults("keep")
     assert system > pages // 2, system  # the control: malloc as it starts hands the block back, and faults again
     assert kept < pages // 100, kept
-
-
-JEMALLOC = ctypes.util.find_library("jemalloc")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or JEMALLOC is None, reason="needs libjemalloc")

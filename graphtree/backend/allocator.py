@@ -1,25 +1,25 @@
-"""Keep freed memory in the process, so that a pass over a large graph reuses the last pass's pages.
+"""The C library's part in passes over large graphs: keep freed memory in the process, and say which ``malloc``
+serves it.
 
-glibc's ``malloc`` serves a block above its mmap threshold (which it raises as blocks are freed, up to 32 MiB on
-64-bit Linux) with pages fresh from the kernel, and hands them back when the block is freed. A graph's state
-buffers, gradients and saved gates are such blocks once the graph has a few hundred thousand nodes, so every
-pass first-touches them again: a page fault per 4 KiB, paid in system time that a smaller graph, whose blocks
-stay in the heap, does not pay. On the depth benchmark (``benchmarks/depth.py``) that is what made the time per
-level grow with the graph while the work per level did not (docs/performance.md, "Deep graphs").
+Two costs of a pass over a large graph belong to ``malloc``, not to graphtree, and both grow with the graph
+(docs/performance.md, "Deep graphs"):
 
-:func:`keep_freed_memory` tells ``malloc`` to serve every block from its heap and not to give the heap's free
-top back to the kernel: a process's memory then stays at its peak rather than following each pass up and down,
-which is what a training loop wants and a short-lived tool may not. It is a choice of the program that runs
-the passes, made once, never a side effect of importing graphtree. Elsewhere than glibc (macOS, musl) it does
-nothing and says so; an allocator such as jemalloc or tcmalloc (``LD_PRELOAD``) keeps pages its own way.
+* **Pages handed back and faulted in again.** glibc's ``malloc`` serves a block above its mmap threshold
+  (raised as blocks are freed, up to 32 MiB on 64-bit Linux) with pages fresh from the kernel, and hands them
+  back when the block is freed; jemalloc, as it starts, hands freed pages back after a few seconds. A large
+  graph's state buffers, gradients and saved gates are such blocks, so each pass first-touches them again: a
+  page fault per 4 KiB, paid in system time that a smaller graph, whose blocks stay in the heap, does not pay.
+  :func:`keep_freed_memory` stops that, for glibc and for a preloaded jemalloc.
+* **The search for a free block.** The PyTorch path frees a level's temporaries between the gates that
+  autograd keeps, so the heap holds a free block between every two saved ones, of as many sizes as the graph
+  has level sizes. glibc serves a block of more than 1 KiB with the smallest free one that fits, found by
+  walking its bin, so each allocation costs more as the graph grows. jemalloc has no such walk. Only another
+  allocator removes this one: start the program with jemalloc preloaded (``LD_PRELOAD=libjemalloc.so.2``).
 
-The other cost of glibc's ``malloc`` on large graphs is its search for a free block. The PyTorch path frees a
-level's temporaries between the gates that autograd keeps, so after a pass the heap holds a free block between
-every two saved ones, of as many sizes as the graph has level sizes; glibc serves a block of more than 1 KiB
-with the smallest free one that fits, found by walking its bin, so each allocation costs more as the graph
-grows. jemalloc has no such walk: with it, the time per node of the top-down cell's PyTorch path stayed flat
-from 10^5 to 10^6 tree nodes, where glibc's grew (docs/performance.md, "Deep graphs"). :func:`malloc_in_use`
-says which allocator a process runs.
+Keeping freed memory is a choice of the program that runs the passes, made once, never a side effect of
+importing graphtree: the process's memory then stays at its peak rather than following each pass up and down,
+which is what a training loop wants and a short-lived tool may not. :func:`malloc_in_use` says which
+allocator a process runs.
 """
 
 from __future__ import annotations
@@ -36,17 +36,23 @@ _PRELOADED = ("jemalloc", "tcmalloc", "mimalloc")
 # mallopt's parameters, from glibc's <malloc.h>.
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
-_NEVER = -1  # as M_TRIM_THRESHOLD's value: never trim (mallopt(3))
+_NEVER = -1  # as M_TRIM_THRESHOLD's value (mallopt(3)) and as a jemalloc decay time: never
 
 
 def keep_freed_memory() -> bool:
-    """Have ``malloc`` keep freed memory for reuse (glibc only). Returns whether it took effect.
+    """Have ``malloc`` keep freed memory for reuse: glibc's, or a preloaded jemalloc. Returns whether it took
+    effect (``False`` under any other allocator).
 
-    Affects every allocation of the process from then on, not only graphtree's. Equivalent to starting the
-    process with ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1``.
+    Affects every allocation of the process from then on, not only graphtree's. Under glibc it is
+    ``mallopt(M_MMAP_MAX, 0)`` and ``mallopt(M_TRIM_THRESHOLD, -1)``, as if the process had started with
+    ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1``; under jemalloc, decay times of -1 for every arena, as
+    if it had started with ``MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1``.
     """
+    allocator = malloc_in_use()
+    if allocator == "jemalloc":
+        return _jemalloc_never_decay()
     mallopt = _mallopt()
-    if mallopt is None:
+    if allocator != "glibc" or mallopt is None:
         return False
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _NEVER))
 
@@ -73,3 +79,27 @@ def _mallopt():
         return None
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return mallopt
+
+
+def _jemalloc_never_decay() -> bool:
+    """Decay times of -1 (never hand freed pages back) for jemalloc's arenas: the default of arenas made from
+    now on, and each existing one's."""
+    try:
+        mallctl = ctypes.CDLL(None).mallctl
+    except (OSError, AttributeError):  # a jemalloc built with a prefix (je_mallctl) is not one LD_PRELOAD serves
+        return False
+    mallctl.argtypes = (ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+    mallctl.restype = ctypes.c_int
+    never = ctypes.c_ssize_t(_NEVER)
+
+    def write(name: str) -> bool:
+        return mallctl(name.encode(), None, None, ctypes.byref(never), ctypes.sizeof(never)) == 0
+
+    arenas = ctypes.c_uint(0)
+    size = ctypes.c_size_t(ctypes.sizeof(arenas))
+    if mallctl(b"arenas.narenas", ctypes.byref(arenas), ctypes.byref(size), None, 0) != 0:
+        return False
+    names = [f"arenas.{kind}_decay_ms" for kind in ("dirty", "muzzy")]
+    names += [f"arena.{k}.{kind}_decay_ms" for k in range(arenas.value) for kind in ("dirty", "muzzy")]
+    # An arena index that no thread has used yet has no arena to set (EFAULT): the default above covers it.
+    return all([write(name) for name in names[:2]]) and any([write(name) for name in names[2:]])
