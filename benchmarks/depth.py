@@ -243,6 +243,7 @@ def main() -> None:
     parser.add_argument("--table", default=None, metavar="JSON", help="only print the table of this results file")
     parser.add_argument("--one", nargs=3, metavar=("CELL", "FAMILY", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    code = code_state() if args.out else None  # the code this process imported, not the tree at its end
     if args.one:
         cell, family, size = args.one
         print(json.dumps(measure_one(cell, family, int(size), args.width, args.channels, args.repeats,
@@ -273,7 +274,7 @@ def main() -> None:
     print(table(rows))
     if args.out:
         record = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
-                  "code": code_state(), "channels": args.channels, "width": args.width, "rows": rows}
+                  "code": code, "channels": args.channels, "width": args.width, "rows": rows}
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
 
 

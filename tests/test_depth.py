@@ -116,9 +116,10 @@ def test_the_count_sees_a_graph_sized_write_per_level():
     assert deep / shallow > 5, (shallow, deep)
 
 
-def test_the_performance_pages_depth_table_is_what_its_command_prints():
+@pytest.mark.parametrize("results", ["depth-cpu.json", "depth-cpu-jemalloc.json"])
+def test_the_performance_pages_depth_tables_are_what_their_command_prints(results):
     repo = Path(__file__).resolve().parent.parent
-    printed = subprocess.run([sys.executable, "benchmarks/depth.py", "--table", "benchmarks/results/depth-cpu.json"],
+    printed = subprocess.run([sys.executable, "benchmarks/depth.py", "--table", f"benchmarks/results/{results}"],
                              cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
     assert printed.count("\n") > 10 and printed in (repo / "docs" / "performance.md").read_text()
 
