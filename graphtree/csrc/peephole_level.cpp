@@ -111,7 +111,6 @@ struct PeepholeSaved {
     Tensor activated, c, o, tanh_c, c_children, h_children;  // h_children: undefined without predecessors
   } step;                 // what the step's backward needs (below)
   Tensor grad_pre, grad_o;  // the step's gradients, kept for the weights' (peephole_grads)
-  Tensor x;                 // a lexicalized leaf's input
   LeafUnit::Saved leaf;     // an S-LSTM leaf unit's
 };
 
@@ -343,14 +342,13 @@ class LexicalizedLevels : public BottomUpLevels {
                const Tensors& children, Tensors& buffers, bool save) override {
     if (level.width > 0) return forward_internal(level, children, buffers, save, lexical_rows(x_terms_, level));
     step(level, at::addmm(b_igo_, inputs[0], W_igo_.t), children, buffers, save);  // i, g, o
-    if (save) saved(level).x = inputs[0];
   }
 
   Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     if (level.width > 0) return backward_internal(level, grad_states, lexical_rows(grad_x_terms_, level));
     auto grad_igo = fresh(level.rows(), 3 * d_);
     step_backward(level, grad_states, grad_igo);
-    leaf_x_.add(grad_igo, saved(level).x);
+    leaf_x_.add(grad_igo, rows_of(input(0), level));
     if (auto* grad_x = input_grad(grad_inputs)) grad_x->addmm_(grad_igo, W_igo_.w);
     return {};
   }
