@@ -127,21 +127,22 @@ def top_down(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[
     return kernels.TopDownLevels(*weights)
 
 
-# The fixed heads of Teng & Zhang's Table 5, as the kernel numbers them.
+# The modes of FixedCombinationLevels: the fixed heads of Teng & Zhang's Table 5, and the leaf sums.
 FIXED_HEADS = {"left": 0, "right": 1, "average": 2}
+LEAF_SUM = 3
 
 
 def head_lexicalization(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
     """:class:`~graphtree.nn.HeadLexicalization`: the gated binary method, ``GatedHeadLevels``, and the
-    fixed methods (left, right, average), ``FixedHeadLevels`` (``csrc/head_level.cpp``)."""
+    fixed methods (left, right, average), ``FixedCombinationLevels`` (``csrc/head_level.cpp``)."""
     if cell.method in FIXED_HEADS:
-        return kernels.FixedHeadLevels(FIXED_HEADS[cell.method])
+        return kernels.FixedCombinationLevels(FIXED_HEADS[cell.method])
     if cell.n_ary != 2:
         return None
     return kernels.GatedHeadLevels(*weights)
 
 
 def leaf_sum(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
-    """The sums of leaf rows below each node (BiConTree's span features): ``LeafSumLevels``
+    """The sums of leaf rows below each node (BiConTree's span features): ``FixedCombinationLevels``
     (``csrc/head_level.cpp``)."""
-    return kernels.LeafSumLevels()
+    return kernels.FixedCombinationLevels(LEAF_SUM)

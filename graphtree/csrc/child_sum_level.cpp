@@ -139,8 +139,7 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
 
 const Binding binding([](pybind11::module& m) {
   bind_kernel<ChildSumLevels, Tensor, Tensor, Tensor, Tensor>(
-      m, "ChildSumLevels", "The Child-Sum Tree-LSTM's level math for the engine's compiled level loop",
-      py::arg("U_iou_weight"), py::arg("U_iou_bias"), py::arg("U_f_weight"), py::arg("U_f_bias"));
+      m, "ChildSumLevels", "The Child-Sum Tree-LSTM's level math for the engine's compiled level loop");
 });
 
 }  // namespace

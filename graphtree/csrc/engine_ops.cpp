@@ -115,7 +115,9 @@ std::vector<torch::Tensor> run_levels_backward(
   const auto levels = levels_of(ptr, slots, position_groups);
   // The kernels index rows; these are the loop's own (the caller does not read them back), made contiguous.
   graphtree::check_all(grad_states, "every state's gradient");
-  for (const auto& grad : grad_inputs) {  // the caller's own, added into in place: a copy would not do
+  std::vector<torch::Tensor> whole_grad_inputs;  // undefined where none is needed
+  for (const auto& grad : grad_inputs) {         // the caller's own, added into in place: a copy would not do
+    whole_grad_inputs.push_back(grad ? *grad : torch::Tensor());
     if (!grad) continue;
     check(*grad, "every input's gradient");
     TORCH_CHECK(grad->is_contiguous(), "run_levels: input gradients must be contiguous (the kernels index rows)");
@@ -126,7 +128,8 @@ std::vector<torch::Tensor> run_levels_backward(
     const int64_t n = level->end - level->begin;
     for (size_t s = 0; s < grad_states.size(); ++s) level_grads[s] = grad_states[s].narrow(0, level->begin, n);
     for (size_t k = 0; k < grad_inputs.size(); ++k) {
-      level_grad_inputs[k] = grad_inputs[k] ? grad_inputs[k]->narrow(0, level->begin, n) : torch::Tensor();
+      const auto& grad = whole_grad_inputs[k];
+      level_grad_inputs[k] = grad.defined() ? grad.narrow(0, level->begin, n) : torch::Tensor();
     }
     auto child_grads = kernel.backward(*level, level_grads, level_grad_inputs);
     if (level->width == 0) continue;
@@ -136,10 +139,6 @@ std::vector<torch::Tensor> run_levels_backward(
       auto grads = child_grads[s].is_alias_of(grad_states[s]) ? child_grads[s].clone() : child_grads[s];
       scatter_add_rows_(grad_states[s], level->slots, grads);
     }
-  }
-  std::vector<torch::Tensor> whole_grad_inputs(grad_inputs.size());
-  for (size_t k = 0; k < grad_inputs.size(); ++k) {
-    if (grad_inputs[k]) whole_grad_inputs[k] = *grad_inputs[k];
   }
   kernel.finish_backward(whole_grad_inputs);
   return kernel.param_grads();
@@ -189,22 +188,14 @@ std::vector<std::vector<torch::Tensor>> run_passes_backward(
 }
 
 const graphtree::Binding binding([](pybind11::module& m) {
-  m.def("run_levels_forward", &run_levels_forward, "the engine's forward level loop over a LevelKernel",
-        py::arg("kernel"), py::arg("buffers"), py::arg("inputs"), py::arg("ptr"), py::arg("slots"),
-        py::arg("position_groups"), py::arg("save"));
+  m.def("run_levels_forward", &run_levels_forward, "the engine's forward level loop over a LevelKernel");
   m.def("run_levels_backward", &run_levels_backward,
-        "the engine's backward level loop over a LevelKernel; returns its parameter gradients",
-        py::arg("kernel"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptr"), py::arg("slots"),
-        py::arg("position_groups"));
+        "the engine's backward level loop over a LevelKernel; returns its parameter gradients");
   m.def("run_passes_forward", &run_passes_forward,
-        "run_levels_forward of several independent passes, side by side on PyTorch's threads (one pass a thread)",
-        py::arg("kernels"), py::arg("buffers"), py::arg("inputs"), py::arg("ptrs"), py::arg("slots"),
-        py::arg("position_groups"), py::arg("save"));
+        "run_levels_forward of several independent passes, side by side on PyTorch's threads (one pass a thread)");
   m.def("run_passes_backward", &run_passes_backward,
         "run_levels_backward of the passes of a saving run_passes_forward, side by side; each pass's parameter "
-        "gradients",
-        py::arg("kernels"), py::arg("grad_states"), py::arg("grad_inputs"), py::arg("ptrs"), py::arg("slots"),
-        py::arg("position_groups"));
+        "gradients");
   m.def("scatter_add_rows_", &scatter_add_rows_, "dst[index[r]] += src[r], in place (the engine's child gradients)");
 });
 

@@ -6,8 +6,8 @@
 // heads read bottom-up; a leaf's head is its word vector. A unary node takes its one child's head (z = 1 for a
 // left child alone, 0 for a right one), as the softmax over one present child does.
 //
-// Also the left, right and average heads of Table 5 (FixedHeadLevels) and the leaf sums of BiTreeLSTM's
-// classifier input (LeafSumLevels), parameterless bottom-up passes.
+// Also the left, right and average heads of Table 5 and the leaf sums of BiTreeLSTM's classifier input, parameterless
+// bottom-up passes (FixedCombinationLevels).
 
 #include "level_loop.h"
 
@@ -90,34 +90,48 @@ class GatedHeadLevels : public Levels<Tensor> {  // saved: each inner level's z
   Tensor grad_logits_;
 };
 
-// Teng & Zhang's Table 5 baselines of head lexicalization (graphtree/nn/head_lexicalization.py): a node's head
-// is its leftmost child's head (method 0), its rightmost child's (1) or the mean of its children's (2); a leaf's
-// is its word vector. No parameters: the level loop moves rows, which in C++ spares each level the
+// Parameterless bottom-up passes in which a node's state is a fixed combination of its children's and a leaf's
+// is its input. Teng & Zhang's Table 5 baselines of head lexicalization (graphtree/nn/head_lexicalization.py): a
+// node's head is its leftmost child's head (mode 0), its rightmost child's (1) or the mean of its children's (2).
+// And the sums of the leaf rows below every node with their number (3; a leaf counts itself, and the counts, a
+// second state, are constants without gradient): the leaf means that BiTreeLSTM feeds its classifier
+// (graphtree/models/bicontree.py, _LeafSum). The level loop moves rows, which in C++ spares each level the
 // interpreter's calls of the Python update.
-class FixedHeadLevels : public Levels<Nothing> {
+class FixedCombinationLevels : public Levels<Nothing> {
  public:
-  explicit FixedHeadLevels(int64_t method) : Levels("FixedHeadLevels", torch::kFloat32), method_(method) {
-    TORCH_CHECK(method >= 0 && method <= 2, "FixedHeadLevels: method must be 0 (left), 1 (right) or 2 (average)");
+  enum Mode : int64_t { kLeft, kRight, kAverage, kSum };
+
+  explicit FixedCombinationLevels(int64_t mode) : Levels("FixedCombinationLevels", torch::kFloat32), mode_(mode) {
+    TORCH_CHECK(mode >= kLeft && mode <= kSum,
+                "FixedCombinationLevels: mode must be 0 (left), 1 (right), 2 (average) or 3 (sum)");
   }
 
   void forward(const Level& level, const Tensors& inputs,
                const Tensors& children, Tensors& buffers, bool save) override {
-    if (level.width == 0) return copy_input(level, inputs, buffers);  // a leaf: its word vector
+    const bool sum = mode_ == kSum;
+    if (level.width == 0) {  // a leaf: its word vector, or its row counted once
+      copy_input(level, inputs, buffers);
+      if (sum) rows_of(buffers[1], level).fill_(1.f);
+      return;
+    }
     const int64_t n = level.rows(), K = level.width;
     auto heads = rows_of(buffers[0], level);
     const int64_t D = heads.size(1), pad = padding_row();
     const int64_t* S = level.slots.data_ptr<int64_t>();
-    const float* X = children[0].data_ptr<float>();
-    float* H = heads.data_ptr<float>();
+    const float *X = children[0].data_ptr<float>(), *leaves = sum ? children[1].data_ptr<float>() : nullptr;
+    float *H = heads.data_ptr<float>(), *counts = sum ? rows_of(buffers[1], level).data_ptr<float>() : nullptr;
     for_rows(n, [&](int64_t r) {
       float* h = H + r * D;
       std::fill(h, h + D, 0.f);
+      float below = 0.f;  // the leaves below the node (sums)
       const float count = each_read(S + r * K, K, pad, [&](int64_t l) {
         const float* x = X + (r * K + l) * D;
 #pragma omp simd
         for (int64_t k = 0; k < D; ++k) h[k] += x[k];
+        if (sum) below += leaves[r * K + l];
       });
-      if (method_ < 2) return;
+      if (sum) counts[r] = below;
+      if (mode_ != kAverage) return;
 #pragma omp simd
       for (int64_t k = 0; k < D; ++k) h[k] /= count;
     });
@@ -136,10 +150,10 @@ class FixedHeadLevels : public Levels<Nothing> {
     float* gX = grad_state(0).data_ptr<float>();
     for_rows(n, [&](int64_t r) {
       const float* g = G + r * D;
-      const float count = method_ < 2 ? 1.f : each_read(S + r * K, K, pad, [](int64_t) {});
+      const float count = mode_ == kAverage ? each_read(S + r * K, K, pad, [](int64_t) {}) : 1.f;
       each_read(S + r * K, K, pad, [&](int64_t l) {
         float* gx = gX + S[r * K + l] * D;
-        if (count == 1.f) {  // no division in the fixed heads' loop
+        if (count == 1.f) {  // no division in the other modes' loop
 #pragma omp simd
           for (int64_t k = 0; k < D; ++k) gx[k] += g[k];
         } else {
@@ -154,63 +168,31 @@ class FixedHeadLevels : public Levels<Nothing> {
   Tensors param_grads() override { return {}; }
 
  private:
-  // f(l) for each of a node's K slots whose child's head the node's reads: the leftmost child's (method 0), the
-  // rightmost's (1) or every child's (2; empty slots hold the padding row). Returns how many.
+  // f(l) for each of a node's K slots whose child's state the node's reads: the leftmost child's (left), the
+  // rightmost's (right) or every child's (average, sum; empty slots hold the padding row). Returns how many.
   template <typename F>
   float each_read(const int64_t* slots, int64_t K, int64_t pad, const F& f) const {
     float count = 0.f;
     for (int64_t j = 0; j < K; ++j) {
-      const int64_t l = method_ == 1 ? K - 1 - j : j;
+      const int64_t l = mode_ == kRight ? K - 1 - j : j;
       if (slots[l] == pad) continue;
       f(l);
       count += 1.f;
-      if (method_ < 2) break;
+      if (mode_ <= kRight) break;
     }
     return count;
   }
 
-  int64_t method_;
-};
-
-// The sums of the leaf rows below every node and their number (a leaf counts itself), bottom-up: the leaf means
-// that BiTreeLSTM feeds its classifier (graphtree/models/bicontree.py, _LeafSum), as a LevelKernel. No
-// parameters; a node's gradient is copied into each of its children's slots.
-class LeafSumLevels : public Levels<Nothing> {
- public:
-  LeafSumLevels() : Levels("LeafSumLevels", torch::kFloat32) {}
-
-  void forward(const Level& level, const Tensors& inputs,
-               const Tensors& children, Tensors& buffers, bool save) override {
-    const int64_t n = level.rows();
-    auto total = rows_of(buffers[0], level), count = rows_of(buffers[1], level);
-    if (level.width == 0) {
-      copy_input(level, inputs, buffers);
-      count.fill_(1.f);
-      return;
-    }
-    at::sum_out(total, children[0].view({n, level.width, -1}), 1);
-    at::sum_out(count, children[1].view({n, level.width, 1}), 1);
-  }
-
-  Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
-    // The counts are constants: the totals' gradient alone, which leaves add into their inputs'.
-    if (level.width == 0) return pass_gradient_to_input(grad_states, grad_inputs);
-    // The children's rows are added into the buffer that the level's gradient is rows of: a copy (repeated_rows).
-    return {repeated_rows(grad_states[0], level.rows(), level.width)};
-  }
-
-  Tensors param_grads() override { return {}; }
+  int64_t mode_;
 };
 
 const Binding binding([](pybind11::module& m) {
   bind_kernel<GatedHeadLevels, Tensor, Tensor>(
-      m, "GatedHeadLevels", "Teng & Zhang's gated head lexicalization (binary) for the compiled level loop",
-      py::arg("W_zx"), py::arg("b_z"));
-  bind_kernel<FixedHeadLevels, int64_t>(
-      m, "FixedHeadLevels", "Teng & Zhang's left, right and average heads (Table 5) for the compiled level loop",
-      py::arg("method"));
-  bind_kernel<LeafSumLevels>(
-      m, "LeafSumLevels", "Sums and counts of the leaf rows below every node, for the compiled level loop");
+      m, "GatedHeadLevels", "Teng & Zhang's gated head lexicalization (binary) for the compiled level loop");
+  bind_kernel<FixedCombinationLevels, int64_t>(
+      m, "FixedCombinationLevels",
+      "Teng & Zhang's left, right and average heads (Table 5), or the sums and counts of the leaf rows below every "
+      "node, for the compiled level loop");
 });
 
 }  // namespace

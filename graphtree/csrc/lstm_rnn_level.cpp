@@ -261,8 +261,7 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
 
 const Binding binding([](pybind11::module& m) {
   bind_kernel<LSTMRNNLevels, Tensor, Tensor, Tensor, Tensor, int64_t>(
-      m, "LSTMRNNLevels", "The LSTM-RNN's level math for the engine's compiled level loop", py::arg("W_leaf"),
-      py::arg("W_inner"), py::arg("W_cell"), py::arg("b"), py::arg("kind"));
+      m, "LSTMRNNLevels", "The LSTM-RNN's level math for the engine's compiled level loop");
 });
 
 }  // namespace

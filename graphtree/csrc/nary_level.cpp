@@ -159,9 +159,7 @@ class NaryLevels : public Levels<NarySaved> {
 
 const Binding binding([](pybind11::module& m) {
   bind_kernel<NaryLevels, Tensor, Tensor, Tensor, Tensor, Tensor, bool>(
-      m, "NaryLevels", "The N-ary Tree-LSTM's level math for the engine's compiled level loop",
-      py::arg("gate_weights_t"), py::arg("gate_bias"), py::arg("U"), py::arg("leaf_weight"),
-      py::arg("leaf_bias"), py::arg("general"));
+      m, "NaryLevels", "The N-ary Tree-LSTM's level math for the engine's compiled level loop");
 });
 
 }  // namespace

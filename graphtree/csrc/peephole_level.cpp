@@ -111,7 +111,6 @@ struct PeepholeSaved {
     Tensor activated, c, o, tanh_c, c_children, h_children;  // h_children: undefined without predecessors
   } step;                 // what the step's backward needs (below)
   Tensor grad_pre, grad_o;  // the step's gradients, kept for the weights' (peephole_grads)
-  Tensor x;                 // a lexicalized leaf's input
   LeafUnit::Saved leaf;     // an S-LSTM leaf unit's
 };
 
@@ -343,14 +342,13 @@ class LexicalizedLevels : public BottomUpLevels {
                const Tensors& children, Tensors& buffers, bool save) override {
     if (level.width > 0) return forward_internal(level, children, buffers, save, lexical_rows(x_terms_, level));
     step(level, at::addmm(b_igo_, inputs[0], W_igo_.t), children, buffers, save);  // i, g, o
-    if (save) saved(level).x = inputs[0];
   }
 
   Tensors backward(const Level& level, const Tensors& grad_states, Tensors& grad_inputs) override {
     if (level.width > 0) return backward_internal(level, grad_states, lexical_rows(grad_x_terms_, level));
     auto grad_igo = fresh(level.rows(), 3 * d_);
     step_backward(level, grad_states, grad_igo);
-    leaf_x_.add(grad_igo, saved(level).x);
+    leaf_x_.add(grad_igo, rows_of(input(0), level));
     if (auto* grad_x = input_grad(grad_inputs)) grad_x->addmm_(grad_igo, W_igo_.w);
     return {};
   }
@@ -366,17 +364,14 @@ class LexicalizedLevels : public BottomUpLevels {
     auto grads = internal_grads();  // W_h, W_c, W_co, b
     auto& grad_b = grads[3];
     auto grad_W_x = weight_grad(W_x_.w, grad_x_terms_, lexicalized_ ? internal_block(input(0)) : Tensor());
+    // The leaves' share: into rows i and g, o of b and W_x (g's row given); W_xf gets nothing from the leaves.
+    auto add_igo = [d](const Tensor& grad, const Tensor& igo, int64_t g) {
+      grad.narrow(0, 0, d) += igo.narrow(0, 0, d);
+      grad.narrow(0, g, 2 * d) += igo.narrow(0, d, 2 * d);
+    };
     if (auto grad_igo = leaf_x_.grads(); grad_igo.defined()) {
-      auto x = leaf_x_.rows();
-      auto grad_b_igo = grad_igo.sum(0);
-      grad_b.narrow(0, 0, d) += grad_b_igo.narrow(0, 0, d);
-      grad_b.narrow(0, (N + 1) * d, 2 * d) += grad_b_igo.narrow(0, d, 2 * d);
-      if (lexicalized_) {  // rows i and g, o of W_x; W_xf gets nothing from the leaves
-        grad_W_x.narrow(0, 0, d).addmm_(grad_igo.narrow(1, 0, d).t(), x);
-        grad_W_x.narrow(0, 2 * d, 2 * d).addmm_(grad_igo.narrow(1, d, 2 * d).t(), x);
-      } else {
-        grad_W_x.addmm_(grad_igo.t(), x);
-      }
+      add_igo(grad_b, grad_igo.sum(0), (N + 1) * d);
+      add_igo(grad_W_x, at::mm(grad_igo.t(), leaf_x_.rows()), lexicalized_ ? 2 * d : d);
     }
     return {grad_W_x, grads[0], grads[1], grads[2], grad_b};
   }
@@ -422,22 +417,20 @@ class TopDownLevels : public PeepholeLevels {
     PeepholeLevels::start(levels);
     const int64_t P = b_.size(0);
     const auto& x = input(0);
-    // W_x x + b of every node, one product per input set over all levels (its rows gathered where the sets
-    // differ by position) rather than one per level and position.
+    // W_x x + b of every node, one product per input set over all levels (its rows gathered where a set has some
+    // rows but not all, as where the sets differ by position) rather than one per level and position.
     std::vector<std::vector<int64_t>> rows(P);
     for (const auto& level : levels) {
       for (const auto& [p, begin, count] : saved(level).blocks) {
-        for (int64_t r = 0; r < count; ++r) rows[input_set(p)].push_back(level.begin + begin + r);
+        for (int64_t r = 0; r < count; ++r) rows[P == 1 ? 0 : p].push_back(level.begin + begin + r);
       }
     }
     x_terms_ = fresh(x.size(0), 4 * d_);
     set_rows_.assign(P, Tensor());
-    all_rows_.assign(P, false);
     for (int64_t s = 0; s < P; ++s) {
-      all_rows_[s] = static_cast<int64_t>(rows[s].size()) == x.size(0);
-      if (all_rows_[s]) {
+      if (static_cast<int64_t>(rows[s].size()) == x.size(0)) {
         at::addmm_out(x_terms_, b_[s], x, W_x_[s].t);
-      } else if (!rows[s].empty()) {
+      } else {
         set_rows_[s] = torch::tensor(rows[s], torch::kLong);
         x_terms_.index_copy_(0, set_rows_[s], at::addmm(b_[s], of_set(x, s), W_x_[s].t));
       }
@@ -458,10 +451,10 @@ class TopDownLevels : public PeepholeLevels {
   void finish_backward(Tensors& grad_inputs) override {
     auto* grad_x = input_grad(grad_inputs);
     for (int64_t s = 0; s < b_.size(0) && grad_x != nullptr; ++s) {
-      if (all_rows_[s]) {
-        grad_x->addmm_(grad_a_, W_x_[s].w);
-      } else if (set_rows_[s].defined()) {
+      if (set_rows_[s].defined()) {
         grad_x->index_add_(0, set_rows_[s], at::mm(of_set(grad_a_, s), W_x_[s].w));
+      } else {
+        grad_x->addmm_(grad_a_, W_x_[s].w);
       }
     }
   }
@@ -470,7 +463,6 @@ class TopDownLevels : public PeepholeLevels {
     const int64_t P = b_.size(0);
     auto grad_W_x = torch::zeros({P, 4 * d_, input(0).size(1)}, options_), grad_b = torch::zeros_like(b_);
     for (int64_t s = 0; s < P && grad_a_.defined(); ++s) {
-      if (!all_rows_[s] && !set_rows_[s].defined()) continue;
       auto grad_a = of_set(grad_a_, s);
       grad_W_x[s].addmm_(grad_a.t(), of_set(input(0), s));
       grad_b[s] += grad_a.sum(0);
@@ -480,10 +472,10 @@ class TopDownLevels : public PeepholeLevels {
   }
 
  private:
-  int64_t input_set(int64_t position) const { return b_.size(0) == 1 ? 0 : position; }
-
-  // t's rows that input set s multiplies: all, or those of set_rows_[s].
-  Tensor of_set(const Tensor& t, int64_t s) const { return all_rows_[s] ? t : t.index_select(0, set_rows_[s]); }
+  // t's rows that input set s multiplies: those of set_rows_[s], or all where it has none.
+  Tensor of_set(const Tensor& t, int64_t s) const {
+    return set_rows_[s].defined() ? t.index_select(0, set_rows_[s]) : t;
+  }
 
   // The roots are all position 0; below, one block per position.
   std::vector<Block> blocks_of(const Level& level) const override {
@@ -503,8 +495,7 @@ class TopDownLevels : public PeepholeLevels {
   std::vector<Weight> W_x_;  // one per input set
   Tensor b_;
   Tensor x_terms_, grad_a_;     // the level-sorted inputs' W_x x + b, the gates' gradients
-  Tensors set_rows_;            // each input set's rows, where it has some but not all
-  std::vector<bool> all_rows_;  // an input set that every row uses
+  Tensors set_rows_;  // each input set's rows, undefined for a set that every row uses
   int64_t N_ = 0;
 };
 
@@ -514,12 +505,9 @@ const Binding binding([](pybind11::module& m) {
       py::arg("W_c"), py::arg("W_co"), py::arg("b"), py::arg("leaf_weight") = py::none(),
       py::arg("leaf_bias") = py::none());
   bind_kernel<LexicalizedLevels, Tensor, Tensor, Tensor, Tensor, Tensor, bool>(
-      m, "LexicalizedLevels", "Teng & Zhang's lexicalized bottom-up cell's level math for the compiled level loop",
-      py::arg("W_x"), py::arg("W_h"), py::arg("W_c"), py::arg("W_co"), py::arg("b"),
-      py::arg("lexicalized"));
+      m, "LexicalizedLevels", "Teng & Zhang's lexicalized bottom-up cell's level math for the compiled level loop");
   bind_kernel<TopDownLevels, Tensor, Tensor, Tensor, Tensor, Tensor>(
-      m, "TopDownLevels", "Teng & Zhang's top-down cell's level math for the compiled level loop (one parent)",
-      py::arg("W_x"), py::arg("b"), py::arg("W_h"), py::arg("W_c"), py::arg("W_co"));
+      m, "TopDownLevels", "Teng & Zhang's top-down cell's level math for the compiled level loop (one parent)");
 });
 
 }  // namespace

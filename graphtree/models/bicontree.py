@@ -186,7 +186,7 @@ class _LeafSum(TreeCell):
     compiled_levels = compiled.leaf_sum  # the same sums in C++: graphtree/backend/compiled.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
-        """``LeafSumLevels`` takes no weights (the cell has none)."""
+        """``FixedCombinationLevels`` takes no weights (the cell has none)."""
         return ()
 
     def __init__(self, channels: int) -> None:
