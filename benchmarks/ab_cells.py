@@ -59,7 +59,8 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class CellConfig:
-    """A cell of ``graphtree.nn``, built as ``getattr(graphtree.nn, cls)(*args, **kwargs)``.
+    """A cell of ``graphtree.nn``, built as ``getattr(graphtree.nn, cls)(*args, **kwargs)``, or of the module a
+    dotted ``cls`` names (``"graphtree.models.bicontree._LeafSum"``).
 
     Every cell is called as ``cell(x, batch)`` with ``x`` of shape ``[num_nodes, in_channels]`` for every
     node (cells that only read the leaves' rows ignore the others).
@@ -84,6 +85,7 @@ CELLS: dict[str, CellConfig] = {
     "topdown": CellConfig("TopDownTreeLSTM", (300, 150)),  # x: head vectors of every node
     "head_gated": CellConfig("HeadLexicalization", (300,), {"method": "gated"}),
     "head_left": CellConfig("HeadLexicalization", (300,), {"method": "left"}),  # no parameters: see measure()
+    "leafsum": CellConfig("graphtree.models.bicontree._LeafSum", (300,)),  # BiTreeLSTM's span means; no parameters
 }
 
 MODES = ("train", "infer")
@@ -257,14 +259,14 @@ def child_main(spec: dict[str, Any]) -> None:
     result: dict[str, Any] = dict(torch=torch.__version__, threads=torch.get_num_threads(), points=[])
     device = torch.device(spec.get("device", "cpu"))
     try:
-        import graphtree
         import graphtree.nn
 
         # The kernels are CPU code: on a GPU every cell runs its definition, and nothing is built.
         result["native"] = ensure_native() if device.type == "cpu" else None
         config = CELLS[spec["cell"]]
         torch.manual_seed(spec["seed"])
-        cell = getattr(graphtree.nn, config.cls)(*config.args, **config.kwargs).to(device)
+        owner = importlib.import_module(config.cls.rsplit(".", 1)[0]) if "." in config.cls else graphtree.nn
+        cell = getattr(owner, config.cls.rsplit(".", 1)[-1])(*config.args, **config.kwargs).to(device)
         check_checkout(checkout)
         result["parameters"] = sum(p.numel() for p in cell.parameters())
     except Exception:
@@ -429,7 +431,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--process-per-point", action="store_true",
                    help="a fresh process for every (mode, batch size), not one per cell config")
     p.add_argument("--child-timeout", type=float, default=1800.0, help="seconds before a child is killed")
-    p.add_argument("--out", type=Path, help="JSON of every round (default benchmarks/results/ab-cells-threads<N>.json)")
+    p.add_argument("--out", type=Path, help="JSON of every round (default runs/ab-cells-threads<N>.json: the "
+                                            "committed results in benchmarks/results/ are written only when named)")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: the JSON spec of one child process
     args = p.parse_args(argv)
     if args.child is None and (args.old is None or args.new is None):
@@ -447,7 +450,8 @@ def main() -> None:
         if not (checkout / "graphtree" / "__init__.py").is_file():
             raise SystemExit(f"ab_cells: --{side} {checkout} holds no graphtree package")
     device = "" if args.device == "cpu" else f"-{args.device}"
-    out = args.out or Path(__file__).resolve().parent / "results" / f"ab-cells{device}-threads{args.threads}.json"
+    out = args.out or Path("runs") / f"ab-cells{device}-threads{args.threads}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     points = [(mode, batch_size) for mode in args.modes for batch_size in args.batch_sizes]
     groups = [[point] for point in points] if args.process_per_point else [points]
     info = dict(
