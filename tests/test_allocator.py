@@ -1,5 +1,5 @@
-"""keep_freed_memory: a large block freed and allocated again comes back without touching fresh pages, under glibc
-and under a preloaded jemalloc; malloc_in_use names the allocator."""
+"""keep_freed_memory: the pages of a large block that was freed serve the next large block, without faulting fresh
+ones, under glibc and under a preloaded jemalloc; malloc_in_use names the allocator."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ def faults():
 block = torch.ones(16 * 2**20)  # 64 MiB: above glibc's largest mmap threshold
 del block
 before = faults()
-block = torch.ones(16 * 2**20)
+# A little less than was freed: the small allocations between the two may take the freed block's first bytes,
+# and the same size would then no longer fit in what is left of it (a pass's blocks vary in size anyway).
+block = torch.ones(15 * 2**20)
 print(faults() - before)
 """
 
@@ -40,7 +42,7 @@ def test_a_freed_block_is_reused_only_when_kept(preload):
         assert done.returncode == 0, done.stderr[-2000:]
         return int(done.stdout.split()[-1])
 
-    pages = 64 * 2**20 // 4096
+    pages = 60 * 2**20 // 4096  # the second block's
     system, kept = faults("system"), faults("keep")
     assert system > pages // 2, system  # the control: malloc as it starts hands the block back, and faults again
     assert kept < pages // 100, kept
