@@ -27,7 +27,7 @@ Run from the repository root::
     python benchmarks/ab_cells.py --old A --new B --device cuda --modes train --cells nary topdown
 
 A quick way to get an "old" checkout: ``git worktree add ../graphtree-old HEAD`` (``git worktree remove``
-afterwards). The default settings (9 configs, 5 rounds, 2 s per point) take about half an hour.
+afterwards). The default settings (10 configs, 5 rounds, 2 s per point) take about half an hour.
 """
 
 from __future__ import annotations
