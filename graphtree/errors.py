@@ -7,7 +7,7 @@ is wrong and where (a character offset, a token index, a line number, a node).
 
 from __future__ import annotations
 
-__all__ = ["CycleError", "GraphtreeError", "ScheduleError", "TreeFormatError"]
+__all__ = ["CycleError", "GraphtreeError", "ScheduleError", "SlotLeakError", "TreeFormatError"]
 
 
 class GraphtreeError(ValueError):
@@ -63,3 +63,9 @@ class CycleError(TreeFormatError):
 
 class ScheduleError(GraphtreeError):
     """A layer was given a batch it cannot run on (no levels, wrong sizes, too many children)."""
+
+
+class SlotLeakError(RuntimeError):
+    """A cell's ``update`` lets its empty slots into a node's result (not an input error: the cell's code is
+    wrong), so that a node's states depend on the other graphs of its batch. Raised by the engine's slot
+    check (:mod:`graphtree.engine.slot_check`), naming the cell, the level and a node."""

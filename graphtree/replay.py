@@ -23,7 +23,17 @@ node at a level above 0 without children). Nothing reads a replica's states: no
 node has it as a child, and the loss weighs it 0 (``node_weight``), so the
 gradients it sends back are exact zeros. The model runs on the padded node set
 (:class:`PaddedBatch`), its per-node attributes gathered from the nodes each row
-copies.
+copies, except what would count a replica as a node of its source's graph: a
+replica is never a root (``is_root``), and it belongs to a graph of its own,
+``num_graphs``, one past the batch's (``batch``), so that pooling per graph
+gives the batch's graphs first and the replicas' row last. Graph attributes
+(``graph_y``) come as they are.
+
+A loss that counts replicas anyway (a mean over all rows, a pooling that keeps
+the replicas' row) would train on other numbers than the batch's, silently, so
+:class:`ReplayedStep` checks once, on its first batch, that the loss of the
+padded batch is the loss of the batch itself, and names what the loss read if
+not.
 
 The cell's math is its ``update``, run by the engine's definition pass
 (:func:`graphtree.engine.propagate`) on the padded plan: no copy of any cell's
@@ -36,15 +46,18 @@ eagerly.
 
 On the CPU (and with ``graphs=False``) :class:`ReplayedStep` runs the padded
 step eagerly: the tests compare it there with the plain step, and check that
-it asks the host for nothing.
+it asks the host for nothing. It refuses an optimizer that a graph could not
+hold there too, so that a step that runs on the CPU replays on a GPU.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -52,18 +65,27 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Batch, Data
 
 from .backend import native
 from .data import NO_LABEL
 from .schedule import LevelPlan, Schedule, schedule_of
+from .train.optim import CapturableAdagrad
 
 __all__ = ["BucketShape", "Buckets", "PaddedBatch", "ReplayError", "ReplayStats", "ReplayedStep", "pad",
            "padded_batch", "weighted_node_loss"]
 
 # Attributes whose padded copies would mislead: the levels are the padded plan's, and a graph id per node would
-# count the replicas as nodes of their source's graph.
+# count the replicas as nodes of their source's graph (``batch`` is made anew, ``ptr`` cannot be: PaddedBatch).
 _NOT_PADDED = frozenset({"height", "depth", "batch", "ptr", "edge_index", "edge_pos"})
+
+# Per-node flags that a replica must not copy: a root counted twice is a second root (graphtree.data.tree makes
+# ``is_root``). ``is_leaf`` is copied: a replica reads its source's children, so it is a leaf where its source is.
+_ROOT_FLAGS = frozenset({"is_root"})
+
+_NO_PTR = ("a padded batch has no ptr: its rows are sorted by level (the padded plan's order), not grouped by "
+           "graph, so no graph's rows are one slice of them. Use batch.batch (each row's graph; replicas in graph "
+           "batch.num_graphs, one past the batch's) with size=batch.num_graphs + 1")
 
 
 class ReplayError(RuntimeError):
@@ -164,6 +186,10 @@ class _PaddedSchedule(Schedule):
     def describe_node(self, node: int) -> str:
         return f"padded node {node}"
 
+    def __repr__(self) -> str:  # Schedule's counts levels by height, which a padded schedule has not
+        plan = self._plans["bottom_up"]
+        return f"{type(self).__name__}(num_nodes={self.num_nodes}, {plan.num_levels} levels)"
+
     def check_fits(self, data: Any) -> None:  # a padded batch has nodes but no edges: its plan holds its slots
         if data.num_nodes != self.num_nodes:
             raise ReplayError(f"a padded schedule of {self.num_nodes} nodes on a batch of {data.num_nodes}")
@@ -172,7 +198,75 @@ class _PaddedSchedule(Schedule):
 class PaddedBatch(Data):
     """A batch padded to a :class:`BucketShape`: every per-node attribute of the batch, gathered from the node
     each padded row copies, and ``node_weight`` (1 on the batch's nodes, 0 on replicas). Its schedule is fixed:
-    graphtree's cells run on its padded bottom-up plan."""
+    graphtree's cells run on its padded bottom-up plan.
+
+    What a replica must not copy is made anew: ``is_root`` is False on every replica (the batch's roots are the
+    padded batch's, once each); ``is_leaf`` is its source's, as its children are. ``batch`` gives each of the
+    batch's rows its graph and every replica graph ``num_graphs``, one past the batch's; ``num_graphs`` is the
+    batch's count. So a pooling per graph has one row more than the batch has graphs, the replicas', last::
+
+        g = global_mean_pool(h, batch.batch, size=batch.num_graphs + 1)[:batch.num_graphs]
+
+    gives the batch's graphs, on a padded batch as on a plain one (where the extra row is empty). Give ``size``:
+    without it PyG reads ``batch.max()`` on the host at every step, which a CUDA graph cannot capture (the step
+    then runs eagerly, with a warning); ``size=batch.num_graphs`` puts the replicas' rows past the end, which
+    PyG's scatter refuses (an index out of bounds: a RuntimeError on the CPU, a device-side assert on a GPU).
+    ``ptr`` cannot be defined (the rows are sorted by level, not grouped by graph): reading it raises
+    :class:`ReplayError`. Graph attributes (tensors neither per node nor per edge, e.g. ``graph_y``) are the
+    batch's, unchanged; anything that is not a tensor is left out, as a replayed graph could not refill it.
+    """
+
+    def __getattr__(self, key: str) -> Any:
+        self._note(key)
+        return super().__getattr__(key)
+
+    def __getitem__(self, key: str) -> Any:
+        self._note(key)
+        return super().__getitem__(key)
+
+    def _note(self, key: str) -> None:
+        """Refuse ``ptr``; while :func:`_reading` records, note the attribute read (attributes found by normal
+        lookup, such as ``num_nodes``, go past both methods and are not noted)."""
+        if key == "ptr":
+            raise ReplayError(_NO_PTR)
+        reads = self.__dict__.get("_reads")
+        if reads is not None:
+            reads.add(key)
+
+
+@contextmanager
+def _reading(batch: PaddedBatch) -> Iterator[set[str]]:
+    """The attributes of ``batch`` read inside the block."""
+    reads: set[str] = set()
+    batch.__dict__["_reads"] = reads  # not Data.__setattr__: that would store it as an attribute of the batch
+    try:
+        yield reads
+    finally:
+        batch.__dict__.pop("_reads", None)
+
+
+def _num_graphs(batch: Any) -> int:
+    """The graphs of a plain batch: a ``Batch``'s count, else one past its largest graph id, else 1."""
+    if isinstance(batch, Batch):
+        return int(batch.num_graphs)
+    graph = getattr(batch, "batch", None)
+    return int(graph.max()) + 1 if isinstance(graph, Tensor) and graph.numel() else 1
+
+
+def _graph_keys(batch: Any) -> list[str]:
+    """The graph attributes of a plain batch: tensors that PyG does not take for per-node ones, with a row per
+    graph (or none: a scalar) or else not per edge either. A row per graph wins over PyG's per-edge guess, which
+    only compares sizes (a batch of as many edges as graphs is common); where every graph has one node, PyG takes
+    ``[num_graphs]`` tensors for per-node ones, and so does this."""
+    num_graphs = _num_graphs(batch)
+    keys = []
+    for key in batch.keys():
+        value = batch[key]
+        if key in _NOT_PADDED or not isinstance(value, Tensor) or batch.is_node_attr(key):
+            continue
+        if value.dim() == 0 or value.size(0) == num_graphs or not batch.is_edge_attr(key):
+            keys.append(key)
+    return keys
 
 
 def _source_rows(plan: LevelPlan, shape: BucketShape) -> tuple[np.ndarray, np.ndarray]:
@@ -202,7 +296,9 @@ def padded_batch(batch: Any, buckets: Buckets = Buckets()) -> tuple[BucketShape,
 
     Returns the shape and a dict of CPU tensors: ``slots`` and ``slot_pos`` (``[N', K]``: each padded row's
     predecessors, as padded node ids, ``N'`` where empty), ``node_weight`` (``[N']``), ``source`` (``[N']``: the
-    batch node each row copies) and every per-node tensor attribute of ``batch``, gathered by ``source``.
+    batch node each row copies), ``batch`` (``[N']``: each row's graph, ``num_graphs`` on replicas), every
+    per-node tensor attribute of ``batch``, gathered by ``source`` (``is_root`` False on replicas), and every
+    graph attribute as it is (see :class:`PaddedBatch`).
     """
     plan = schedule_of(batch).plan("bottom_up")
     shape = buckets.shape(plan.level_sizes(), max(plan.widths, default=0))
@@ -217,14 +313,33 @@ def padded_batch(batch: Any, buckets: Buckets = Buckets()) -> tuple[BucketShape,
     weight = np.zeros(num_padded, dtype=np.float32)
     weight[padded_of[:-1]] = 1.0
     source = torch.from_numpy(plan.order.numpy()[rows])
+    replica = torch.from_numpy(weight == 0)
+    num_graphs = _num_graphs(batch)
+    graph = getattr(batch, "batch", None)
+    graph = graph.detach().cpu().long() if isinstance(graph, Tensor) else torch.zeros(plan.num_nodes, dtype=torch.long)
     tensors = dict(slots=torch.from_numpy(slots), slot_pos=torch.from_numpy(slot_pos),
-                   node_weight=torch.from_numpy(weight).to(torch.get_default_dtype()), source=source)
+                   node_weight=torch.from_numpy(weight).to(torch.get_default_dtype()), source=source,
+                   batch=graph.index_select(0, source).masked_fill_(replica, num_graphs))
+    graph_keys = _graph_keys(batch)
     for key in batch.keys():
         value = batch[key]
+        if key in graph_keys:
+            tensors[key] = value.detach().cpu()
+            continue
         if key in _NOT_PADDED or not isinstance(value, Tensor) or not batch.is_node_attr(key):
             continue
         tensors[key] = value.detach().cpu().index_select(0, source)
+        if key in _ROOT_FLAGS:
+            tensors[key][replica] = 0  # False; index_select made a copy: the batch's own flags stay
     return shape, tensors
+
+
+def _bucket_key(shape: BucketShape, tensors: dict[str, Tensor], num_graphs: int) -> tuple:
+    """What a bucket's graph holds fixed: the shape, the number of graphs (``num_graphs`` is a host number a
+    captured step keeps), and every tensor's name, type and shape (a graph attribute's shape follows the graphs,
+    and a later batch with an attribute more or less must not leave a stale one in the graph)."""
+    layout = sorted((key, str(value.dtype), tuple(value.shape)) for key, value in tensors.items())
+    return shape, num_graphs, tuple(layout)
 
 
 def weighted_node_loss(logits: Tensor, y: Tensor, weight: Tensor) -> Tensor:
@@ -251,8 +366,9 @@ class _Bucket:
     loss: Tensor | None = None
 
 
-def _new_bucket(shape: BucketShape, tensors: dict[str, Tensor], device: torch.device) -> _Bucket:
-    """Fixed tensors on ``device`` for ``shape`` (made like ``tensors``), a padded batch over them and its plan."""
+def _new_bucket(shape: BucketShape, tensors: dict[str, Tensor], device: torch.device, num_graphs: int) -> _Bucket:
+    """Fixed tensors on ``device`` for ``shape`` (made like ``tensors``), a padded batch of ``num_graphs`` graphs
+    over them and its plan."""
     fixed = {key: torch.zeros(value.shape, dtype=value.dtype, device=device) for key, value in tensors.items()}
     starts = [0, *np.cumsum(shape.widths).tolist()]
     identity = torch.arange(shape.num_nodes, device=device)
@@ -262,6 +378,7 @@ def _new_bucket(shape: BucketShape, tensors: dict[str, Tensor], device: torch.de
     for key, value in fixed.items():
         if key not in ("slots", "slot_pos"):
             batch[key] = value
+    batch.num_graphs = num_graphs
     batch.schedule = _PaddedSchedule(plan)
     return _Bucket(batch, plan, fixed)
 
@@ -283,9 +400,100 @@ def pad(batch: Any, buckets: Buckets = Buckets(), device: torch.device | str | N
     shape, tensors = padded_batch(batch, buckets)
     if device is None:
         device = next((v.device for v in batch.to_dict().values() if isinstance(v, Tensor)), torch.device("cpu"))
-    bucket = _new_bucket(shape, tensors, torch.device(device))
+    bucket = _new_bucket(shape, tensors, torch.device(device), _num_graphs(batch))
     _fill(bucket, tensors)
     return bucket.batch
+
+
+def _refuse_uncapturable(optimizer: torch.optim.Optimizer) -> None:
+    """Raise ``ValueError`` for an optimizer whose step a CUDA graph cannot hold, on every device.
+
+    A PyTorch optimizer with a ``capturable`` setting is capturable where it is on in every param group (one
+    that reads its step count on the host otherwise); one without is capturable where it keeps no host state:
+    ``torch.optim.SGD`` (its learning rate and momentum are Python floats, fixed in a graph as in a step), and
+    graphtree's :class:`~graphtree.train.CapturableAdagrad`. Anything else (PyTorch's Adagrad, which reads its
+    step count on the host, SparseAdam, LBFGS, an optimizer of one's own) is refused: an optimizer that asks the
+    host for nothing says so with ``capturable=True`` in its param groups.
+    """
+    flags = [group.get("capturable") for group in optimizer.param_groups]
+    if any(flag is not None for flag in flags):
+        if all(flags):
+            return
+        reason = "its param_groups have capturable=False"
+        if any(p.device.type == "cpu" for group in optimizer.param_groups for p in group["params"]):
+            reason += (" (PyTorch's capturable forms run on a GPU only: on the CPU, use CapturableAdagrad or "
+                       "SGD; make_optimizer('adam', ..., capturable=True) gives a capturable Adam where the "
+                       "parameters are on a GPU when it is called)")
+    elif isinstance(optimizer, (CapturableAdagrad, torch.optim.SGD)):
+        return
+    else:
+        reason = "it has no capturable setting, and graphtree does not know it for one that asks the host for nothing"
+    raise ValueError(f"a replayed step needs an optimizer whose step a CUDA graph can hold; "
+                     f"{type(optimizer).__name__} is not one: {reason}. Use graphtree.train.make_optimizer(..., "
+                     f"capturable=True), graphtree.train.CapturableAdagrad, torch.optim.SGD, or "
+                     f"torch.optim.Adam(..., capturable=True) on a GPU")
+
+
+def _plain_batch(batch: Any, device: torch.device) -> Any:
+    """``batch`` on ``device`` for the check, with ``node_weight`` all ones where it has none (a loss written
+    for padded batches reads it); a copy, so that the caller's batch stays as it was."""
+    plain = copy.copy(batch)
+    if isinstance(plain, Data):
+        plain = plain.to(device)
+        if "node_weight" not in plain:
+            plain.node_weight = torch.ones(plain.num_nodes, dtype=torch.get_default_dtype(), device=device)
+    return plain
+
+
+def _rng_state(device: torch.device) -> list[Tensor]:
+    """The random state that a step on ``device`` draws from."""
+    states = [torch.get_rng_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return states
+
+
+def _same_rng_state(a: list[Tensor], b: list[Tensor]) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _losses_differ(want: Tensor, got: Tensor) -> bool:
+    """Whether two losses differ beyond rounding: by more than ``1e-5`` of the larger's magnitude (more for a
+    type coarser than float32)."""
+    want, got = torch.as_tensor(want).detach(), torch.as_tensor(got).detach()
+    if want.shape != got.shape:
+        return True
+    rtol = max(1e-5, 16 * torch.finfo(want.dtype).eps) if want.is_floating_point() else 0.0
+    want, got = want.double().cpu(), got.double().cpu()
+    both = torch.cat([want.reshape(-1), got.reshape(-1)]).abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    scale = float(both.max()) if both.numel() else 0.0
+    return not torch.allclose(got, want, rtol=0.0, atol=rtol * scale, equal_nan=True)
+
+
+def _shown(loss: Tensor) -> str:
+    loss = torch.as_tensor(loss).detach()
+    return f"{float(loss):.8g}" if loss.numel() == 1 else f"a tensor of shape {tuple(loss.shape)}"
+
+
+def _padding_advice(batch: Any, padded: PaddedBatch, reads: set[str]) -> str:
+    """What the loss read of the padded batch that padding makes differ, and how a loss reads a padded batch."""
+    graph_keys = set(_graph_keys(batch)) if isinstance(batch, Data) else set()
+    stored = set(padded.keys())
+    gathered = sorted(key for key in reads if key in stored and key not in graph_keys | {"schedule", "num_graphs"})
+    plain_keys = set(batch.keys()) if isinstance(batch, Data) else set()
+    missing = sorted(key for key in reads if key in plain_keys and key not in stored)
+    rows, nodes = int(padded.num_nodes), int(batch.num_nodes)
+    text = (f"The padded batch has {rows} rows: the batch's {nodes} nodes, then {rows - nodes} replica rows, copies "
+            f"of real nodes that the loss must not count. ")
+    if gathered:
+        text += f"The loss read {', '.join(map(repr, gathered))}, per-node attributes that the replicas have too. "
+    if missing:
+        text += f"It read {', '.join(map(repr, missing))}, which a padded batch does not have. "
+    if "node_weight" not in reads:
+        text += "It never read batch.node_weight. "
+    return text + ("Weigh every row by batch.node_weight (0 on replicas; weighted_node_loss does), and pool per "
+                   "graph with size=batch.num_graphs + 1, keeping [:batch.num_graphs]: the last row is the "
+                   "replicas' graph (see PaddedBatch).")
 
 
 @dataclass
@@ -313,16 +521,27 @@ class ReplayedStep:
 
     The first batch runs eagerly on the padded plan (it trains, and warms the step up); then its step is
     captured. A batch of a shape seen before is copied into that graph's fixed tensors and replayed; one of a new
-    shape is captured first, then replayed.
+    shape is captured first, then replayed. A bucket is a shape, a number of graphs and the batch's tensor
+    attributes (names, types, and the graph attributes' shapes): the last, smaller batch of an epoch gets its
+    own graph.
     Each call returns the batch's loss as a device tensor (no synchronization).
+
+    Before its first step, once, the step checks the loss: the loss of the padded batch must be the loss of the
+    batch itself (to a relative ``1e-5``), both computed without gradients or an update. A loss that counts the
+    replicas (a mean over all rows, a pooling that keeps the replicas' row) raises :class:`ReplayError`, naming
+    the padded attributes it read; one that fails on the padded batch raises it with the failure.
 
     Args:
         model: Maps a batch to per-node logits (e.g. :class:`~graphtree.models.TreeClassifier`); in a replayed
             step it gets a :class:`PaddedBatch`.
-        optimizer: Its optimizer; a replayed step needs one that runs without host values
-            (:func:`graphtree.train.make_optimizer` with ``capturable=True``).
+        optimizer: Its optimizer, one that runs without host values, on every device (a step that runs on the
+            CPU must replay on a GPU): :func:`graphtree.train.make_optimizer` with ``capturable=True``,
+            :class:`~graphtree.train.CapturableAdagrad`, ``torch.optim.SGD``, or a PyTorch optimizer made with
+            ``capturable=True`` (Adam's runs on a GPU only). Others raise ``ValueError``.
         loss: ``loss(model, batch) -> scalar``; by default :func:`weighted_node_loss` of ``model(batch)``. It must
-            weigh replicas 0 (``batch.node_weight``).
+            weigh replicas 0 (``batch.node_weight``) and drop the replicas' row of a pooling per graph (see
+            :class:`PaddedBatch`). The check also runs it on the plain batch, with ``node_weight`` all ones
+            where the batch has none.
         buckets: The padding grid.
         graphs: Capture CUDA graphs (default: where the model is on a GPU). Without, the padded step runs eagerly.
     """
@@ -335,19 +554,22 @@ class ReplayedStep:
         self.graphs = self.device.type == "cuda" if graphs is None else graphs
         if self.graphs and self.device.type != "cuda":
             raise ValueError(f"CUDA graphs need a model on a GPU, this one is on {self.device}")
+        _refuse_uncapturable(optimizer)
         self.stats = ReplayStats()
         self.replayable = True
         self._warm = False
-        self._buckets: dict[BucketShape, _Bucket] = {}
+        self._checked = False
+        self._buckets: dict[tuple, _Bucket] = {}
         self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
 
     def __call__(self, batch: Any) -> Tensor:
         if not self.replayable:
             return self._eager(batch)
         shape, tensors = padded_batch(batch, self.buckets)
-        bucket = self._buckets.get(shape)
+        num_graphs = _num_graphs(batch)
+        bucket = self._buckets.get(_bucket_key(shape, tensors, num_graphs))
         if bucket is None:
-            bucket = self._bucket(shape, tensors)
+            bucket = self._bucket(shape, tensors, num_graphs)
         self._fill(bucket, tensors)
         if bucket.graph is None and self.graphs and self._warm:
             self._capture(bucket)  # warm already: captured at once, and this batch's step is its first replay
@@ -359,11 +581,16 @@ class ReplayedStep:
             loss = bucket.loss.clone()  # the graphs share one memory pool: the next replay may reuse the loss's
         else:
             # The first batch (and on the CPU every batch) runs eagerly on the padded plan: it trains, makes the
-            # optimizer's state and warms the libraries up before any capture.
-            try:
-                loss = self._padded_step(bucket)
-            except ReplayError as error:
-                warnings.warn(f"{type(self.model).__name__}'s step is not replayed: {error}", stacklevel=2)
+            # optimizer's state and warms the libraries up before any capture. Before that, once, the loss is
+            # checked (a loss that differs raises here, before any update).
+            unreplayable = None if self._checked else self._check(batch, bucket)
+            if unreplayable is None:
+                try:
+                    loss = self._padded_step(bucket)
+                except ReplayError as error:
+                    unreplayable = error
+            if unreplayable is not None:
+                warnings.warn(f"{type(self.model).__name__}'s step is not replayed: {unreplayable}", stacklevel=2)
                 self.replayable = False
                 self._buckets.clear()
                 return self._eager(batch)
@@ -376,10 +603,68 @@ class ReplayedStep:
         self.stats.shapes.add(shape)
         return loss
 
-    def _bucket(self, shape: BucketShape, tensors: dict[str, Tensor]) -> _Bucket:
-        bucket = _new_bucket(shape, tensors, self.device)
-        self._buckets[shape] = bucket
+    def _bucket(self, shape: BucketShape, tensors: dict[str, Tensor], num_graphs: int) -> _Bucket:
+        bucket = _new_bucket(shape, tensors, self.device, num_graphs)
+        self._buckets[_bucket_key(shape, tensors, num_graphs)] = bucket
         return bucket
+
+    def _check(self, batch: Any, bucket: _Bucket) -> ReplayError | None:
+        """Raise :class:`ReplayError` if the loss of the padded batch (filled from ``batch``) is not the loss of
+        ``batch`` itself; return the :class:`ReplayError` of a model that cannot run padded at all (a top-down
+        pass: it runs eagerly). Neither the parameters, the buffers, the modules' modes nor the random stream
+        are changed: the training is the same with the check as without."""
+        name = type(self.model).__name__
+        plain = _plain_batch(batch, self.device)
+        modes = [(module, module.training) for module in self.model.modules()]
+        buffers = [(buffer, buffer.detach().clone()) for buffer in self.model.buffers()]
+        devices = []
+        if self.device.type == "cuda":
+            devices.append(self.device.index if self.device.index is not None else torch.cuda.current_device())
+        evaluated = False
+        bucket.plan._by_device.clear()
+        try:
+            # Both losses under the same definition pass (no compiled kernels: the padded plan has none), from the
+            # same random state, forked so that the training's stream is where it was.
+            with torch.no_grad(), torch.random.fork_rng(devices=devices), native.use_native(False):
+                state = _rng_state(self.device)
+                try:
+                    want = self.loss(self.model, plain)
+                    # Dropout draws masks per row, and the padded rows are more and in another order: the two
+                    # losses differ whatever the loss does. Where the model drew random numbers, both are taken
+                    # in eval mode instead (deterministic), at the cost of missing what only training mode does
+                    # to the rows (a batch norm's statistics over rows, replicas included).
+                    training = any(mode for _, mode in modes)
+                    if training and not _same_rng_state(state, _rng_state(self.device)):
+                        self.model.eval()
+                        evaluated = True
+                        want = self.loss(self.model, plain)
+                except Exception as error:  # the model's own error, as it is: the padding is not its cause
+                    error.add_note(f"(raised by ReplayedStep's check of {name}'s loss on the batch itself, unpadded, "
+                                   "with node_weight all ones)")
+                    raise
+                with _reading(bucket.batch) as reads:
+                    try:
+                        got = self.loss(self.model, bucket.batch)
+                    except ReplayError as error:  # e.g. a top-down pass: not a wrong loss, a model run eagerly
+                        return error
+                    except Exception as error:
+                        raise ReplayError(f"{name}'s loss fails on the padded batch, not on the batch itself "
+                                          f"({type(error).__name__}: {error}). "
+                                          f"{_padding_advice(batch, bucket.batch, reads)}") from error
+        finally:
+            for module, mode in modes:
+                module.training = mode
+            with torch.no_grad():
+                for buffer, value in buffers:
+                    buffer.copy_(value)
+            bucket.plan._by_device.clear()
+        if _losses_differ(want, got):
+            mode = " (in eval mode: the model draws random numbers in training mode)" if evaluated else ""
+            raise ReplayError(f"{name}'s loss on the padded batch is {_shown(got)}, on the batch itself "
+                              f"{_shown(want)}{mode}: the padding changed it. "
+                              f"{_padding_advice(batch, bucket.batch, reads)}")
+        self._checked = True
+        return None
 
     def _fill(self, bucket: _Bucket, tensors: dict[str, Tensor]) -> None:
         _fill(bucket, tensors)

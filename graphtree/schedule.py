@@ -193,8 +193,38 @@ class Schedule:
         num_nodes = data.num_nodes
         if num_nodes is None:
             raise ScheduleError("the graph's number of nodes is unknown; set data.num_nodes")
-        return cls(data.edge_index, num_nodes, getattr(data, "height", None), getattr(data, "depth", None),
-                   getattr(data, "edge_pos", None), getattr(data, "batch", None))
+        schedule = cls(data.edge_index, num_nodes, getattr(data, "height", None), getattr(data, "depth", None),
+                       getattr(data, "edge_pos", None), getattr(data, "batch", None))
+        schedule.check_flags(data)
+        return schedule
+
+    def check_flags(self, data: Any) -> None:
+        """Raise a :class:`ScheduleError` naming the first node whose stored ``is_root`` (no parent) or ``is_leaf``
+        (no children) says otherwise than the edges, where ``data`` stores them: models pick their roots with
+        ``is_root``, so a wrong one would train on the wrong nodes, silently. Checked like the stored levels."""
+        child, parent = self.edge_index
+        for name, has_edge, why in (("is_root", child, "parent"), ("is_leaf", parent, "child")):
+            stored = getattr(data, name, None)
+            if stored is None:
+                continue
+            if not isinstance(stored, Tensor) or stored.numel() != self.num_nodes:
+                size = stored.numel() if isinstance(stored, Tensor) else type(stored).__name__
+                raise ScheduleError(f"{name} must be a tensor of one flag per node ({self.num_nodes}), got {size}")
+            flags = stored.detach().cpu().reshape(-1)
+            if flags.dtype != torch.bool:
+                if flags.is_floating_point() or not bool(((flags == 0) | (flags == 1)).all()):
+                    raise ScheduleError(f"{name} must hold booleans (or 0 and 1), got {stored.dtype}")
+                flags = flags.bool()
+            expected = torch.ones(self.num_nodes, dtype=torch.bool)
+            expected[has_edge] = False
+            wrong = (flags != expected).nonzero()
+            if wrong.numel():
+                node = int(wrong[0])
+                count = int((has_edge == node).sum())
+                noun = why if count == 1 else {"parent": "parents", "child": "children"}[why]
+                said = f"{name}[{node}] is {bool(flags[node])}, but {self.describe_node(node)} has {count} {noun}"
+                raise ScheduleError(f"stored {name} does not fit the edges: {said}; recompute it from the edges "
+                                    f"(is_root: depth == 0, is_leaf: height == 0) or drop it")
 
     def plan(self, direction: str) -> LevelPlan:
         """The :class:`LevelPlan` for ``"bottom_up"`` or ``"top_down"``."""

@@ -15,6 +15,13 @@ setting                      environment variable            meaning
 ``flush_denormals``          ``GRAPHTREE_FLUSH_DENORMALS``   the trainer flushes subnormal floats to zero
                                                              while it trains (default ``True``; ``0`` leaves
                                                              the processor's setting alone)
+``slot_check``               ``GRAPHTREE_SLOT_CHECK``        whether a pass checks that a cell's ``update``
+                                                             leaves empty slots out of its result
+                                                             (:mod:`graphtree.engine.slot_check`):
+                                                             ``"first"`` (default: each cell's first pass with
+                                                             empty slots), ``"always"`` (every pass; what
+                                                             :func:`~graphtree.engine.detect_slot_leaks` sets)
+                                                             or ``"off"``
 ===========================  ==============================  ==================================================
 
 The environment is read the first time a setting is asked for (:func:`current`). In code::
@@ -38,8 +45,9 @@ __all__ = ["ENVIRONMENT", "Settings", "configure", "current", "overridden", "rel
 
 # Each setting's environment variable.
 ENVIRONMENT = {"native": "GRAPHTREE_NATIVE", "cache": "GRAPHTREE_CACHE", "mirror": "GRAPHTREE_MIRROR",
-               "flush_denormals": "GRAPHTREE_FLUSH_DENORMALS"}
+               "flush_denormals": "GRAPHTREE_FLUSH_DENORMALS", "slot_check": "GRAPHTREE_SLOT_CHECK"}
 NATIVE_MODES = ("auto", "1", "0")
+SLOT_CHECKS = ("first", "always", "off")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +58,7 @@ class Settings:
     cache: Path = dataclasses.field(default_factory=lambda: _default_cache(os.environ))
     mirror: str = ""
     flush_denormals: bool = True
+    slot_check: str = "first"
 
     def __post_init__(self) -> None:
         native = str(self.native).strip().lower()
@@ -60,6 +69,11 @@ class Settings:
         object.__setattr__(self, "mirror", os.fspath(self.mirror))
         if not isinstance(self.flush_denormals, bool):
             raise TypeError(f"flush_denormals must be True or False, got {self.flush_denormals!r}")
+        slot_check = str(self.slot_check).strip().lower()
+        if slot_check not in SLOT_CHECKS:
+            raise ValueError(f"slot_check (${ENVIRONMENT['slot_check']}) must be one of {', '.join(SLOT_CHECKS)}, "
+                             f"got {self.slot_check!r}")
+        object.__setattr__(self, "slot_check", slot_check)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -74,6 +88,8 @@ class Settings:
         if flush not in ("0", "1"):
             raise ValueError(f"${ENVIRONMENT['flush_denormals']} must be 0 or 1, got {flush!r}")
         values["flush_denormals"] = flush == "1"
+        if environ.get(ENVIRONMENT["slot_check"]):
+            values["slot_check"] = environ[ENVIRONMENT["slot_check"]]
         return cls(**values)
 
 

@@ -36,8 +36,7 @@ class Attentive(TreeCell):
 
     def update(self, children: Children, x: torch.Tensor) -> tuple[torch.Tensor]:
         (h_k,) = children.states
-        a = children.softmax(h_k @ self.q)
-        return (torch.tanh(self.W(x) + (a.unsqueeze(-1) * h_k).sum(dim=1)),)
+        return (torch.tanh(self.W(x) + children.attend(h_k @ self.q)),)
 
 
 def _recursive(cell, x, edges, num_nodes, combine):
@@ -99,7 +98,7 @@ def test_masked_reductions_by_hand():
     # The empty slot's zero is not a maximum of node 0's second column, nor of node 2's.
     torch.testing.assert_close(children.max(), torch.tensor([[3.0, -2.0], [0.0, 0.0], [-1.0, -6.0]]))
     scores = torch.tensor([[0.0, 0.0, 9.0], [1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], requires_grad=True)
-    weights = children.softmax(scores)
+    weights = children.softmax_weights(scores)
     torch.testing.assert_close(weights, torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]]))
     weights[:, 0].sum().backward()  # node 1, with no children, must not send NaN back
     assert torch.isfinite(scores.grad).all() and not scores.grad[1].any()

@@ -53,7 +53,7 @@ def _check_right_result(cell: NaryTreeLSTM, x: torch.Tensor, got: tuple[torch.Te
 def _edit_to_right(d: Data, how: str) -> None:
     """Turn LEFT's tensors in ``d`` into RIGHT's, in one of the ways a user might."""
     right = from_ptb(RIGHT)
-    for key in ("edge_index", "edge_pos", "height", "depth"):
+    for key in ("edge_index", "edge_pos", "height", "depth", "is_root", "is_leaf"):  # flags too: they are checked
         if how == "reassign":
             d[key] = right[key]
         elif how == "in place":
@@ -94,8 +94,8 @@ def test_a_clone_shares_the_schedule_of_the_graph_it_copies():
     left = with_schedule(from_ptb(LEFT))
     d = left.clone()
     assert d.schedule is left.schedule
-    d.edge_index, d.edge_pos, d.height, d.depth = (from_ptb(RIGHT)[k] for k in ("edge_index", "edge_pos",
-                                                                                  "height", "depth"))
+    d.edge_index, d.edge_pos, d.height, d.depth, d.is_root, d.is_leaf = (
+        from_ptb(RIGHT)[k] for k in ("edge_index", "edge_pos", "height", "depth", "is_root", "is_leaf"))
     del d.schedule  # other edges: without the copied schedule, the pass builds the clone's own
     _check_right_result(cell, x, cell(x, d))
     assert schedule_of(left).height.tolist() == [2, 1, 0, 0, 0]  # LEFT's heights, kept by the original
@@ -105,6 +105,7 @@ def test_an_attached_schedule_of_another_size_is_an_error_that_names_both_sizes(
     d = with_schedule(from_ptb("(1 (1 a) (1 b))"))
     d.num_nodes = 4  # an isolated extra node: a leaf and a root, height 0 and depth 0
     d.height, d.depth = torch.tensor([1, 0, 0, 0]), torch.tensor([0, 1, 1, 0])
+    d.is_root, d.is_leaf = d.depth == 0, d.height == 0
     with pytest.raises(ScheduleError, match=r"built for 3 nodes and 2 edges, but the graph has 4 nodes and 2 "
                                             r"edges; attach a new one"):
         schedule_of(d)

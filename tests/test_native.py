@@ -343,8 +343,10 @@ def test_bicontree_runs_every_pass_in_the_compiled_loop(kernels, monkeypatch):
 
 def test_side_by_side_passes_give_what_they_give_on_one_thread(kernels, monkeypatch):
     # BiConTree's two directions on two threads at once, forward and backward: each pass on one thread, so its
-    # states and every gradient are those of the two passes run one after the other on one thread, bit for
-    # bit (on two threads, a product split over both may round otherwise).
+    # states and every gradient are those of the two passes run one after the other on one thread, to rounding.
+    # Not bit for bit: nothing in the arithmetic promises it, as the BLAS may block a product otherwise inside
+    # a worker thread of an OpenMP region (on an Intel Xeon with AVX-512 the bottom-up cell's weight gradients
+    # came out up to 6.7e-6 apart, its states and input gradients equal).
     import graphtree.engine as engine
 
     torch.manual_seed(11)
@@ -379,10 +381,16 @@ def test_side_by_side_passes_give_what_they_give_on_one_thread(kernels, monkeypa
     finally:
         torch.set_num_threads(threads)
     for a, b in zip(side_by_side, one_thread, strict=True):
-        assert torch.equal(a, b)
+        _assert_equal_to_rounding(a, b)
     for states, expected in zip(unsaved, one_thread_unsaved, strict=True):
         for a, b in zip(states, expected, strict=True):
-            assert torch.equal(a, b)
+            _assert_equal_to_rounding(a, b)
+
+
+def _assert_equal_to_rounding(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Equal to float32 rounding, relative to the tensor's own scale (a weight gradient sums hundreds of rows)."""
+    scale = float(want.abs().max()) if want.numel() else 0.0
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * max(scale, 1e-6))
 
 
 def test_side_by_side_passes_run_one_after_the_other_on_one_thread(kernels, monkeypatch):

@@ -15,8 +15,10 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch_geometric.data import Batch, Data
+from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
 from trees import chain_ptb, random_ptb
 
 from graphtree.data import from_ptb
@@ -280,8 +282,11 @@ def test_the_padded_step_asks_the_host_for_nothing(model):
     step = ReplayedStep(net, make_optimizer("adagrad", list(net.parameters()), 0.1, capturable=True))
     batch = Batch.from_data_list(_sentences(6, seed=3))
     shape, tensors = padded_batch(batch, step.buckets)
-    bucket = step._bucket(shape, tensors)
+    bucket = step._bucket(shape, tensors, batch.num_graphs)
     step._fill(bucket, tensors)
+    # The first step runs eagerly before any capture (and may check a cell of one's own on the host, once): the
+    # step a graph holds is a later one.
+    step._padded_step(bucket)
     with _SyncSpy() as spy:
         step._padded_step(bucket)
     assert spy.seen == []
@@ -327,6 +332,207 @@ def test_a_replayed_step_needs_its_model_on_a_gpu_for_graphs():
     with pytest.raises(ValueError, match="GPU"):
         ReplayedStep(net, CapturableAdagrad(net.parameters()), graphs=True)
     assert isinstance(pad(_trees("(1 a)")), PaddedBatch)
+
+
+def _with_graph_y(trees: list[Data], seed: int) -> list[Data]:
+    """Each tree with a graph label (``graph_y``, ``[1]``), as the graph-level datasets give them."""
+    generator = torch.Generator().manual_seed(seed)
+    for tree in trees:
+        tree.graph_y = torch.randint(0, 5, (1,), generator=generator)
+    return trees
+
+
+def _two_leaf_trees(count: int, seed: int, vocab: int = 30) -> list[Data]:
+    """``count`` trees of one shape (two leaves under a root), with words and graph labels: batches of 3 and 4
+    of them share a bucket shape on a grid of powers of 2 (levels of 6 or 8, then 3 or 4 nodes)."""
+    generator = torch.Generator().manual_seed(seed)
+    trees = [from_ptb("(1 (2 a) (3 b))") for _ in range(count)]
+    for tree in trees:
+        tree.word = torch.where(tree.word_pos >= 0, torch.randint(0, vocab, (3,), generator=generator), -1)
+    return _with_graph_y(trees, seed)
+
+
+def _root_of_each_graph(h: torch.Tensor, batch) -> torch.Tensor:
+    """Each graph's root row, in graph order, without a boolean index (a replayed step may not ask how many
+    roots there are): the rows summed per graph with all but the roots zeroed, the replicas' row dropped."""
+    roots = h * batch.is_root.unsqueeze(-1).to(h.dtype)
+    return global_add_pool(roots, batch.batch, size=batch.num_graphs + 1)[:batch.num_graphs]
+
+
+def _graph_loss(model, batch) -> torch.Tensor:
+    return F.cross_entropy(_root_of_each_graph(model(batch), batch), batch.graph_y, reduction="sum")
+
+
+def _root_loss(model, batch) -> torch.Tensor:
+    """A loss over the roots by a boolean index, with no node weights: right once replicas are never roots."""
+    return F.cross_entropy(model(batch)[batch.is_root], batch.y[batch.is_root], reduction="sum")
+
+
+def _plain_steps(model, loss, batches: list) -> list[torch.Tensor]:
+    """The reference: the unpadded batches, the ordinary engine, PyTorch's AdaGrad."""
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.1, foreach=False)
+    losses = []
+    for batch in batches:
+        optimizer.zero_grad()
+        value = loss(model, batch)
+        value.backward()
+        optimizer.step()
+        losses.append(value.detach())
+    return losses
+
+
+def test_replicas_are_never_roots():
+    batch = Batch.from_data_list(_sentences(5, seed=6))
+    padded = pad(batch)  # levels rounded up to 8: the levels above a batch's top copy a root
+    real = padded.node_weight.bool()
+    assert batch.is_root[padded.source[~real]].any(), "no replica copies a root: the test would prove nothing"
+    assert int(padded.is_root.sum()) == int(batch.is_root.sum()) == 5
+    assert not padded.is_root[~real].any()
+    assert torch.equal(padded.is_root[real], batch.is_root[padded.source[real]])
+    # A replica reads its source's children (its slots), so it is a leaf where its source is.
+    assert torch.equal(padded.is_leaf, batch.is_leaf[padded.source])
+
+
+def test_graph_attributes_are_carried_refilled_and_keyed():
+    trees = _two_leaf_trees(11, seed=9)
+    first = Batch.from_data_list(trees[:3])
+    relabelled = first.clone()
+    relabelled.graph_y = (relabelled.graph_y + 1) % 5  # the same shape, other graph labels: another loss
+    four = Batch.from_data_list(trees[3:7])  # the same level shape, one graph more
+    last = Batch.from_data_list(trees[7:10])
+    buckets = Buckets(exact_below=1)
+    assert padded_batch(first, buckets)[0] == padded_batch(four, buckets)[0]
+
+    padded = pad(first, buckets)
+    assert torch.equal(padded.graph_y, first.graph_y) and padded.num_graphs == 3
+    # As many edges as graphs: PyG's size test takes graph_y for a per-edge attribute too; a row per graph wins.
+    odd = Batch.from_data_list(_with_graph_y([from_ptb("(1 (2 a) (3 b))"), from_ptb("(1 a)")], seed=1))
+    assert odd.num_edges == odd.num_graphs == 2
+    assert torch.equal(pad(odd).graph_y, odd.graph_y)
+
+    torch.manual_seed(0)
+    plain = _classifier("nary").double()
+    net = copy.deepcopy(plain)
+    batches = [first, relabelled, four, last, four]
+    want = _plain_steps(plain, _graph_loss, batches)
+    step = ReplayedStep(net, CapturableAdagrad(net.parameters(), lr=0.1), loss=_graph_loss, buckets=buckets)
+    got = [step(batch) for batch in batches]
+    torch.testing.assert_close(torch.stack(got), torch.stack(want), rtol=1e-12, atol=1e-10)
+    assert len(step.stats.shapes) == 1 and len(step._buckets) == 2  # one level shape, served per graph count
+    for a, b in zip(net.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_a_padded_batch_pools_per_graph_with_one_row_more():
+    batch = Batch.from_data_list(_sentences(5, seed=7))
+    padded = pad(batch, Buckets(exact_below=2, level_step=4))
+    real = padded.node_weight.bool()
+    assert padded.num_graphs == 5
+    assert torch.equal(padded.batch[real], batch.batch[padded.source[real]])
+    assert torch.all(padded.batch[~real] == 5)
+    torch.manual_seed(0)
+    model = _classifier("nary").double()
+    with torch.no_grad():
+        h_plain, h_padded = model(batch), model(padded)
+    for pool in (global_add_pool, global_mean_pool, global_max_pool):
+        want = pool(h_plain, batch.batch)
+        got = pool(h_padded, padded.batch)
+        assert got.size(0) == 6  # the real graphs' rows, then the replicas'
+        torch.testing.assert_close(got[:5], want, rtol=1e-12, atol=1e-12)
+        # The line the docstring advises gives the same on the plain batch and on the padded one.
+        torch.testing.assert_close(pool(h_padded, padded.batch, size=padded.num_graphs + 1)[:padded.num_graphs], want,
+                                   rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(pool(h_plain, batch.batch, size=batch.num_graphs + 1)[:batch.num_graphs], want,
+                                   rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match="out of bounds"):  # size=num_graphs: the replicas' id is past it
+        global_add_pool(h_padded, padded.batch, size=padded.num_graphs)
+    # Rows are level-sorted, not grouped by graph: no ptr can describe them.
+    with pytest.raises(ReplayError, match="ptr"):
+        _ = padded.ptr
+    with pytest.raises(ReplayError, match="ptr"):
+        padded["ptr"]
+    # A single graph without a batch vector: graph 0, and the replicas' graph 1.
+    single = pad(_dag(), Buckets(exact_below=2, level_step=4))
+    assert single.num_graphs == 1
+    assert torch.equal(single.batch, (single.node_weight == 0).long())
+
+
+def test_a_loss_over_the_roots_passes_the_check_and_is_the_plain_one():
+    trees = _sentences(15, seed=10)
+    batches = [Batch.from_data_list(trees[k:k + 5]) for k in (0, 5, 10)]
+    torch.manual_seed(0)
+    plain = _classifier("child_sum").double()
+    net = copy.deepcopy(plain)
+    want = _plain_steps(plain, _root_loss, batches)
+    step = ReplayedStep(net, CapturableAdagrad(net.parameters(), lr=0.1), loss=_root_loss)
+    got = [step(batch) for batch in batches]
+    torch.testing.assert_close(torch.stack(got), torch.stack(want), rtol=1e-12, atol=1e-10)
+    assert step.replayable and step.stats.padded_eager == 3
+
+
+def _mean_loss(model, batch):
+    return model(batch).mean()  # every row counts, replicas too
+
+
+def _pooled_loss_with_the_replica_row(model, batch):
+    return F.cross_entropy(global_mean_pool(model(batch), batch.batch), batch.graph_y, reduction="sum")
+
+
+def _pooled_sum_with_the_replica_row(model, batch):
+    return global_add_pool(model(batch), batch.batch).pow(2).sum()  # no shape error: silently one row more
+
+
+@pytest.mark.parametrize(("loss", "says"), [
+    (_mean_loss, "read 'word'"),  # the attribute the loss read that replicas copy
+    (_pooled_loss_with_the_replica_row, "read 'batch'"),
+    (_pooled_sum_with_the_replica_row, "read 'batch'"),
+], ids=["mean over all rows", "pooled, shapes differ", "pooled, silently"])
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_a_loss_that_padding_changes_is_caught_at_the_first_step(loss, says, dropout):
+    torch.manual_seed(0)
+    net = TreeClassifier(NodeEmbedding(30, D), NaryTreeLSTM(D, D), 5, dropout=dropout).double()
+    before = copy.deepcopy(net.state_dict())
+    step = ReplayedStep(net, CapturableAdagrad(net.parameters(), lr=0.1), loss=loss)
+    batch = Batch.from_data_list(_with_graph_y(_sentences(5, seed=8), seed=8))
+    with pytest.raises(ReplayError, match="node_weight") as caught:
+        step(batch)
+    assert says in str(caught.value)
+    assert "replica" in str(caught.value)
+    # Caught before any update, and the model left in its mode.
+    for key, value in net.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert net.training and net.cell.training
+
+
+def test_the_check_leaves_the_random_stream_and_passes_dropout():
+    batch = Batch.from_data_list(_with_graph_y(_sentences(6, seed=11), seed=11))
+    params = []
+    for checked in (False, True):
+        torch.manual_seed(0)
+        net = TreeClassifier(NodeEmbedding(30, D), NaryTreeLSTM(D, D), 5, dropout=0.5, input_dropout=0.2)
+        step = ReplayedStep(net, CapturableAdagrad(net.parameters(), lr=0.1), loss=_graph_loss)
+        step._checked = checked  # True: as if checked before, so this step draws the training masks only
+        torch.manual_seed(1)
+        step(batch)
+        step(batch)
+        params.append([p.detach().clone() for p in net.parameters()])
+    for a, b in zip(*params, strict=True):
+        assert torch.equal(a, b)  # the check drew nothing from the training's random stream
+
+
+def test_a_replayed_step_refuses_an_optimizer_a_graph_cannot_hold():
+    net = _classifier("nary")
+    params = list(net.parameters())
+    for optimizer in (torch.optim.Adagrad(params, lr=0.1), torch.optim.Adam(params, lr=0.1),
+                      torch.optim.RMSprop(params, lr=0.1), make_optimizer("adagrad", params, 0.1, dense=False),
+                      make_optimizer("adagrad", params, 0.1)):
+        with pytest.raises(ValueError, match="capturable=True") as caught:
+            ReplayedStep(net, optimizer)
+        assert type(optimizer).__name__ in str(caught.value) and "CapturableAdagrad" in str(caught.value)
+    for optimizer in (CapturableAdagrad(params, lr=0.1), make_optimizer("adagrad", params, 0.1, capturable=True),
+                      make_optimizer("sgd", params, 0.1, capturable=True), torch.optim.SGD(params, lr=0.1),
+                      torch.optim.Adam(params, lr=0.1, capturable=True)):
+        ReplayedStep(net, optimizer)
 
 
 # --------------------------------------------------------------------------- captured graphs, on a GPU

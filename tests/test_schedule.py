@@ -7,7 +7,7 @@ import sys
 import networkx as nx
 import pytest
 import torch
-from torch_geometric.data import Batch
+from torch_geometric.data import Batch, Data
 from trees import random_ptb
 
 from graphtree.data import from_networkx, from_ptb
@@ -191,3 +191,28 @@ def test_level_slots_against_each_levels_own_matrices(arity):
             filled = position[position >= 0]  # the filled slots' positions; empty slots are not counted
             counts = tuple(torch.bincount(filled).tolist()) if filled.numel() else ()
             assert got.position_counts == counts
+
+
+def test_a_stored_is_root_or_is_leaf_that_contradicts_the_edges_is_a_located_error():
+    # Models pick their roots with is_root: at the commit before this check a wrong one was accepted, and a loss
+    # over h[batch.is_root] trained on a non-root. Expected flags by hand: 0 <- 1, 2; 1 <- 3.
+    edges = torch.tensor([[1, 2, 3], [0, 0, 1]])
+    right = Data(edge_index=edges, num_nodes=4, is_root=torch.tensor([True, False, False, False]),
+                 is_leaf=torch.tensor([False, False, True, True]))
+    Schedule.from_data(right)  # the flags the edges give pass
+    wrong_root = right.clone()
+    wrong_root.is_root = torch.tensor([True, False, True, False])  # node 2 has a parent
+    with pytest.raises(ScheduleError, match=r"stored is_root does not fit the edges: is_root\[6\] is True, but "
+                                            r"node 6 \(node 2 of graph 1 in the batch\) has 1 parent"):
+        Schedule.from_data(Batch.from_data_list([right, wrong_root]))
+    missing_leaf = right.clone()
+    missing_leaf.is_leaf = torch.tensor([0, 0, 0, 1])  # 0/1 flags are read as booleans; node 2 has no children
+    with pytest.raises(ScheduleError, match=r"is_leaf\[2\] is False, but node 2 has 0 children"):
+        Schedule.from_data(missing_leaf)
+    with pytest.raises(ScheduleError, match=r"is_root must hold booleans"):
+        Schedule.from_data(Data(edge_index=edges, num_nodes=4, is_root=torch.tensor([1.0, 0.0, 0.0, 0.0])))
+    from graphtree.nn import ChildSumTreeLSTM
+
+    with pytest.raises(ScheduleError, match="stored is_root does not fit"):
+        ChildSumTreeLSTM(2, 3)(torch.randn(4, 2), wrong_root)  # a cell called on the graph checks it too
+

@@ -19,15 +19,20 @@ PACKAGE = Path(graphtree.__file__).parent
 
 def test_the_environment_gives_the_settings():
     got = settings.Settings.from_environment({"GRAPHTREE_NATIVE": " 0 ", "GRAPHTREE_CACHE": "/c/g",
-                                              "GRAPHTREE_MIRROR": "http://m/", "GRAPHTREE_FLUSH_DENORMALS": "0"})
-    assert got == settings.Settings(native="0", cache=Path("/c/g"), mirror="http://m/", flush_denormals=False)
+                                              "GRAPHTREE_MIRROR": "http://m/", "GRAPHTREE_FLUSH_DENORMALS": "0",
+                                              "GRAPHTREE_SLOT_CHECK": "Always"})
+    assert got == settings.Settings(native="0", cache=Path("/c/g"), mirror="http://m/", flush_denormals=False,
+                                    slot_check="always")
     defaults = settings.Settings.from_environment({"XDG_CACHE_HOME": "/x"})
-    assert defaults == settings.Settings(native="auto", cache=Path("/x/graphtree"), mirror="", flush_denormals=True)
+    assert defaults == settings.Settings(native="auto", cache=Path("/x/graphtree"), mirror="", flush_denormals=True,
+                                         slot_check="first")
 
 
 @pytest.mark.parametrize(("variable", "value", "message"), [
     ("GRAPHTREE_NATIVE", "yes", r"native \(\$GRAPHTREE_NATIVE\) must be 0, 1 or auto, got 'yes'"),
     ("GRAPHTREE_FLUSH_DENORMALS", "no", r"\$GRAPHTREE_FLUSH_DENORMALS must be 0 or 1, got 'no'"),
+    ("GRAPHTREE_SLOT_CHECK", "yes",
+     r"slot_check \(\$GRAPHTREE_SLOT_CHECK\) must be one of first, always, off, got 'yes'"),
 ])
 def test_a_bad_value_names_its_variable(variable, value, message):
     with pytest.raises(ValueError, match=message):

@@ -13,6 +13,8 @@ before it:
 
 * :mod:`~graphtree.engine.layout`: the level-sorted state buffers, each level's
   slots and the :class:`Children` a cell reads them through;
+* :mod:`~graphtree.engine.slot_check`: the check that a cell's ``update``
+  leaves empty slots out of its result (the engine's anomaly mode);
 * :mod:`~graphtree.engine.definition`: the definition pass, the cell's
   ``update`` level by level, under autograd in one graph for the whole pass;
 * :mod:`~graphtree.engine.kernel_pass`: the compiled pass, a paper cell's level
@@ -35,11 +37,13 @@ from torch import Tensor
 from ..backend import compiled
 from ..errors import ScheduleError
 from ..schedule import Schedule, schedule_of
+from . import slot_check
 from .definition import Update, definition_pass, run_update_levels
 from .kernel_pass import LevelPass, SideBySidePasses, by_pass, run_compiled_levels, run_side_by_side
 from .layout import Children, Prepared, in_node_order, level_slots, num_outputs
+from .slot_check import detect_slot_leaks
 
-__all__ = ["Children", "Pass", "propagate", "propagate_side_by_side", "schedule_of"]
+__all__ = ["Children", "Pass", "detect_slot_leaks", "propagate", "propagate_side_by_side", "schedule_of"]
 
 
 def propagate(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tensor], schedule: Schedule | Any,
@@ -83,16 +87,18 @@ def propagate_side_by_side(passes: Sequence[Pass]) -> list[tuple[Tensor, ...]]:
     BiConTree's bottom-up and top-down passes, which both read only the head vectors). A level's products are
     too small for two threads to share well, so two chains of levels at once finish sooner than one after
     the other with both threads on each product. Everything in a pass, its products too, runs on its one
-    thread: each pass computes exactly what :func:`propagate` computes in a one-thread process (with several
-    threads a product split over them may round otherwise). Where not every pass runs compiled, or PyTorch
-    has one thread, the passes run one after the other through :func:`propagate`.
+    thread: each pass does the arithmetic :func:`propagate` does in a one-thread process, and gives its results
+    to float32 rounding (not bit for bit: a BLAS may block a product otherwise inside a worker thread). Where
+    not every pass runs compiled, or PyTorch has one thread, the passes run one after the other through
+    :func:`propagate`.
 
     Returns:
         Each pass's states, as :func:`propagate` returns them.
     """
     prepared = [_prepare(*p) for p in passes]
     kernels: list[compiled.LevelKernel | None] = []
-    if len(prepared) > 1 and torch.get_num_threads() > 1 and len({p.needs_grad for p in prepared}) == 1:
+    if len(prepared) > 1 and torch.get_num_threads() > 1 and len({p.needs_grad for p in prepared}) == 1 \
+            and not slot_check.always():
         with torch.no_grad():  # as inside an autograd Function's forward, where the kernels run
             kernels = [compiled.level_kernel(p.cell, p.inputs, p.plan) for p in prepared]
     if not kernels or any(k is None for k in kernels):
@@ -131,12 +137,15 @@ def _prepare(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tens
     sorted_inputs = [x.index_select(0, plan.order) for x in inputs]
     needs_grad = torch.is_grad_enabled() and (any(p.requires_grad for p in cell.parameters())
                                               or any(x.requires_grad for x in sorted_inputs))
-    return Prepared(cell, Update(cell, names), plan, levels, sorted_inputs, needs_grad)
+    return Prepared(cell, Update(cell, names), plan, levels, sorted_inputs, needs_grad, schedule.describe_node)
 
 
 def _propagated(prepared: Prepared) -> list[Tensor]:
     """The returned states of one prepared pass, in level order: the compiled pass where the cell has a kernel
     for it, else the definition pass."""
+    if slot_check.always():  # the slot check reads the cell's update, level by level
+        return (definition_pass(prepared) if prepared.needs_grad
+                else run_update_levels(prepared)[:num_outputs(prepared.cell)])
     if prepared.needs_grad:
         with torch.no_grad():  # as inside an autograd Function's forward, where the kernels run
             kernel = compiled.level_kernel(prepared.cell, prepared.inputs, prepared.plan)

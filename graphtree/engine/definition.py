@@ -24,6 +24,7 @@ from torch import Tensor
 
 from ..backend import native
 from ..schedule import LevelPlan
+from . import slot_check
 from .layout import Children, Prepared, Slots, children_of, gather, gathered, num_outputs, state_buffers
 
 __all__ = ["Update", "accumulate_children", "definition_pass", "run_update_levels"]
@@ -59,9 +60,13 @@ def run_update_levels(prepared: Prepared) -> list[Tensor]:
     """Forward through all levels of the cell's ``update`` without autograd. Returns the state buffers."""
     call, plan, levels, inputs = prepared.call, prepared.plan, prepared.levels, prepared.inputs
     buffers = state_buffers(prepared.cell, plan, inputs)
+    check = slot_check.wanted(prepared.cell, plan)
     for level in range(plan.num_levels):
         a, b = plan.ptr[level], plan.ptr[level + 1]
-        states = call(gather(buffers, levels[level]), [x[a:b] for x in inputs])
+        children, level_inputs = gather(buffers, levels[level]), [x[a:b] for x in inputs]
+        if check:
+            slot_check.check_level(call, prepared.cell, children, level_inputs, plan, level, prepared.describe_node)
+        states = call(children, level_inputs)
         for buf, value in zip(buffers, states):
             buf[a:b] = value
     return buffers
@@ -86,9 +91,14 @@ def definition_pass(prepared: Prepared) -> list[Tensor]:
     per_level = [x.split(plan.level_sizes()) for x in prepared.inputs]
     token = run.buffers[0].new_empty(0).requires_grad_()
     states: tuple[Tensor, ...] = ()
+    check = slot_check.wanted(prepared.cell, plan)
     for level in range(plan.num_levels):
         token, *children = _NextLevel.apply(run, level, token, *states)
-        states = call(children_of(children, levels[level]), [x[level] for x in per_level])
+        level_children, level_inputs = children_of(children, levels[level]), [x[level] for x in per_level]
+        if check:
+            slot_check.check_level(call, prepared.cell, level_children, level_inputs, plan, level,
+                                   prepared.describe_node)
+        states = call(level_children, level_inputs)
     token, = _NextLevel.apply(run, plan.num_levels, token, *states)  # the last level's states in, nothing out
     return list(_PassOutputs.apply(run, token))
 

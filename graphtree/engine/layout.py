@@ -11,6 +11,7 @@ to a cell as :class:`Children`. It knows nothing of autograd or kernels.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import NamedTuple
@@ -29,7 +30,15 @@ class Children(NamedTuple):
     """Predecessor states of the nodes of one level, gathered into slots: the children in a bottom-up pass,
     the parents in a top-down one.
 
-    ``sum``, ``mean``, ``max`` and ``softmax`` reduce over the filled slots only (see each).
+    A level has as many slots ``K`` as its widest node has predecessors, so
+    most nodes have empty slots, and how many depends on the other graphs of
+    the batch. Reduce over the slots with :meth:`sum`, :meth:`mean`,
+    :meth:`max` or :meth:`attend`: each takes a state index or **any**
+    ``[n, K, ...]`` tensor computed from the slots, and leaves the empty slots
+    out whatever they hold, so ``children.sum(self.U(children.states[0]))``
+    is right where ``self.U(children.states[0]).sum(dim=1)`` would add
+    ``self.U``'s bias once per empty slot too. :meth:`map` applies a function
+    to the filled slots and leaves zeros in the empty ones.
 
     Attributes:
         states: One ``[n, K, d]`` tensor per state component (e.g. ``(h, c)``);
@@ -50,36 +59,75 @@ class Children(NamedTuple):
     position: Tensor
     position_counts: tuple[int, ...] = ()
 
-    # Reductions over the filled slots only. Empty slots hold zeros, which a sum may add but a mean, a maximum
-    # or a softmax must not see; and at the leaves K is 0, where torch's max over dim 1 fails outright.
+    # Every reduction masks the empty slots itself rather than trusting that they hold zeros: a value computed
+    # from the slots (a biased product, a sigmoid) is not zero there, and at the leaves K is 0, where torch's
+    # max over dim 1 fails outright.
 
-    def sum(self, state: int = 0) -> Tensor:
-        """``[n, d]``: the sum of the children's ``states[state]`` (zeros where a node has none)."""
-        return self.states[state].sum(dim=1)
+    def values(self, value: int | Tensor = 0) -> Tensor:
+        """``[n, K, ...]``: ``states[value]`` for an index, else ``value`` itself, checked to have one entry per
+        slot."""
+        if isinstance(value, int):
+            return self.states[value]
+        if not isinstance(value, Tensor) or value.dim() < 2 or value.shape[:2] != self.mask.shape:
+            shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise ValueError(f"a reduction over the slots takes a state index or a tensor of shape [n, K, ...] = "
+                             f"[{', '.join(map(str, self.mask.shape))}, ...], one entry per slot; got {shape}")
+        return value
 
-    def mean(self, state: int = 0) -> Tensor:
-        """``[n, d]``: the mean of the children's ``states[state]`` over the filled slots (zeros where none)."""
-        count = self.mask.sum(dim=1, keepdim=True).clamp(min=1).to(self.states[state].dtype)
-        return self.sum(state) / count
+    def filled(self, value: int | Tensor = 0, fill: float = 0.0) -> Tensor:
+        """``[n, K, ...]``: ``value`` (a state index or a tensor with one entry per slot) with ``fill`` in the
+        empty slots, whatever they held."""
+        values = self.values(value)
+        mask = self.mask.view(*self.mask.shape, *([1] * (values.dim() - 2)))
+        return values.masked_fill(~mask, fill)
 
-    def max(self, state: int = 0) -> Tensor:
-        """``[n, d]``: the elementwise maximum of the children's ``states[state]`` over the filled slots (zeros
-        where a node has none)."""
-        values = self.states[state]
-        n, _, d = values.shape
+    def count(self, like: Tensor | None = None) -> Tensor:
+        """``[n, 1, ...]`` (as many trailing ones as ``like`` has dimensions after its two first): each node's
+        number of filled slots, in ``like``'s dtype (default: the first state's)."""
+        like = self.states[0] if like is None else like
+        count = self.mask.sum(dim=1).to(like.dtype)
+        return count.view(-1, *([1] * (like.dim() - 2)))
+
+    def sum(self, value: int | Tensor = 0) -> Tensor:
+        """``[n, ...]``: the sum of ``value`` over each node's filled slots (zeros where a node has none).
+
+        ``value``: a state index (default 0, the first state, e.g. ``h``), or any ``[n, K, ...]`` tensor
+        computed from the slots, e.g. ``children.sum(f * c_k)`` for Child-Sum's forget gates."""
+        return self.filled(value).sum(dim=1)
+
+    def mean(self, value: int | Tensor = 0) -> Tensor:
+        """``[n, ...]``: the mean of ``value`` (a state index or an ``[n, K, ...]`` tensor) over each node's
+        filled slots (zeros where a node has none)."""
+        values = self.values(value)
+        return self.sum(values) / self.count(values).clamp(min=1)
+
+    def max(self, value: int | Tensor = 0) -> Tensor:
+        """``[n, ...]``: the elementwise maximum of ``value`` (a state index or an ``[n, K, ...]`` tensor) over
+        each node's filled slots (zeros where a node has none)."""
+        values = self.values(value)
         if values.size(1) == 0:
-            return values.new_zeros(n, d)
-        filled = self.mask.unsqueeze(-1)
-        best = values.masked_fill(~filled, -math.inf).amax(dim=1)
-        return torch.where(filled.any(dim=1), best, torch.zeros_like(best))
+            return values.new_zeros(values.size(0), *values.shape[2:])
+        best = self.filled(values, -math.inf).amax(dim=1)
+        any_filled = self.mask.any(dim=1).view(-1, *([1] * (best.dim() - 1)))
+        return torch.where(any_filled, best, torch.zeros_like(best))
 
-    def softmax(self, scores: Tensor) -> Tensor:
-        """Weights ``[n, K]`` from ``scores`` ``[n, K]``: a softmax over each node's filled slots, zero in empty
-        ones, and all zero where a node has no children."""
+    def map(self, fn: Callable[[Tensor], Tensor], value: int | Tensor = 0) -> Tensor:
+        """``[n, K, ...]``: ``fn`` applied to every slot of ``value`` (a state index or an ``[n, K, ...]``
+        tensor), zeros in the empty slots whatever ``fn`` gives there: e.g. ``children.map(self.U)``, a biased
+        layer on each child's state, ready for any later reduction."""
+        values = self.values(value)
+        n, K = self.mask.shape
+        out = fn(values.reshape(n * K, *values.shape[2:]))
+        return self.filled(out.reshape(n, K, *out.shape[1:]))
+
+    def softmax_weights(self, scores: Tensor) -> Tensor:
+        """Weights ``[n, K]`` (not a reduced value) from one score per slot, ``[n, K]`` or ``[n, K, 1]``: a
+        softmax over each node's filled slots, zero in empty ones, and all zero where a node has no
+        predecessor. :meth:`attend` gives the weighted sum."""
         if scores.dim() == 3 and scores.size(-1) == 1:
             scores = scores.squeeze(-1)
         if scores.shape != self.mask.shape:
-            raise ValueError(f"softmax takes one score per slot, [n, K] = {list(self.mask.shape)}, got "
+            raise ValueError(f"softmax_weights takes one score per slot, [n, K] = {list(self.mask.shape)}, got "
                              f"{list(scores.shape)}")
         if scores.size(1) == 0:
             return scores
@@ -87,6 +135,21 @@ class Children(NamedTuple):
         # is made at all, rather than made and then masked away.
         masked = scores.masked_fill(~self.mask, -math.inf).masked_fill(~self.mask.any(dim=1, keepdim=True), 0.0)
         return torch.softmax(masked, dim=1) * self.mask
+
+    def attend(self, scores: Tensor, value: int | Tensor = 0) -> Tensor:
+        """``[n, ...]``: the sum of ``value`` (a state index or an ``[n, K, ...]`` tensor) over each node's filled
+        slots, weighed by :meth:`softmax_weights` of ``scores`` (zeros where a node has no predecessor)."""
+        weights = self.softmax_weights(scores)
+        values = self.values(value)
+        return self.sum(weights.view(*weights.shape, *([1] * (values.dim() - 2))) * self.filled(values))
+
+    def softmax(self, scores: Tensor) -> Tensor:
+        """Deprecated name of :meth:`softmax_weights`, which says that it returns weights ``[n, K]``, not a
+        reduced value; :meth:`attend` gives the weighted sum."""
+        warnings.warn("Children.softmax returns weights [n, K], not a reduced value, and is renamed "
+                      "softmax_weights; children.attend(scores, value) gives the weighted sum", FutureWarning,
+                      stacklevel=2)
+        return self.softmax_weights(scores)
 
 
 class Prepared(NamedTuple):
@@ -98,6 +161,7 @@ class Prepared(NamedTuple):
     levels: list[Slots]
     inputs: list[Tensor]
     needs_grad: bool
+    describe_node: Callable[[int], str] = str  # a node's name in errors (the schedule's describe_node)
 
 
 def in_node_order(prepared: Prepared, buffers: Sequence[Tensor]) -> tuple[Tensor, ...]:

@@ -199,4 +199,4 @@ class _LeafSum(TreeCell):
         total, count = children.states
         if total.size(1) == 0:  # a leaf: its own row, counted once
             return x, x.new_ones(x.size(0), 1)
-        return total.sum(dim=1), count.sum(dim=1)
+        return children.sum(total), children.sum(count)

@@ -46,10 +46,16 @@ class TreeCell(MessagePassing):
       differentiates it), returning a tuple of ``[n, d]`` states (a single
       tensor is read as a tuple of one). ``children`` is a
       :class:`~graphtree.engine.Children`: at the leaves its slots are empty,
-      ``K = 0``, and elsewhere empty slots hold zeros, so reduce over children
-      with ``children.sum()``, ``.mean()``, ``.max()`` or ``.softmax(scores)``,
-      which see only the filled slots. In a top-down pass the slots hold each
-      node's parents.
+      ``K = 0``; elsewhere a level has as many slots as its widest node has
+      children, so reduce over them with ``children.sum(t)``, ``.mean(t)``,
+      ``.max(t)`` or ``.attend(scores, t)``, which take any ``[n, K, ...]``
+      tensor computed from the slots and leave the empty ones out (torch's
+      ``t.sum(dim=1)`` would add what a biased layer makes of each empty slot,
+      and a node's result would depend on its batch), and transform each
+      child with ``children.map(layer)``. The engine checks a cell's first pass
+      for such leaks (:mod:`graphtree.engine.slot_check`);
+      :func:`graphtree.testing.check_cell` checks a cell outright. In a
+      top-down pass the slots hold each node's parents.
 
     The default ``forward(x, edge_index)`` runs ``update`` over the graph and
     returns the tuple of states, as :meth:`propagate` does. A cell whose
@@ -83,7 +89,7 @@ class TreeCell(MessagePassing):
             if name in cls.__dict__:
                 raise TypeError(f"{cls.__name__} overrides {name}, which a tree cell never calls: the engine "
                                 "gathers each node's children's states into slots itself; compute from "
-                                "children.states (or children.sum/mean/max/softmax) in update")
+                                "children.states (reduced with children.sum/mean/max/attend) in update")
         if "compiled_levels" in cls.__dict__:
             # The kernel is the compiled form of this very update: a subclass that replaces update loses it.
             cls._compiled_update = cls.__dict__.get("update", cls.update)

@@ -104,13 +104,13 @@ class HeadLexicalization(TreeCell):
 
     def update(self, children: Children, x: Tensor) -> tuple[Tensor]:
         """The head vectors of one level's nodes (eqs 8-9, or a Table 5 baseline)."""
-        (x_child,) = children.states  # [n, K, D]: the children's head vectors, zeros in empty slots
+        (x_child,) = children.states  # [n, K, D]: the children's head vectors
         if x_child.size(1) == 0:
             return (x,)  # a leaf: its word vector is its head
         mask = children.mask
         n, K, D = x_child.shape
         if self.method == "average":
-            return (x_child.sum(dim=1) / mask.sum(dim=1, keepdim=True).to(x_child.dtype),)
+            return (children.mean(x_child),)
         if self.method in ("left", "right"):
             slot = torch.arange(K, device=mask.device)
             if self.method == "left":
@@ -118,7 +118,7 @@ class HeadLexicalization(TreeCell):
             else:
                 pick = torch.where(mask, slot, -1).max(dim=1).values
             chosen = (slot == pick.unsqueeze(1)).unsqueeze(-1).to(x_child.dtype)  # [n, K, 1]: one child each
-            return ((chosen * x_child).sum(dim=1),)
+            return (children.sum(chosen * x_child),)
         if K == 1:
             return (x_child[:, 0],)  # n_ary = 1: a softmax over one child is 1
         a = F.linear(x_child.reshape(n, K * D), self.W_zx, self.b_z)  # W_zx^L x^L + W_zx^R x^R + b_z
