@@ -177,7 +177,8 @@ class _PaddedSchedule(Schedule):
         self.height = self.depth = None
         self._plans = {"bottom_up": plan}
 
-    def plan(self, direction: str) -> LevelPlan:
+    def plan(self, direction: str, by_width: bool = False) -> LevelPlan:
+        # by_width: a padded plan's levels are its bucket's, fixed for every batch of the shape, as they are.
         if direction != "bottom_up":
             raise ReplayError(f"replayed steps run bottom-up passes only; this model asked for a {direction} "
                               "pass, which groups its rows by host counts: run it eagerly")
@@ -304,12 +305,12 @@ def padded_batch(batch: Any, buckets: Buckets = Buckets()) -> tuple[BucketShape,
     shape = buckets.shape(plan.level_sizes(), max(plan.widths, default=0))
     rows, padded_of = _source_rows(plan, shape)
     num_padded = shape.num_nodes
-    index = plan.slot_matrix.numpy()
+    index, position = (matrix.numpy() for matrix in plan.padded_slots())
     width = index.shape[1]
     slots = np.full((num_padded, shape.slots), num_padded, dtype=np.int64)
     slots[:, :width] = padded_of[index[rows]]
     slot_pos = np.full((num_padded, shape.slots), -1, dtype=np.int64)
-    slot_pos[:, :width] = plan.slot_pos_matrix.numpy()[rows]
+    slot_pos[:, :width] = position[rows]
     weight = np.zeros(num_padded, dtype=np.float32)
     weight[padded_of[:-1]] = 1.0
     source = torch.from_numpy(plan.order.numpy()[rows])
@@ -372,8 +373,11 @@ def _new_bucket(shape: BucketShape, tensors: dict[str, Tensor], device: torch.de
     fixed = {key: torch.zeros(value.shape, dtype=value.dtype, device=device) for key, value in tensors.items()}
     starts = [0, *np.cumsum(shape.widths).tolist()]
     identity = torch.arange(shape.num_nodes, device=device)
-    plan = LevelPlan("bottom_up", identity, identity, starts, fixed["slots"], fixed["slot_pos"],
-                     [0] + [shape.slots] * (len(shape.widths) - 1), _NoPositionCounts(), [])
+    # Every level's slots are its rows of the fixed [N', K] matrices (level 0's none): their flat views, refilled
+    # in place for every batch.
+    plan = LevelPlan("bottom_up", identity, identity, starts, fixed["slots"].view(-1), fixed["slot_pos"].view(-1),
+                     [0] + [shape.slots] * (len(shape.widths) - 1), [start * shape.slots for start in starts[:-1]],
+                     _NoPositionCounts(), [])
     batch = PaddedBatch(num_nodes=shape.num_nodes)
     for key, value in fixed.items():
         if key not in ("slots", "slot_pos"):

@@ -43,6 +43,7 @@ that changes needs a new schedule (``batch.schedule = Schedule.from_data(batch)`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -58,36 +59,57 @@ from .levels import topological_levels
 __all__ = ["DIRECTIONS", "LevelPlan", "Schedule", "block", "schedule_of"]
 
 DIRECTIONS = ("bottom_up", "top_down")
+# What one more level costs, in slots (a slot: one predecessor's state gathered and computed on): a plan split by
+# width (Schedule.plan(by_width=True)) makes a level of its own for a group of nodes where that saves more slots.
+# A level's fixed cost on the CPU (a cell's dozen operators, the level loop) is about the work of this many slots of
+# a 150-wide Child-Sum; sentence batches, whose levels waste a few dozen slots, are never split.
+SPLIT_COST_SLOTS = 256
 
 
 @dataclass
 class LevelPlan:
     """Execution plan for one pass direction (see module docstring).
 
-    Every level's slots are row blocks of one matrix: ``slots[l]`` is the first
-    ``widths[l]`` columns of rows ``ptr[l]:ptr[l + 1]`` of ``slot_matrix``
-    (``slot_pos`` likewise of ``slot_pos_matrix``), so work on all levels at
-    once reads the matrices and the per-level lists are views made on first use.
+    Every level's slots are one contiguous block of ``slot_index``:
+    ``slots[l]`` is the ``[n_l, widths[l]]`` view of ``slot_index[slot_start[l]:]``
+    (``slot_pos`` likewise of ``slot_position``), so a level costs as many
+    slots as its own widest node needs, not the batch's widest, and work on
+    all levels at once reads one flat tensor.
     """
 
     direction: str
     order: Tensor
     rank: Tensor
     ptr: list[int]
-    slot_matrix: Tensor
-    slot_pos_matrix: Tensor
+    slot_index: Tensor
+    slot_position: Tensor
     widths: list[int]
+    slot_start: list[int]
     position_table: list[list[int]] = field(default_factory=list, repr=False)  # [level][p]: filled slots at p
     position_groups: list[list[int]] = field(default_factory=list)
     _by_device: dict = field(default_factory=dict, repr=False)
 
+    def _blocks(self, flat: Tensor) -> list[Tensor]:
+        return [flat[start:start + (b - a) * w].view(b - a, w)
+                for a, b, w, start in zip(self.ptr, self.ptr[1:], self.widths, self.slot_start)]
+
     @cached_property
     def slots(self) -> list[Tensor]:
-        return [block(self.slot_matrix, a, b, w) for a, b, w in zip(self.ptr, self.ptr[1:], self.widths)]
+        return self._blocks(self.slot_index)
 
     @cached_property
     def slot_pos(self) -> list[Tensor]:
-        return [block(self.slot_pos_matrix, a, b, w) for a, b, w in zip(self.ptr, self.ptr[1:], self.widths)]
+        return self._blocks(self.slot_position)
+
+    def padded_slots(self) -> tuple[Tensor, Tensor]:
+        """``[num_nodes, K]`` slot indices and positions of every level-sorted row, ``K`` the widest level's
+        width, the missing slots padded (``num_nodes``, ``-1``): the layout a padded, static-shape plan takes."""
+        widest = max(self.widths, default=0)
+        index = torch.full((self.num_nodes, widest), self.num_nodes, dtype=self.slot_index.dtype)
+        position = torch.full((self.num_nodes, widest), -1, dtype=self.slot_position.dtype)
+        for (a, b, w), rows, pos in zip(zip(self.ptr, self.ptr[1:], self.widths), self.slots, self.slot_pos):
+            index[a:b, :w], position[a:b, :w] = rows, pos
+        return index, position
 
     @property
     def num_nodes(self) -> int:
@@ -96,6 +118,12 @@ class LevelPlan:
     @property
     def num_levels(self) -> int:
         return len(self.ptr) - 1
+
+    @property
+    def num_slots(self) -> int:
+        """Slots over all levels (``sum(n_l * widths[l])``): the rows a pass gathers, each level padded to its
+        own widest node."""
+        return sum((b - a) * w for a, b, w in zip(self.ptr, self.ptr[1:], self.widths))
 
     def level_sizes(self) -> list[int]:
         return [b - a for a, b in zip(self.ptr[:-1], self.ptr[1:])]
@@ -107,8 +135,9 @@ class LevelPlan:
             return self
         if device not in self._by_device:
             self._by_device[device] = LevelPlan(
-                self.direction, self.order.to(device), self.rank.to(device), self.ptr, self.slot_matrix.to(device),
-                self.slot_pos_matrix.to(device), self.widths, self.position_table, self.position_groups)
+                self.direction, self.order.to(device), self.rank.to(device), self.ptr, self.slot_index.to(device),
+                self.slot_position.to(device), self.widths, self.slot_start, self.position_table,
+                self.position_groups)
         return self._by_device[device]
 
 
@@ -170,7 +199,7 @@ class Schedule:
         computed = topological_levels(edge_index, self.num_nodes) if height is None or depth is None else None
         self.height = self._stored_levels("height", height) if height is not None else computed[0]
         self.depth = self._stored_levels("depth", depth) if depth is not None else computed[1]
-        self._plans: dict[str, LevelPlan] = {}
+        self._plans: dict[tuple[str, bool], LevelPlan] = {}
 
     def _stored_levels(self, name: str, level: Tensor) -> Tensor:
         """A caller's ``height`` or ``depth``, checked to be exactly what the edges give (see :func:`_check_levels`)."""
@@ -226,27 +255,42 @@ class Schedule:
                 raise ScheduleError(f"stored {name} does not fit the edges: {said}; recompute it from the edges "
                                     f"(is_root: depth == 0, is_leaf: height == 0) or drop it")
 
-    def plan(self, direction: str) -> LevelPlan:
-        """The :class:`LevelPlan` for ``"bottom_up"`` or ``"top_down"``."""
+    def plan(self, direction: str, by_width: bool = False) -> LevelPlan:
+        """The :class:`LevelPlan` for ``"bottom_up"`` or ``"top_down"``.
+
+        ``by_width``: each level's nodes grouped by how many slots they need (their widest position + 1), into
+        consecutive levels of their own where that saves more slots than a level costs
+        (:data:`SPLIT_COST_SLOTS`), so that a hub of hundreds of children does not pad every node of its level
+        to its width: a level's nodes never read one another, so any split of a level is a valid schedule.
+        The plan for cells that take any number of predecessors; where no level gains, it is the plain plan
+        itself. Fixed-arity cells take the plain plan: their every node has ``max_children`` slots anyway.
+        """
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-        if direction not in self._plans:
+        key = (direction, by_width)
+        if key not in self._plans:
             if direction == "bottom_up":
                 # Receivers are parents; children fill the slot of their position.
-                plan = _build_plan(direction, self.height, receiver=self.edge_index[1],
-                                   sender=self.edge_index[0], slot=self.edge_pos, edge_pos=self.edge_pos,
-                                   describe=self.describe_node,
-                                   groups=_parent_position_groups(self.edge_index[0], self.edge_pos,
-                                                                  self.num_nodes))
+                level, receiver, sender, slot = self.height, self.edge_index[1], self.edge_index[0], self.edge_pos
             else:
                 # Receivers are children; parents fill slots in edge order.
-                plan = _build_plan(direction, self.depth, receiver=self.edge_index[0],
-                                   sender=self.edge_index[1], slot=_rank_within_groups(self.edge_index[0]),
-                                   edge_pos=self.edge_pos, describe=self.describe_node,
-                                   groups=_parent_position_groups(self.edge_index[0], self.edge_pos,
-                                                                  self.num_nodes))
-            self._plans[direction] = plan
-        return self._plans[direction]
+                level, receiver, sender = self.depth, self.edge_index[0], self.edge_index[1]
+                slot = self._parent_slots()
+            split = _width_classes(level.numpy(), receiver.numpy(), slot.numpy()) if by_width else None
+            if by_width and split is None:
+                self._plans[key] = self.plan(direction)
+            else:
+                groups = _parent_position_groups(self.edge_index[0], self.edge_pos, self.num_nodes)
+                self._plans[key] = _build_plan(direction, torch.from_numpy(split) if split is not None else level,
+                                               receiver=receiver, sender=sender, slot=slot, edge_pos=self.edge_pos,
+                                               describe=self.describe_node, groups=groups)
+        return self._plans[key]
+
+    def _parent_slots(self) -> Tensor:
+        """Top-down, each edge's slot under its child: the parents in edge order."""
+        if "parent_slots" not in self.__dict__:
+            self.__dict__["parent_slots"] = _rank_within_groups(self.edge_index[0])
+        return self.__dict__["parent_slots"]
 
     @property
     def num_edges(self) -> int:
@@ -457,26 +501,96 @@ def _build_plan(direction: str, level: Tensor, receiver: Tensor, sender: Tensor,
     rank[order] = np.arange(num_nodes)
     ptr = [0, *np.cumsum(np.bincount(levels, minlength=num_levels)).tolist()]
 
-    # All levels' slot matrices at once, as row blocks of one [num_nodes, widest] matrix: level l's nodes are
-    # rows ptr[l]:ptr[l + 1] (level-sorted), and its matrix is the first `widths[l]` columns of its block. Each
-    # edge writes its own entry (row: its receiver's rank, column: its slot), so the edges' order does not matter.
+    # Each level's slots are one [n_l, widths[l]] block of a flat array, the blocks in level order: a level is as
+    # wide as its own widest node (its widest slot + 1). Each edge writes its own entry (its receiver's row of
+    # its level's block, its slot's column), so the edges' order does not matter.
     row, col, source, pos = rank[receivers], slots, rank[senders], edge_positions
-    widest = int(col.max()) + 1 if col.size else 0
-    index = np.full((num_nodes, widest), num_nodes, dtype=np.int64)
-    position = np.full((num_nodes, widest), -1, dtype=np.int64)
-    index[row, col] = source
-    position[row, col] = pos
+    receiver_level = levels[receivers]
+    widths = np.zeros(num_levels, dtype=np.int64)
+    np.maximum.at(widths, receiver_level, slots + 1)
+    sizes = np.diff(np.asarray(ptr, dtype=np.int64)) * widths
+    slot_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    total = int(slot_start[-1])
+    index = np.full(total, num_nodes, dtype=np.int64)
+    position = np.full(total, -1, dtype=np.int64)
+    ptr_array = np.asarray(ptr, dtype=np.int64)
+    entry = slot_start[receiver_level] + (row - ptr_array[receiver_level]) * widths[receiver_level] + col
+    index[entry] = source
+    position[entry] = pos
     if receivers.size and int((position >= 0).sum()) != receivers.size:  # an entry written twice
-        key = receivers * widest + slots
+        key = entry
         by_key = np.argsort(key, kind="stable")
         sorted_key = key[by_key]
         dup = int(by_key[1:][sorted_key[1:] == sorted_key[:-1]][0])
         raise ScheduleError(f"two edges into {describe(int(receivers[dup]))} share position {int(slots[dup])}")
-    receiver_level = levels[receivers]
-    widths = np.zeros(num_levels, dtype=np.int64)
-    np.maximum.at(widths, receiver_level, slots + 1)
     positions = int(pos.max()) + 1 if pos.size else 1
     position_table = np.bincount(receiver_level * positions + edge_positions, minlength=num_levels * positions
                                  ).reshape(num_levels, positions).tolist()
     return LevelPlan(direction, torch.from_numpy(order), torch.from_numpy(rank), ptr, torch.from_numpy(index),
-                     torch.from_numpy(position), widths.tolist(), position_table, position_groups)
+                     torch.from_numpy(position), widths.tolist(), slot_start[:-1].tolist(), position_table,
+                     position_groups)
+
+
+def _width_classes(levels: np.ndarray, receivers: np.ndarray, slots: np.ndarray) -> np.ndarray | None:
+    """Each node's level in a plan whose levels are split into width classes, or ``None`` where no split saves
+    more slots than it costs.
+
+    A node's width is its widest slot + 1 (its number of predecessors, where they are numbered from 0). In each
+    level the distinct widths, sorted, are cut into runs, each a level of its own as wide as its widest node:
+    the cut that minimizes the level's slots plus :data:`SPLIT_COST_SLOTS` per level it makes (a small
+    dynamic program over the distinct widths; a level's nodes of one width are never parted). The new levels
+    of a level follow one another, narrowest first, and keep the order of the levels."""
+    num_nodes = levels.size
+    if not receivers.size:
+        return None
+    width = np.zeros(num_nodes, dtype=np.int64)
+    np.maximum.at(width, receivers, slots + 1)
+    num_levels = int(levels.max()) + 1
+    stride = int(width.max()) + 1
+    pairs, counts = np.unique(levels * stride + width, return_counts=True)
+    pair_level, pair_width = pairs // stride, pairs % stride
+    starts = np.searchsorted(pair_level, np.arange(num_levels + 1))
+    # A class per (level, width) pair: its new level; a level whose widths all share one class keeps one level.
+    pair_class = np.zeros(pairs.size, dtype=np.int64)
+    split_any = False
+    for level in range(num_levels):
+        a, b = int(starts[level]), int(starts[level + 1])
+        if b - a < 2:
+            continue
+        n, w = counts[a:b], pair_width[a:b]
+        if int(n.sum()) * int(w[-1]) - int((n * w).sum()) <= SPLIT_COST_SLOTS:
+            continue  # even all the padding of the level costs less than one more level
+        cuts = _cheapest_cuts(n.tolist(), w.tolist())
+        if len(cuts) > 1:
+            split_any = True
+            for k, (lo, hi) in enumerate(zip(cuts, cuts[1:] + [b - a])):
+                pair_class[a + lo:a + hi] = k
+    if not split_any:
+        return None
+    # New levels: each old level's classes in order, the old levels in order.
+    classes_per_level = np.ones(num_levels, dtype=np.int64)
+    np.maximum.at(classes_per_level, pair_level, pair_class + 1)
+    first = np.concatenate([[0], np.cumsum(classes_per_level)[:-1]])
+    pair_new_level = first[pair_level] + pair_class
+    return pair_new_level[np.searchsorted(pairs, levels * stride + width)]
+
+
+def _cheapest_cuts(counts: list[int], widths: list[int]) -> list[int]:
+    """Where to cut a level's distinct widths (ascending, ``counts`` nodes of each) into runs: the starts of the
+    runs that minimize the slots (each run as wide as its widest) plus :data:`SPLIT_COST_SLOTS` per run."""
+    m = len(widths)
+    prefix = [0]
+    for c in counts:
+        prefix.append(prefix[-1] + c)
+    best = [0.0] + [math.inf] * m  # best[j]: the cheapest cut of the first j widths
+    start = [0] * (m + 1)
+    for j in range(1, m + 1):
+        for i in range(j):  # the last run holds widths i..j-1
+            cost = best[i] + (prefix[j] - prefix[i]) * widths[j - 1] + SPLIT_COST_SLOTS
+            if cost < best[j]:
+                best[j], start[j] = cost, i
+    cuts, j = [], m
+    while j > 0:
+        cuts.append(start[j])
+        j = start[j]
+    return cuts[::-1]

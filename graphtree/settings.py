@@ -22,6 +22,10 @@ setting                      environment variable            meaning
                                                              empty slots), ``"always"`` (every pass; what
                                                              :func:`~graphtree.engine.detect_slot_leaks` sets)
                                                              or ``"off"``
+``width_classes``            ``GRAPHTREE_WIDTH_CLASSES``     cells that take any number of predecessors run on
+                                                             levels split by width, so that a hub does not pad
+                                                             its level (default ``True``; ``0``: one level per
+                                                             height or depth, as wide as its widest node)
 ===========================  ==============================  ==================================================
 
 The environment is read the first time a setting is asked for (:func:`current`). In code::
@@ -45,7 +49,8 @@ __all__ = ["ENVIRONMENT", "Settings", "configure", "current", "overridden", "rel
 
 # Each setting's environment variable.
 ENVIRONMENT = {"native": "GRAPHTREE_NATIVE", "cache": "GRAPHTREE_CACHE", "mirror": "GRAPHTREE_MIRROR",
-               "flush_denormals": "GRAPHTREE_FLUSH_DENORMALS", "slot_check": "GRAPHTREE_SLOT_CHECK"}
+               "flush_denormals": "GRAPHTREE_FLUSH_DENORMALS", "slot_check": "GRAPHTREE_SLOT_CHECK",
+               "width_classes": "GRAPHTREE_WIDTH_CLASSES"}
 NATIVE_MODES = ("auto", "1", "0")
 SLOT_CHECKS = ("first", "always", "off")
 
@@ -59,6 +64,7 @@ class Settings:
     mirror: str = ""
     flush_denormals: bool = True
     slot_check: str = "first"
+    width_classes: bool = True
 
     def __post_init__(self) -> None:
         native = str(self.native).strip().lower()
@@ -74,6 +80,8 @@ class Settings:
             raise ValueError(f"slot_check (${ENVIRONMENT['slot_check']}) must be one of {', '.join(SLOT_CHECKS)}, "
                              f"got {self.slot_check!r}")
         object.__setattr__(self, "slot_check", slot_check)
+        if not isinstance(self.width_classes, bool):
+            raise TypeError(f"width_classes must be True or False, got {self.width_classes!r}")
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -88,6 +96,10 @@ class Settings:
         if flush not in ("0", "1"):
             raise ValueError(f"${ENVIRONMENT['flush_denormals']} must be 0 or 1, got {flush!r}")
         values["flush_denormals"] = flush == "1"
+        classes = environ.get(ENVIRONMENT["width_classes"], "1").strip()
+        if classes not in ("0", "1"):
+            raise ValueError(f"${ENVIRONMENT['width_classes']} must be 0 or 1, got {classes!r}")
+        values["width_classes"] = classes == "1"
         if environ.get(ENVIRONMENT["slot_check"]):
             values["slot_check"] = environ[ENVIRONMENT["slot_check"]]
         return cls(**values)

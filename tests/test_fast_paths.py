@@ -225,11 +225,11 @@ def kernel_decisions() -> Iterator[list[bool]]:
         compiled.level_kernel = original
 
 
-def differential(name: str, family: str, seed: int = 0) -> bool:
-    """Run the fast path and the definition on one family, in training and in inference; assert that they agree;
-    return whether the fast path ran."""
+def differential(name: str, family: str, seed: int = 0, graph: Data | None = None) -> bool:
+    """Run the fast path and the definition on one family (or on ``graph``), in training and in inference;
+    assert that they agree; return whether the fast path ran."""
     _, _, in_channels, arity = FAST_CELLS[name]
-    graph = families(arity, seed)[family]
+    graph = families(arity, seed)[family] if graph is None else graph
     torch.manual_seed(seed)
     cell = _make(name)
     x = torch.randn(graph.num_nodes, in_channels)
@@ -266,6 +266,102 @@ def test_the_fast_path_computes_the_update(kernels, name, family):
     graph = families(FAST_CELLS[name][3])[family]
     ran = differential(name, family)
     assert ran == expects_fast_path(name, graph), (name, family, "ran" if ran else "did not run")
+
+
+# --------------------------------------------------------------------------- hubs and wide nodes
+
+# The cells that take any number of children bottom-up (a hub's), and the top-down cells (any number of parents).
+ANY_CHILDREN = ["child_sum", "left_head", "right_head", "average_head", "leaf_sum"]
+TOP_DOWN = [name for name, (cls, *_) in FAST_CELLS.items() if cls is TopDownTreeLSTM]
+
+
+def _edges(pairs: list[tuple[int, int]], positions: list[int], num_nodes: int) -> Data:
+    return Data(edge_index=torch.tensor(pairs, dtype=torch.long).t().reshape(2, -1),
+                edge_pos=torch.tensor(positions, dtype=torch.long), num_nodes=num_nodes)
+
+
+def hub_families(hub: int = 150) -> dict[str, Data]:
+    """Graphs whose levels mix a hub with narrow nodes, the shapes a plan split by width serves differently:
+
+    * ``hub beside ones``: on one level, a node of ``hub`` children beside nodes of one child (and above them a
+      root of two, one of them the hub);
+    * ``level of hubs``: a level of three hubs of unequal widths (``hub // 2``, ``hub``, ``hub + 7``) beside a
+      node of two;
+    * ``hub of 2000``: one node of 2,000 children beside 30 nodes of one, each child a leaf;
+    * ``hub above hubs``: a hub whose children are hubs and single nodes, at positions with gaps;
+    * ``many parents``: a node with ``hub`` parents (every parent a root with that node and one leaf).
+    """
+    out = {}
+    # hub beside ones: leaves 0..hub-1 under node H; leaf hub..hub+9 under nodes of one child; root R on top.
+    H, ones = hub + 10, list(range(hub + 11, hub + 21))
+    pairs = [(k, H) for k in range(hub)] + [(hub + k, ones[k]) for k in range(10)] + [(H, hub + 21), (ones[0],
+                                                                                                    hub + 21)]
+    positions = list(range(hub)) + [0] * 10 + [0, 1]
+    out["hub beside ones"] = _edges(pairs, positions, hub + 22)
+    # level of hubs: three hubs of unequal widths and a node of two, all over leaves.
+    widths, pairs, positions, next_id = [hub // 2, hub, hub + 7, 2], [], [], 0
+    for w in widths:
+        parent = next_id + w
+        pairs += [(next_id + k, parent) for k in range(w)]
+        positions += list(range(w))
+        next_id = parent + 1
+    out["level of hubs"] = _edges(pairs, positions, next_id)
+    # hub of 2000: leaves 0..1999 under node 2000; 30 chains of two beside it.
+    pairs = [(k, 2000) for k in range(2000)] + [(2001 + 2 * k, 2002 + 2 * k) for k in range(30)]
+    out["hub of 2000"] = _edges(pairs, list(range(2000)) + [0] * 30, 2061)
+    # hub above hubs: root 0's children: two hubs (of 40 and 90 leaves) and three single nodes, positions with gaps.
+    pairs, positions, next_id = [], [], 1
+    for position, w in zip((0, 3, 5, 9, 12), (40, 90, 1, 1, 0)):
+        node = next_id
+        pairs.append((node, 0))
+        positions.append(position)
+        pairs += [(node + 1 + k, node) for k in range(w)]
+        positions += list(range(w))
+        next_id = node + 1 + w
+    out["hub above hubs"] = _edges(pairs, positions, next_id)
+    # many parents: node 0 is child 0 of every parent 1..hub, each of which also has a leaf of its own at 1.
+    pairs = [(0, p) for p in range(1, hub + 1)] + [(hub + p, p) for p in range(1, hub + 1)]
+    out["many parents"] = _edges(pairs, [0] * hub + [1] * hub, 2 * hub + 1)
+    out["mixed with hubs"] = Batch.from_data_list([out["hub beside ones"], _plain(from_ptb("(1 (2 a) (3 b))")),
+                                                   out["level of hubs"], out["many parents"]])
+    return out
+
+
+HUB_FAMILIES = list(hub_families())
+HUB_CASES = [(name, family) for name in ANY_CHILDREN for family in HUB_FAMILIES] + \
+    [(name, family) for name in TOP_DOWN for family in ("many parents", "hub beside ones")]
+
+
+@pytest.mark.parametrize(("name", "family"), HUB_CASES, ids=[f"{n}-{f.replace(' ', '_')}" for n, f in HUB_CASES])
+def test_the_fast_path_computes_the_update_on_hubs(kernels, name, family):
+    graph = hub_families()[family]
+    if FAST_CELLS[name][0] is TopDownTreeLSTM:  # positions select parameter sets: keep them below n_ary
+        graph = Data(edge_index=graph.edge_index, edge_pos=graph.edge_pos.clamp(max=0), num_nodes=graph.num_nodes)
+    ran = differential(name, family, graph=graph)
+    assert ran == expects_fast_path(name, graph), (name, family, "ran" if ran else "did not run")
+
+
+def test_a_plan_split_by_width_runs_each_hub_on_its_own_slots():
+    # By hand: "hub beside ones" has, at height 1, a node of 150 children and ten of one. Split by width, they
+    # run as two levels (10 x 1 and 1 x 150 slots); as one level, 11 x 150.
+    graph = hub_families()["hub beside ones"]
+    schedule = graphtree.Schedule.from_data(graph)
+    plain, split = schedule.plan("bottom_up"), schedule.plan("bottom_up", by_width=True)
+    assert plain.level_sizes() == [160, 11, 1] and plain.widths == [0, 150, 2]
+    assert split.level_sizes() == [160, 10, 1, 1] and split.widths == [0, 1, 150, 2]
+    assert plain.num_slots == 11 * 150 + 2 and split.num_slots == 10 + 150 + 2
+    # Every node keeps its children, in their slots: the same edges, read from either plan.
+    for plan in (plain, split):
+        edges = set()
+        for a, slots, positions in zip(plan.ptr, plan.slots, plan.slot_pos):
+            for row, (children, pos) in enumerate(zip(slots.tolist(), positions.tolist())):
+                edges |= {(int(plan.order[c]), int(plan.order[a + row]), p)
+                          for c, p in zip(children, pos) if c < plan.num_nodes}
+        assert edges == set(zip(*graph.edge_index.tolist(), graph.edge_pos.tolist()))
+    # Sentences are never split: a binary batch's levels waste fewer slots than a level costs.
+    batch = Batch.from_data_list([_tree(random_ptb(12, 2, random.Random(k))) for k in range(25)])
+    sentences = graphtree.Schedule.from_data(batch)
+    assert sentences.plan("bottom_up", by_width=True) is sentences.plan("bottom_up")
 
 
 SWEEP = [(name, family, seed) for name in sorted(FAST_CELLS) for family in ("random trees", "dag", "mixed batch")

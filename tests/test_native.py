@@ -389,7 +389,7 @@ def test_side_by_side_passes_give_what_they_give_on_one_thread(kernels, monkeypa
 
 def _assert_equal_to_rounding(got: torch.Tensor, want: torch.Tensor) -> None:
     """Equal to float32 rounding, relative to the tensor's own scale (a weight gradient sums hundreds of rows)."""
-    scale = float(want.abs().max()) if want.numel() else 0.0
+    scale = float(want.detach().abs().max()) if want.numel() else 0.0
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * max(scale, 1e-6))
 
 

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from .. import settings
 from ..backend import compiled
 from ..errors import ScheduleError
 from ..schedule import Schedule, schedule_of
@@ -129,7 +130,10 @@ def _prepare(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tens
             raise ScheduleError(f"input {names[k] if names else k} has {x.size(0)} rows but the batch has "
                                 f"{schedule.num_nodes} nodes; was the schedule built for another batch?")
     device = inputs[0].device
-    host_plan = schedule.plan(direction)
+    # A cell that takes any number of predecessors runs on levels split by width (a hub's slots are its own);
+    # a fixed-arity cell pads every node to its arity bottom-up anyway.
+    fixed_arity = direction == "bottom_up" and getattr(cell, "max_children", None) is not None
+    host_plan = schedule.plan(direction, by_width=not fixed_arity and settings.current().width_classes)
     plan = host_plan.to(device)
     levels = level_slots(cell, host_plan, schedule, device)
     # index_select, not x[perm]: the same rows, but its backward is index_add_, where advanced indexing's is

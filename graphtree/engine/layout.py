@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ScheduleError
-from ..schedule import LevelPlan, Schedule, block
+from ..schedule import LevelPlan, Schedule
 
 __all__ = ["Children", "Prepared", "SlotLayout", "Slots", "children_of", "gathered", "in_node_order",
            "level_slots", "num_outputs", "position_counts", "state_buffers"]
@@ -183,8 +183,8 @@ def num_outputs(cell: torch.nn.Module) -> int:
 class Slots:
     """One level's slots: ``index`` ``[n, K]``, the level-sorted predecessor ids (``num_nodes`` where empty), and
     ``flat_index``, its ``view(-1)`` (the gathers and the gradient accumulation use it). ``mask``, ``position``
-    and ``position_counts``, the layout a level's :class:`Children` carry, are made on first use (blocks of
-    matrices made once for all levels): the compiled level loops read only ``flat_index``."""
+    and ``position_counts``, the layout a level's :class:`Children` carry, are made on first use (from flat
+    tensors made once for all levels): the compiled level loops read only ``flat_index``."""
 
     __slots__ = ("_layout", "_level", "_mask", "_position", "flat_index", "index")
 
@@ -211,13 +211,17 @@ class Slots:
 
 
 class SlotLayout:
-    """What the levels of one :func:`level_slots` share: the padded slot and position matrices, the plan."""
+    """What the levels of one :func:`level_slots` share: the flat slot and position tensors (each level one
+    ``[n_l, widths[l]]`` block of them, from ``starts[l]``), and the plan."""
 
-    def __init__(self, plan: LevelPlan, widths: list[int], index: Tensor, position: Tensor) -> None:
-        self.plan, self.widths, self.index, self.position = plan, widths, index, position
+    def __init__(self, plan: LevelPlan, widths: list[int], starts: list[int], index: Tensor,
+                 position: Tensor) -> None:
+        self.plan, self.widths, self.starts, self.index, self.position = plan, widths, starts, index, position
 
-    def block(self, matrix: Tensor, level: int) -> Tensor:
-        return block(matrix, self.plan.ptr[level], self.plan.ptr[level + 1], self.widths[level])
+    def block(self, flat: Tensor, level: int) -> Tensor:
+        a, b = self.plan.ptr[level], self.plan.ptr[level + 1]
+        start, width = self.starts[level], self.widths[level]
+        return flat[start:start + (b - a) * width].view(b - a, width)
 
     @cached_property
     def mask(self) -> Tensor:
@@ -233,8 +237,8 @@ def level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, devi
 
     Built once per plan, arity and device from the host copy of the plan (so
     checks and counts cost no device synchronization), for all levels at once
-    on the plan's whole slot matrix, then moved to ``device``; each level is a
-    block of it, and the level loop does nothing but gather.
+    on the plan's flat slot tensors, then moved to ``device``; each level is a
+    block of them, and the level loop does nothing but gather.
     """
     arity = getattr(cell, "max_children", None) if plan.direction == "bottom_up" else None
     key = ("slots", arity, torch.device(device))
@@ -249,31 +253,34 @@ def level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, devi
         raise ScheduleError(f"{schedule.describe_node(node)} has {count} {'child' if count == 1 else 'children'} "
                             f"(or a child at position "
                             f"{index.size(1) - 1}), but {type(cell).__name__} takes at most {arity}")
-    # A fixed-arity cell sees every level with children at its full arity, the missing slots padded.
-    widths = [max(width, arity) if arity is not None and width > 0 else width for width in plan.widths]
-    index, position = plan.slot_matrix, plan.slot_pos_matrix
-    extra = max(widths, default=0) - index.size(1)
-    if extra > 0:
-        index = torch.nn.functional.pad(index, (0, extra), value=plan.num_nodes)
-        position = torch.nn.functional.pad(position, (0, extra), value=-1)
+    index, position, widths, starts = plan.slot_index, plan.slot_position, plan.widths, plan.slot_start
+    if arity is not None and any(0 < width < arity for width in widths):
+        # A fixed-arity cell sees every level with children at its full arity, the missing slots padded.
+        pad = torch.nn.functional.pad
+        widths = [arity if width > 0 else 0 for width in widths]
+        index = torch.cat([pad(block, (0, w - block.size(1)), value=plan.num_nodes).reshape(-1)
+                           for block, w in zip(plan.slots, widths)]) if plan.num_levels else index
+        position = torch.cat([pad(block, (0, w - block.size(1)), value=-1).reshape(-1)
+                              for block, w in zip(plan.slot_pos, widths)]) if plan.num_levels else position
+        sizes = [(b - a) * w for a, b, w in zip(plan.ptr, plan.ptr[1:], widths)]
+        starts = [sum(sizes[:k]) for k in range(len(sizes))]
     index, position = index.to(device), position.to(device)
-    layout = SlotLayout(plan, widths, index, position)
-    # A level as wide as the matrix is a run of its flat view: one split cuts all of those (a level loop of
-    # small minibatches, LSTM-RNN's five trees, spent as long on one slice per level as on its products).
-    full = index.size(1)
-    runs = index.view(-1).split([(b - a) * full for a, b in zip(plan.ptr, plan.ptr[1:])]) if full else None
-    levels = []
-    for level, width in enumerate(widths):
-        a, b = plan.ptr[level], plan.ptr[level + 1]
-        if width == full and runs is not None:
-            flat = runs[level]
-            level_index = flat.view(b - a, width)
-        else:
-            level_index = block(index, a, b, width)
-            flat = level_index.view(-1)
-        levels.append(Slots(level_index, flat, layout, level))
+    layout = SlotLayout(plan, widths, starts, index, position)
+    levels = [Slots(flat.view(b - a, width), flat, layout, level)
+              for level, (flat, a, b, width) in enumerate(zip(_split_levels(index, starts, plan, widths),
+                                                               plan.ptr, plan.ptr[1:], widths))]
     plan._by_device[key] = levels
     return levels
+
+
+def _split_levels(flat: Tensor, starts: list[int], plan: LevelPlan, widths: list[int]) -> list[Tensor]:
+    """Each level's part of ``flat``, made by one split where the levels lie end to end (the plans graphtree
+    builds: a level loop of small minibatches spent as long on one slice per level as on its products)."""
+    sizes = [(b - a) * w for a, b, w in zip(plan.ptr, plan.ptr[1:], widths)]
+    ends = [start + size for start, size in zip(starts, sizes)]
+    if starts == [0, *ends[:-1]] and (not ends or ends[-1] == flat.numel()):
+        return list(flat.split(sizes)) if sizes else []
+    return [flat[start:end] for start, end in zip(starts, ends)]
 
 
 def position_counts(plan: LevelPlan) -> list[tuple[int, ...]]:
