@@ -18,8 +18,9 @@ interleaved in one process so that drift hits them alike) on DAGs of ``--levels`
 
 Cells: Child-Sum compiled and on its PyTorch path (``update`` under autograd), a cell of one's own (a mean over
 the children, ``depth.py``'s), and the top-down cell (its PyTorch path: its kernel serves trees only) on the
-sinks. ``saved/node``: what autograd keeps for the backward per node (PyTorch paths only; the compiled kernels
-keep their gates in contexts of their own).
+sinks, each split as the engine splits for it (its ``level_cost_slots``; the top-down cell steps filled slots
+only, and splits only where a level would waste thousands of slots). ``saved/node``: what autograd keeps for
+the backward per node (PyTorch paths only; the compiled kernels keep their gates in contexts of their own).
 
 **Slots per edge** of the bottom-up plan: random trees (``depth.py``'s, node ``i``'s parent one of the 1,000
 nodes before it), and batches of 25 functions' abstract syntax trees from the Python standard library of the
@@ -50,7 +51,7 @@ from graphtree import settings
 from graphtree.backend import native
 from graphtree.data import with_schedule
 from graphtree.nn import ChildSumTreeLSTM, TopDownTreeLSTM
-from graphtree.schedule import Schedule
+from graphtree.schedule import SPLIT_COST_SLOTS, Schedule
 from graphtree.train.provenance import code_state, processor
 
 CONFIGS = [  # (cell, path, family)
@@ -129,7 +130,7 @@ def measure_levels(args: argparse.Namespace) -> list[dict]:
     runs = [(c, layout) for c in CONFIGS for layout in ("by_width", "by_level")]
     best: dict[tuple, float] = {}
     for round_ in range(args.repeats + 1):  # round 0 warms up (and builds each plan once)
-        for (name, path, family), layout in runs:
+        for (name, path, family), layout in runs if round_ % 2 else runs[::-1]:  # each order in turn
             graph = graphs[family]
             x = torch.randn(graph.num_nodes, args.channels)
             with settings.overridden(width_classes=layout == "by_width", native="auto" if path == "compiled"
@@ -145,7 +146,7 @@ def measure_levels(args: argparse.Namespace) -> list[dict]:
                    edges=graph.edge_index.size(1), heights=args.levels,
                    ms_per_level=1000 * best[(name, path, family, layout)] / args.levels)
         plan = graph.schedule.plan("top_down" if name == "top_down" else "bottom_up",
-                                   by_width=layout == "by_width")
+                                   cells[name].level_cost_slots if layout == "by_width" else None)
         row["levels_run"], row["slots_per_edge"] = plan.num_levels, plan.num_slots / row["edges"]
         if path == "pytorch":
             with settings.overridden(width_classes=layout == "by_width", native="0"):
@@ -199,7 +200,8 @@ def slot_rows(args: argparse.Namespace) -> list[dict]:
     for name, graphs in corpora.items():
         edges = sum(g.edge_index.size(1) for g in graphs)
         for layout in ("by_width", "by_level"):
-            plans = [Schedule.from_data(g).plan("bottom_up", by_width=layout == "by_width") for g in graphs]
+            cost = SPLIT_COST_SLOTS if layout == "by_width" else None
+            plans = [Schedule.from_data(g).plan("bottom_up", cost) for g in graphs]
             rows.append(dict(corpus=name, layout=layout, graphs=len(graphs), edges=edges,
                              slots=sum(p.num_slots for p in plans), levels=sum(p.num_levels for p in plans),
                              heights=sum(Schedule.from_data(g).plan("bottom_up").num_levels for g in graphs)))

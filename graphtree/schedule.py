@@ -8,8 +8,8 @@ runs on it. For each direction it holds a :class:`LevelPlan`:
   of level-sorted buffers;
 * ``slots[l]``: a ``[n_l, K_l]`` matrix naming, for each node of level ``l``, the
   level-sorted index of each predecessor whose state it reads (its children
-  bottom-up, its parents top-down). The value ``num_nodes`` pads missing slots
-  and points at an all-zero state row;
+  bottom-up, its parents top-down). ``K_l`` is the level's widest node's. The
+  value ``num_nodes`` pads missing slots and points at an all-zero state row;
 * ``slot_pos[l]``: for each slot the ``edge_pos`` of the edge it came through
   (the node's position under that parent, used by top-down cells);
 * ``position_groups[l]``: within a level, nodes come grouped by their own
@@ -25,11 +25,20 @@ Bottom-up, a child sits in the slot equal to its ``edge_pos`` (its position amon
 the parent's children), which is what ordered N-ary cells need. Top-down, a
 node's parents fill slots ``0..P-1`` in edge order.
 
+A level is a set of nodes that do not read one another, so a plan may cut a
+height (or depth) into several levels run one after the other. The plan *split
+by width* (``plan(direction, split_cost)``, which the engine runs for every
+cell that takes any number of predecessors) does so where one node is much
+wider than the rest: a hub of 400 children gets a level of its own instead of
+padding its 400 neighbours to 400 slots each, so a pass costs about one slot per
+edge (:func:`_width_classes`). Sentence batches, whose levels waste a few dozen
+slots, are never split; fixed-arity cells take the plain plan.
+
 Building it is vectorized over nodes and edges, in NumPy on the host arrays
 (a minibatch's plan is a few dozen small array operations, and NumPy dispatches
 each for a fraction of what PyTorch takes): every level's slot matrix is a block
-of one matrix filled in one indexed write, so the only Python loop takes a view
-per level.
+of one flat array, filled in one indexed write, so the only Python loop takes a
+view per level.
 
 A schedule is data, passed explicitly. A batch carries it as ``batch.schedule``
 (set where the batch is collated: :class:`~graphtree.data.TreeLoader`,
@@ -56,11 +65,11 @@ from torch import Tensor
 from .errors import ScheduleError
 from .levels import topological_levels
 
-__all__ = ["DIRECTIONS", "LevelPlan", "Schedule", "block", "schedule_of"]
+__all__ = ["DIRECTIONS", "SPLIT_COST_SLOTS", "LevelPlan", "Schedule", "block", "schedule_of"]
 
 DIRECTIONS = ("bottom_up", "top_down")
 # What one more level costs, in slots (a slot: one predecessor's state gathered and computed on): a plan split by
-# width (Schedule.plan(by_width=True)) makes a level of its own for a group of nodes where that saves more slots.
+# width (Schedule.plan(split_cost=...)) makes a level of its own for a group of nodes where that saves more slots.
 # A level's fixed cost on the CPU (a cell's dozen operators, the level loop) is about the work of this many slots of
 # a 150-wide Child-Sum; sentence batches, whose levels waste a few dozen slots, are never split.
 SPLIT_COST_SLOTS = 256
@@ -199,7 +208,7 @@ class Schedule:
         computed = topological_levels(edge_index, self.num_nodes) if height is None or depth is None else None
         self.height = self._stored_levels("height", height) if height is not None else computed[0]
         self.depth = self._stored_levels("depth", depth) if depth is not None else computed[1]
-        self._plans: dict[tuple[str, bool], LevelPlan] = {}
+        self._plans: dict[tuple[str, int | None], LevelPlan] = {}
 
     def _stored_levels(self, name: str, level: Tensor) -> Tensor:
         """A caller's ``height`` or ``depth``, checked to be exactly what the edges give (see :func:`_check_levels`)."""
@@ -255,19 +264,20 @@ class Schedule:
                 raise ScheduleError(f"stored {name} does not fit the edges: {said}; recompute it from the edges "
                                     f"(is_root: depth == 0, is_leaf: height == 0) or drop it")
 
-    def plan(self, direction: str, by_width: bool = False) -> LevelPlan:
+    def plan(self, direction: str, split_cost: int | None = None) -> LevelPlan:
         """The :class:`LevelPlan` for ``"bottom_up"`` or ``"top_down"``.
 
-        ``by_width``: each level's nodes grouped by how many slots they need (their widest position + 1), into
-        consecutive levels of their own where that saves more slots than a level costs
-        (:data:`SPLIT_COST_SLOTS`), so that a hub of hundreds of children does not pad every node of its level
-        to its width: a level's nodes never read one another, so any split of a level is a valid schedule.
-        The plan for cells that take any number of predecessors; where no level gains, it is the plain plan
-        itself. Fixed-arity cells take the plain plan: their every node has ``max_children`` slots anyway.
+        ``split_cost``: split by width. Each level's nodes are grouped by how many slots they need (their widest
+        position + 1), into consecutive levels of their own where that saves more slots than ``split_cost`` per
+        level it adds (what one more level costs, in slots: :data:`SPLIT_COST_SLOTS` by default, a cell's
+        ``level_cost_slots``), so that a hub of hundreds of children does not pad every node of its level to its
+        width: a level's nodes never read one another, so any split of a level is a valid schedule. Where no
+        level gains, it is the plain plan itself. ``None``: the plain plan, one level per height (or depth),
+        which fixed-arity cells take (their every node has ``max_children`` slots anyway).
         """
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-        key = (direction, by_width)
+        key = (direction, split_cost)
         if key not in self._plans:
             if direction == "bottom_up":
                 # Receivers are parents; children fill the slot of their position.
@@ -276,8 +286,9 @@ class Schedule:
                 # Receivers are children; parents fill slots in edge order.
                 level, receiver, sender = self.depth, self.edge_index[0], self.edge_index[1]
                 slot = self._parent_slots()
-            split = _width_classes(level.numpy(), receiver.numpy(), slot.numpy()) if by_width else None
-            if by_width and split is None:
+            split = _width_classes(level.numpy(), receiver.numpy(), slot.numpy(), split_cost) \
+                if split_cost is not None else None
+            if split_cost is not None and split is None:
                 self._plans[key] = self.plan(direction)
             else:
                 groups = _parent_position_groups(self.edge_index[0], self.edge_pos, self.num_nodes)
@@ -531,13 +542,14 @@ def _build_plan(direction: str, level: Tensor, receiver: Tensor, sender: Tensor,
                      position_groups)
 
 
-def _width_classes(levels: np.ndarray, receivers: np.ndarray, slots: np.ndarray) -> np.ndarray | None:
+def _width_classes(levels: np.ndarray, receivers: np.ndarray, slots: np.ndarray,
+                   split_cost: int = SPLIT_COST_SLOTS) -> np.ndarray | None:
     """Each node's level in a plan whose levels are split into width classes, or ``None`` where no split saves
     more slots than it costs.
 
     A node's width is its widest slot + 1 (its number of predecessors, where they are numbered from 0). In each
     level the distinct widths, sorted, are cut into runs, each a level of its own as wide as its widest node:
-    the cut that minimizes the level's slots plus :data:`SPLIT_COST_SLOTS` per level it makes (a small
+    the cut that minimizes the level's slots plus ``split_cost`` per level it makes (a small
     dynamic program over the distinct widths; a level's nodes of one width are never parted). The new levels
     of a level follow one another, narrowest first, and keep the order of the levels."""
     num_nodes = levels.size
@@ -558,9 +570,9 @@ def _width_classes(levels: np.ndarray, receivers: np.ndarray, slots: np.ndarray)
         if b - a < 2:
             continue
         n, w = counts[a:b], pair_width[a:b]
-        if int(n.sum()) * int(w[-1]) - int((n * w).sum()) <= SPLIT_COST_SLOTS:
+        if int(n.sum()) * int(w[-1]) - int((n * w).sum()) <= split_cost:
             continue  # even all the padding of the level costs less than one more level
-        cuts = _cheapest_cuts(n.tolist(), w.tolist())
+        cuts = _cheapest_cuts(n.tolist(), w.tolist(), split_cost)
         if len(cuts) > 1:
             split_any = True
             for k, (lo, hi) in enumerate(zip(cuts, cuts[1:] + [b - a])):
@@ -575,9 +587,9 @@ def _width_classes(levels: np.ndarray, receivers: np.ndarray, slots: np.ndarray)
     return pair_new_level[np.searchsorted(pairs, levels * stride + width)]
 
 
-def _cheapest_cuts(counts: list[int], widths: list[int]) -> list[int]:
+def _cheapest_cuts(counts: list[int], widths: list[int], split_cost: int) -> list[int]:
     """Where to cut a level's distinct widths (ascending, ``counts`` nodes of each) into runs: the starts of the
-    runs that minimize the slots (each run as wide as its widest) plus :data:`SPLIT_COST_SLOTS` per run."""
+    runs that minimize the slots (each run as wide as its widest) plus ``split_cost`` per run."""
     m = len(widths)
     prefix = [0]
     for c in counts:
@@ -586,7 +598,7 @@ def _cheapest_cuts(counts: list[int], widths: list[int]) -> list[int]:
     start = [0] * (m + 1)
     for j in range(1, m + 1):
         for i in range(j):  # the last run holds widths i..j-1
-            cost = best[i] + (prefix[j] - prefix[i]) * widths[j - 1] + SPLIT_COST_SLOTS
+            cost = best[i] + (prefix[j] - prefix[i]) * widths[j - 1] + split_cost
             if cost < best[j]:
                 best[j], start[j] = cost, i
     cuts, j = [], m

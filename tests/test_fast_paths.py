@@ -44,6 +44,7 @@ from graphtree.nn import (
     TopDownTreeLSTM,
     TreeCell,
 )
+from graphtree.schedule import SPLIT_COST_SLOTS
 
 # --------------------------------------------------------------------------- the settings with a fast path
 
@@ -346,7 +347,7 @@ def test_a_plan_split_by_width_runs_each_hub_on_its_own_slots():
     # run as two levels (10 x 1 and 1 x 150 slots); as one level, 11 x 150.
     graph = hub_families()["hub beside ones"]
     schedule = graphtree.Schedule.from_data(graph)
-    plain, split = schedule.plan("bottom_up"), schedule.plan("bottom_up", by_width=True)
+    plain, split = schedule.plan("bottom_up"), schedule.plan("bottom_up", SPLIT_COST_SLOTS)
     assert plain.level_sizes() == [160, 11, 1] and plain.widths == [0, 150, 2]
     assert split.level_sizes() == [160, 10, 1, 1] and split.widths == [0, 1, 150, 2]
     assert plain.num_slots == 11 * 150 + 2 and split.num_slots == 10 + 150 + 2
@@ -361,7 +362,7 @@ def test_a_plan_split_by_width_runs_each_hub_on_its_own_slots():
     # Sentences are never split: a binary batch's levels waste fewer slots than a level costs.
     batch = Batch.from_data_list([_tree(random_ptb(12, 2, random.Random(k))) for k in range(25)])
     sentences = graphtree.Schedule.from_data(batch)
-    assert sentences.plan("bottom_up", by_width=True) is sentences.plan("bottom_up")
+    assert sentences.plan("bottom_up", SPLIT_COST_SLOTS) is sentences.plan("bottom_up")
 
 
 SWEEP = [(name, family, seed) for name in sorted(FAST_CELLS) for family in ("random trees", "dag", "mixed batch")

@@ -37,7 +37,7 @@ from torch import Tensor
 from .. import settings
 from ..backend import compiled
 from ..errors import ScheduleError
-from ..schedule import Schedule, schedule_of
+from ..schedule import SPLIT_COST_SLOTS, Schedule, schedule_of
 from . import slot_check
 from .definition import Update, definition_pass, run_update_levels
 from .kernel_pass import LevelPass, SideBySidePasses, by_pass, run_compiled_levels, run_side_by_side
@@ -133,7 +133,9 @@ def _prepare(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tens
     # A cell that takes any number of predecessors runs on levels split by width (a hub's slots are its own);
     # a fixed-arity cell pads every node to its arity bottom-up anyway.
     fixed_arity = direction == "bottom_up" and getattr(cell, "max_children", None) is not None
-    host_plan = schedule.plan(direction, by_width=not fixed_arity and settings.current().width_classes)
+    split_cost = None if fixed_arity or not settings.current().width_classes else \
+        getattr(cell, "level_cost_slots", SPLIT_COST_SLOTS)
+    host_plan = schedule.plan(direction, split_cost)
     plan = host_plan.to(device)
     levels = level_slots(cell, host_plan, schedule, device)
     # index_select, not x[perm]: the same rows, but its backward is index_add_, where advanced indexing's is

@@ -12,6 +12,7 @@ from torch_geometric.nn import MessagePassing
 from ..backend.compiled import Maker
 from ..engine import Children, Pass, propagate, schedule_of
 from ..errors import ScheduleError
+from ..schedule import SPLIT_COST_SLOTS
 
 __all__ = ["TreeCell", "first_state"]
 
@@ -66,7 +67,11 @@ class TreeCell(MessagePassing):
     naming the cell.
 
     Optional: ``max_children`` (a fixed arity: exactly that many slots; a node
-    with more children is an error naming it), ``direction`` and
+    with more children is an error naming it), ``level_cost_slots`` (what one
+    more level costs the cell, in slots: where a level's nodes differ much in
+    how many predecessors they have, the engine runs them as several levels of
+    their own widths if that saves more slots, see
+    :meth:`graphtree.schedule.Schedule.plan`), ``direction`` and
     ``output_states`` (how many leading state components :meth:`propagate`
     returns; the rest are internal to the pass).
 
@@ -79,6 +84,7 @@ class TreeCell(MessagePassing):
 
     direction: str = "bottom_up"
     max_children: int | None = None
+    level_cost_slots: int = SPLIT_COST_SLOTS  # a cell that computes on filled slots only may set more
     state_channels: tuple[int, ...] = ()
     output_states: int | None = None  # None: every state component is returned
     compiled_levels: ClassVar[Maker | None] = None  # a maker of graphtree.backend.compiled, for the paper cells

@@ -109,6 +109,9 @@ class TopDownTreeLSTM(TreeCell):
         self.W_co = Parameter(torch.empty(N, d, d))
         self.reset_parameters()
 
+    # Its update steps the filled parent slots only, so an empty slot costs it a gather: a level of its own pays
+    # only where a node has hundreds of parents.
+    level_cost_slots = 4096
     compiled_levels = compiled.top_down  # the fast path (trees and forests): graphtree/backend/compiled.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
