@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import torch
 
-from graphtree.backend import native
+from graphtree.backend import compiled, native
 from graphtree.nn import (
     LSTMRNN,
     SLSTM,
@@ -81,7 +81,7 @@ def row(name: str, cell: torch.nn.Module, names: list[str], kernels, reps: int) 
     equal = all(torch.equal(kernels.transposed(w), w.t().contiguous()) for w in weights)
     strided = microseconds(lambda: [w.t().contiguous() for w in weights], reps)
     tiled = microseconds(lambda: [kernels.transposed(w) for w in weights], reps)
-    maker = type(cell).compiled_levels
+    maker = compiled.MAKERS[type(cell).compiled_kernel]
     made = microseconds(lambda: maker(cell, kernels, TREE_PLAN, [w.detach() for w in cell.compiled_weights()]), reps)
     shapes = ", ".join("x".join(map(str, w.shape)) for w in weights)
     return f"| {name} | {shapes} | {strided:.1f} | {tiled:.1f} | {'yes' if equal else 'NO'} | {made:.1f} |"

@@ -7,7 +7,7 @@ is wrong and where (a character offset, a token index, a line number, a node).
 
 from __future__ import annotations
 
-__all__ = ["CycleError", "GraphtreeError", "ScheduleError", "SlotLeakError", "TreeFormatError"]
+__all__ = ["CycleError", "GraphtreeError", "HostValueError", "ScheduleError", "SlotLeakError", "TreeFormatError"]
 
 
 class GraphtreeError(ValueError):
@@ -69,3 +69,9 @@ class SlotLeakError(RuntimeError):
     """A cell's ``update`` lets its empty slots into a node's result (not an input error: the cell's code is
     wrong), so that a node's states depend on the other graphs of its batch. Raised by the engine's slot
     check (:mod:`graphtree.engine.slot_check`), naming the cell, the level and a node."""
+
+
+class HostValueError(RuntimeError):
+    """A pass asked for host values that a static-shape plan does not hold: a padded plan, whose tensors are
+    refilled for every batch of its shape (:mod:`graphtree.replay`), knows no per-batch counts, such as
+    ``Children.position_counts`` or a top-down plan. :class:`graphtree.replay.ReplayError` is one."""

@@ -69,6 +69,7 @@ from torch_geometric.data import Batch, Data
 
 from .backend import native
 from .data import NO_LABEL
+from .errors import HostValueError
 from .schedule import LevelPlan, Schedule, schedule_of
 from .train.optim import CapturableAdagrad
 
@@ -88,7 +89,7 @@ _NO_PTR = ("a padded batch has no ptr: its rows are sorted by level (the padded 
            "batch.num_graphs, one past the batch's) with size=batch.num_graphs + 1")
 
 
-class ReplayError(RuntimeError):
+class ReplayError(HostValueError):
     """A model's step cannot run on a padded, static-shape plan (e.g. it reads host values of the batch)."""
 
 
@@ -145,55 +146,6 @@ class BucketShape(NamedTuple):
     @property
     def num_nodes(self) -> int:
         return sum(self.widths)
-
-
-class _NoPositionCounts:
-    """A padded plan's ``position_table``: the counts differ from batch to batch, so a cell that reads them
-    (``Children.position_counts``) cannot run in a replayed step."""
-
-    def __iter__(self):
-        self._refuse()
-
-    def __len__(self) -> int:
-        self._refuse()
-
-    def __getitem__(self, index: Any) -> int:
-        self._refuse()
-
-    def _refuse(self) -> Any:
-        raise ReplayError("this cell reads Children.position_counts, host values that change from batch to "
-                          "batch, so its step cannot be replayed; run it eagerly")
-
-
-class _PaddedSchedule(Schedule):
-    """The schedule of a :class:`PaddedBatch`: its bottom-up plan, fixed tensors refilled for every batch."""
-
-    def __init__(self, plan: LevelPlan) -> None:  # no Schedule.__init__: nothing is built from edges
-        self.num_nodes = plan.num_nodes
-        self.batch = None
-        device = plan.order.device
-        self.edge_index = torch.empty(2, 0, dtype=torch.long, device=device)
-        self.edge_pos = torch.empty(0, dtype=torch.long, device=device)
-        self.height = self.depth = None
-        self._plans = {"bottom_up": plan}
-
-    def plan(self, direction: str, by_width: bool = False) -> LevelPlan:
-        # by_width: a padded plan's levels are its bucket's, fixed for every batch of the shape, as they are.
-        if direction != "bottom_up":
-            raise ReplayError(f"replayed steps run bottom-up passes only; this model asked for a {direction} "
-                              "pass, which groups its rows by host counts: run it eagerly")
-        return self._plans["bottom_up"]
-
-    def describe_node(self, node: int) -> str:
-        return f"padded node {node}"
-
-    def __repr__(self) -> str:  # Schedule's counts levels by height, which a padded schedule has not
-        plan = self._plans["bottom_up"]
-        return f"{type(self).__name__}(num_nodes={self.num_nodes}, {plan.num_levels} levels)"
-
-    def check_fits(self, data: Any) -> None:  # a padded batch has nodes but no edges: its plan holds its slots
-        if data.num_nodes != self.num_nodes:
-            raise ReplayError(f"a padded schedule of {self.num_nodes} nodes on a batch of {data.num_nodes}")
 
 
 class PaddedBatch(Data):
@@ -371,19 +323,14 @@ def _new_bucket(shape: BucketShape, tensors: dict[str, Tensor], device: torch.de
     """Fixed tensors on ``device`` for ``shape`` (made like ``tensors``), a padded batch of ``num_graphs`` graphs
     over them and its plan."""
     fixed = {key: torch.zeros(value.shape, dtype=value.dtype, device=device) for key, value in tensors.items()}
-    starts = [0, *np.cumsum(shape.widths).tolist()]
-    identity = torch.arange(shape.num_nodes, device=device)
-    # Every level's slots are its rows of the fixed [N', K] matrices (level 0's none): their flat views, refilled
-    # in place for every batch.
-    plan = LevelPlan("bottom_up", identity, identity, starts, fixed["slots"].view(-1), fixed["slot_pos"].view(-1),
-                     [0] + [shape.slots] * (len(shape.widths) - 1), [start * shape.slots for start in starts[:-1]],
-                     _NoPositionCounts(), [])
+    # Every level's slots are its rows of the fixed [N', K] matrices (level 0's none), refilled for every batch.
+    plan = LevelPlan.static(shape.widths, shape.slots, fixed["slots"], fixed["slot_pos"])
     batch = PaddedBatch(num_nodes=shape.num_nodes)
     for key, value in fixed.items():
         if key not in ("slots", "slot_pos"):
             batch[key] = value
     batch.num_graphs = num_graphs
-    batch.schedule = _PaddedSchedule(plan)
+    batch.schedule = Schedule.of_plan(plan, "a padded batch")
     return _Bucket(batch, plan, fixed)
 
 
@@ -591,7 +538,7 @@ class ReplayedStep:
             if unreplayable is None:
                 try:
                     loss = self._padded_step(bucket)
-                except ReplayError as error:
+                except HostValueError as error:  # a pass that asks for host values (a ReplayError among them)
                     unreplayable = error
             if unreplayable is not None:
                 warnings.warn(f"{type(self.model).__name__}'s step is not replayed: {unreplayable}", stacklevel=2)
@@ -625,7 +572,7 @@ class ReplayedStep:
         if self.device.type == "cuda":
             devices.append(self.device.index if self.device.index is not None else torch.cuda.current_device())
         evaluated = False
-        bucket.plan._by_device.clear()
+        bucket.plan.forget_derived()
         try:
             # Both losses under the same definition pass (no compiled kernels: the padded plan has none), from the
             # same random state, forked so that the training's stream is where it was.
@@ -649,7 +596,7 @@ class ReplayedStep:
                 with _reading(bucket.batch) as reads:
                     try:
                         got = self.loss(self.model, bucket.batch)
-                    except ReplayError as error:  # e.g. a top-down pass: not a wrong loss, a model run eagerly
+                    except HostValueError as error:  # e.g. a top-down pass: not a wrong loss, a model run eagerly
                         return error
                     except Exception as error:
                         raise ReplayError(f"{name}'s loss fails on the padded batch, not on the batch itself "
@@ -661,7 +608,7 @@ class ReplayedStep:
             with torch.no_grad():
                 for buffer, value in buffers:
                     buffer.copy_(value)
-            bucket.plan._by_device.clear()
+            bucket.plan.forget_derived()
         if _losses_differ(want, got):
             mode = " (in eval mode: the model draws random numbers in training mode)" if evaluated else ""
             raise ReplayError(f"{name}'s loss on the padded batch is {_shown(got)}, on the batch itself "
@@ -687,7 +634,7 @@ class ReplayedStep:
     def _padded_step(self, bucket: _Bucket) -> Tensor:
         # The padded plan's slot layouts are derived from its fixed tensors on first use: made anew here, never
         # kept from another batch. The compiled CPU kernels read host tables a padded plan lacks: off.
-        bucket.plan._by_device.clear()
+        bucket.plan.forget_derived()
         with native.use_native(False):
             if not self.graphs:
                 return self._step(bucket.batch)
@@ -700,7 +647,7 @@ class ReplayedStep:
 
     def _capture(self, bucket: _Bucket) -> None:
         start = time.perf_counter()
-        bucket.plan._by_device.clear()  # everything derived from the fixed tensors is recomputed in the graph
+        bucket.plan.forget_derived()  # everything derived from the fixed tensors is recomputed in the graph
         self.optimizer.zero_grad(set_to_none=True)  # the graph's backward makes its own gradients
         graph = torch.cuda.CUDAGraph()
         try:
@@ -717,6 +664,6 @@ class ReplayedStep:
             return
         bucket.graph, bucket.loss = graph, loss.detach()
         self.optimizer.zero_grad(set_to_none=True)
-        bucket.plan._by_device.clear()
+        bucket.plan.forget_derived()
         self.stats.captures += 1
         self.stats.capture_seconds += time.perf_counter() - start

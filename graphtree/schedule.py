@@ -52,8 +52,9 @@ that changes needs a new schedule (``batch.schedule = Schedule.from_data(batch)`
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -62,7 +63,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import ScheduleError
+from .errors import HostValueError, ScheduleError
 from .levels import topological_levels
 
 __all__ = ["DIRECTIONS", "SPLIT_COST_SLOTS", "LevelPlan", "Schedule", "block", "schedule_of"]
@@ -94,9 +95,34 @@ class LevelPlan:
     slot_position: Tensor
     widths: list[int]
     slot_start: list[int]
-    position_table: list[list[int]] = field(default_factory=list, repr=False)  # [level][p]: filled slots at p
+    # [level][p]: filled slots at position p, or None where the plan cannot know them (a static-shape plan)
+    position_table: list[list[int]] | None = field(default_factory=list, repr=False)
     position_groups: list[list[int]] = field(default_factory=list)
-    _by_device: dict = field(default_factory=dict, repr=False)
+    _derived: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def static(cls, widths: Sequence[int], slots: int, slot_index: Tensor, slot_position: Tensor) -> LevelPlan:
+        """A static-shape bottom-up plan (:mod:`graphtree.replay`'s padded plans): level ``l`` is ``widths[l]``
+        consecutive rows, every level above the first with ``slots`` slots per row, read from the
+        ``[sum(widths), slots]`` matrices ``slot_index`` and ``slot_position``, which the caller refills for
+        every batch of the shape (the plan holds views of them). No host counts: a pass that asks for them
+        raises :class:`~graphtree.errors.HostValueError`."""
+        starts = [0, *itertools.accumulate(widths)]
+        identity = torch.arange(starts[-1], device=slot_index.device)
+        return cls("bottom_up", identity, identity, starts, slot_index.view(-1), slot_position.view(-1),
+                   [0] + [slots] * (len(widths) - 1), [start * slots for start in starts[:-1]], None, [])
+
+    def derived(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """What ``make()`` derives from this plan (its tensors on a device, a level layout), made once per
+        ``key`` and kept with the plan, which never changes. A static-shape plan's tensors are refilled in
+        place, so their derived values are remade after every refill: :meth:`forget_derived`."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
+
+    def forget_derived(self) -> None:
+        """Drop what :meth:`derived` kept (a static-shape plan, after its tensors were refilled)."""
+        self._derived.clear()
 
     def _blocks(self, flat: Tensor) -> list[Tensor]:
         return [flat[start:start + (b - a) * w].view(b - a, w)
@@ -138,16 +164,14 @@ class LevelPlan:
         return [b - a for a, b in zip(self.ptr[:-1], self.ptr[1:])]
 
     def to(self, device: torch.device | str) -> LevelPlan:
-        """This plan with its tensors on ``device`` (cached, so repeated calls are free)."""
+        """This plan with its tensors on ``device`` (made once, so repeated calls are free)."""
         device = torch.device(device)
         if self.order.device == device:
             return self
-        if device not in self._by_device:
-            self._by_device[device] = LevelPlan(
-                self.direction, self.order.to(device), self.rank.to(device), self.ptr, self.slot_index.to(device),
-                self.slot_position.to(device), self.widths, self.slot_start, self.position_table,
-                self.position_groups)
-        return self._by_device[device]
+        return self.derived(("plan on", device), lambda: LevelPlan(
+            self.direction, self.order.to(device), self.rank.to(device), self.ptr, self.slot_index.to(device),
+            self.slot_position.to(device), self.widths, self.slot_start, self.position_table,
+            self.position_groups))
 
 
 class Schedule:
@@ -170,6 +194,8 @@ class Schedule:
     def __init__(self, edge_index: Tensor, num_nodes: int, height: Tensor | None = None,
                  depth: Tensor | None = None, edge_pos: Tensor | None = None,
                  batch: Tensor | None = None) -> None:
+        self._fixed: LevelPlan | None = None  # the one plan of a schedule made by of_plan
+        self._what = "the graph"
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ScheduleError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
         _require_integers("edge_index", edge_index)
@@ -222,6 +248,21 @@ class Schedule:
         else:  # roots 0, a child 1 + its deepest parent
             _check_levels(name, level, receiver=child, sender=parent, describe=self.describe_node)
         return level
+
+    @classmethod
+    def of_plan(cls, plan: LevelPlan, what: str = "a padded batch") -> Schedule:
+        """The schedule of a graph given by its static-shape bottom-up plan alone (:meth:`LevelPlan.static`),
+        with no edges: every pass bottom-up runs on ``plan`` itself, and a top-down one raises
+        :class:`~graphtree.errors.HostValueError` (its levels and counts change from batch to batch).
+        ``what``: the graph, in errors."""
+        device = plan.order.device
+        schedule = cls(torch.empty(2, 0, dtype=torch.long), plan.num_nodes, height=torch.zeros(plan.num_nodes,
+                       dtype=torch.long), depth=torch.zeros(plan.num_nodes, dtype=torch.long))
+        schedule.edge_index = schedule.edge_index.to(device)
+        schedule.edge_pos = schedule.edge_pos.to(device)
+        schedule.height = schedule.depth = None  # a padded batch's levels are its plan's, not heights
+        schedule._fixed, schedule._what = plan, what
+        return schedule
 
     @classmethod
     def from_data(cls, data) -> Schedule:
@@ -277,6 +318,11 @@ class Schedule:
         """
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        if self._fixed is not None:  # levels fixed by the plan, split or not
+            if direction != "bottom_up":
+                raise HostValueError(f"{self._what} has a static-shape bottom-up plan only; a {direction} pass "
+                                     "groups its rows by counts that change from batch to batch")
+            return self._fixed
         key = (direction, split_cost)
         if key not in self._plans:
             if direction == "bottom_up":
@@ -317,6 +363,8 @@ class Schedule:
 
     def describe_node(self, node: int) -> str:
         """Human-readable name of a node: its index, and its graph and local index in a batch."""
+        if self._fixed is not None:
+            return f"row {node} of {self._what}"
         if self.batch is None:
             return f"node {node}"
         graph = int(self.batch[node])
@@ -324,12 +372,19 @@ class Schedule:
         return f"node {node} (node {local} of graph {graph} in the batch)"
 
     def __repr__(self) -> str:
+        if self._fixed is not None:
+            return f"{self.__class__.__name__}(num_nodes={self.num_nodes}, {self._fixed.num_levels} static levels)"
         return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, num_edges={self.edge_index.size(1)}, "
                 f"height={int(self.height.max()) + 1 if self.num_nodes else 0} levels)")
 
     def check_fits(self, data: Any) -> None:
         """Raise a :class:`ScheduleError` unless ``data`` has this schedule's numbers of nodes and edges: a graph
         whose size changed after its schedule was attached fails here, by name, rather than inside a pass."""
+        if self._fixed is not None:  # a padded batch has rows but no edges: its plan holds its slots
+            if data.num_nodes != self.num_nodes:
+                raise ScheduleError(f"a static-shape schedule of {self.num_nodes} rows on a batch of "
+                                    f"{data.num_nodes}")
+            return
         num_nodes, num_edges = data.num_nodes, data.edge_index.size(1)
         if self.num_nodes != num_nodes or self.num_edges != num_edges:
             raise ScheduleError(f"the graph's schedule was built for {self.num_nodes} nodes and {self.num_edges} "

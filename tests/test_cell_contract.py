@@ -115,7 +115,7 @@ def test_overriding_message_or_aggregate_is_an_error_naming_the_cell():
 
 def test_a_compiled_kernel_without_its_declared_weights_is_an_error_naming_the_cell():
     with pytest.raises(TypeError, match=r"Mine names a compiled kernel .* define compiled_weights"):
-        type("Mine", (TreeCell,), {"compiled_levels": lambda cell, kernels, plan, weights: None})
+        type("Mine", (TreeCell,), {"compiled_kernel": "child_sum"})
 
 
 def test_inputs_passed_by_position_are_named():

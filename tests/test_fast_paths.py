@@ -387,7 +387,7 @@ def _cell_classes() -> set[type]:
         return {cls} | set().union(*(below(sub) for sub in cls.__subclasses__()))
 
     return {cls for cls in below(TreeCell) if cls.__module__.startswith("graphtree.")
-            and vars(cls).get("compiled_levels") is not None}
+            and vars(cls).get("compiled_kernel") is not None}
 
 
 def _kernel_runs(cls: type, settings: dict) -> bool:
@@ -405,7 +405,8 @@ def test_every_fast_path_and_setting_it_serves_is_tested(kernels):
               and list(inspect.signature(fn).parameters) == ["cell", "kernels", "plan", "weights"]}
     classes = _cell_classes()
     assert classes == set(SETTINGS), "a class with a fast path has no settings here (or one here no fast path)"
-    assert {cls.compiled_levels for cls in classes} == makers, "a maker in graphtree.backend.compiled is unused"
+    assert {compiled.MAKERS[cls.compiled_kernel] for cls in classes} == makers == set(compiled.MAKERS.values()), \
+        "a maker in graphtree.backend.compiled is unused, or not in MAKERS"
     tested = {_canonical(cls, settings) for cls, settings, _, _ in FAST_CELLS.values()}
     wrong = []
     for cls, grid in SETTINGS.items():
@@ -421,14 +422,14 @@ def coverage_table() -> str:
     """Fast path x setting x graph family: "fast" where the kernel ran and equals the update, "update" where the
     cell's own update ran (no kernel covers that case)."""
     lines = ["| fast path | setting | " + " | ".join(FAMILIES) + " |", "|---" * (len(FAMILIES) + 2) + "|"]
-    for name in sorted(FAST_CELLS, key=lambda n: (FAST_CELLS[n][0].compiled_levels.__name__, n)):
+    for name in sorted(FAST_CELLS, key=lambda n: (FAST_CELLS[n][0].compiled_kernel, n)):
         cls, settings, _, _ = FAST_CELLS[name]
         marks = []
         for family in FAMILIES:
             ran = differential(name, family)
             marks.append("fast" if ran else "update")
         setting = ", ".join(f"{k}={v!r}" for k, v in settings.items()) or "default"
-        lines.append(f"| `{cls.compiled_levels.__name__}` | {cls.__name__}({setting}) | " + " | ".join(marks) + " |")
+        lines.append(f"| `{cls.compiled_kernel}` | {cls.__name__}({setting}) | " + " | ".join(marks) + " |")
     return "\n".join(lines)
 
 

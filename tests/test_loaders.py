@@ -169,7 +169,7 @@ def test_with_schedule_checks_directions_and_passes_other_batches_through():
     with pytest.raises(ValueError, match="directions must be among"):
         with_schedule(batch, ("sideways",))
     assert "schedule" not in batch
-    assert with_schedule(batch, "top_down") is batch and "top_down" in batch.schedule._plans
+    assert with_schedule(batch, "top_down") is batch and ("top_down", None) in batch.schedule._plans
     plain = Batch.from_data_list([from_ptb("(1 a)")])
     del plain.edge_index
     assert with_schedule(plain) is plain and "schedule" not in plain

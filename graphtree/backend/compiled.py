@@ -11,9 +11,11 @@ as much as the arithmetic). ``tests/test_fast_paths.py`` checks every kernel
 against its cell's ``update``: states and gradients.
 
 This module is the one place that ties a cell to its kernel. A cell class
-names its maker in ``compiled_levels`` (e.g. ``compiled_levels =
-compiled.child_sum``) and declares the weights its kernel takes, in the
-kernel's order, in ``compiled_weights()``. A maker receives those weights
+declares its kernel by name in ``compiled_kernel`` (e.g. ``compiled_kernel =
+"child_sum"``, a key of :data:`MAKERS`; the cell imports nothing of this
+module) and the weights its kernel takes, in the kernel's order, in
+``compiled_weights()``; the engine chooses the kernel through
+:func:`level_kernel`. A maker receives those weights
 (detached) with the cell's settings and returns the kernel, or ``None`` where
 the kernel does not cover the cell's setting or the batch; the kernel returns
 its weights' gradients in the same order, which is how the engine hands them
@@ -34,7 +36,7 @@ from torch import Tensor
 from ..schedule import LevelPlan
 from . import native
 
-__all__ = ["LevelKernel", "Maker", "level_kernel"]
+__all__ = ["MAKERS", "LevelKernel", "Maker", "level_kernel"]
 
 
 class LevelKernel(NamedTuple):
@@ -62,9 +64,12 @@ def level_kernel(cell: torch.nn.Module, inputs: list[Tensor], plan: LevelPlan) -
     cell's setting and the batch. Only such a cell ever causes a build.
     """
     cls = type(cell)
-    make = getattr(cls, "compiled_levels", None)
-    if make is None or getattr(cls, "_compiled_update", None) is not cls.update:
+    name = getattr(cls, "compiled_kernel", None)
+    if name is None or getattr(cls, "_compiled_update", None) is not cls.update:
         return None
+    make = MAKERS.get(name)
+    if make is None:
+        raise ValueError(f"{cls.__name__}.compiled_kernel is {name!r}, which names no kernel; one of {sorted(MAKERS)}")
     params = [p.detach() for p in cell.parameters()]
     kernels = native.native_kernels(*inputs, *params)
     if kernels is None:
@@ -146,3 +151,9 @@ def leaf_sum(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[
     """The sums of leaf rows below each node (BiConTree's span features): ``FixedCombinationLevels``
     (``csrc/head_level.cpp``)."""
     return kernels.FixedCombinationLevels(LEAF_SUM)
+
+
+MAKERS: dict[str, Maker] = {"child_sum": child_sum, "nary": nary, "slstm": slstm, "lstm_rnn": lstm_rnn,
+                            "lexicalized": lexicalized, "top_down": top_down,
+                            "head_lexicalization": head_lexicalization, "leaf_sum": leaf_sum}
+"""Every compiled kernel by the name a cell gives in ``compiled_kernel``: its maker."""

@@ -21,7 +21,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.loader.dataloader import Collater
 
-from ..schedule import DIRECTIONS, Schedule
+from ..schedule import DIRECTIONS, SPLIT_COST_SLOTS, Schedule
 from .batching import collate_graphs
 
 __all__ = ["ScheduleCollater", "TreeLoader", "with_schedule"]
@@ -51,8 +51,9 @@ def with_schedule(batch: Any, directions: Sequence[str] = ("bottom_up",)) -> Any
         schedule.check_fits(batch)
     else:
         schedule = batch.schedule = Schedule.from_data(batch)
-    for direction in directions:
+    for direction in directions:  # the plain plan, and the plan split by width that cells of any arity take
         schedule.plan(direction)
+        schedule.plan(direction, SPLIT_COST_SLOTS)
     return batch
 
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..errors import ScheduleError
+from ..errors import HostValueError, ScheduleError
 from ..schedule import LevelPlan, Schedule
 
 __all__ = ["Children", "Prepared", "SlotLayout", "Slots", "children_of", "gathered", "in_node_order",
@@ -48,16 +48,25 @@ class Children(NamedTuple):
         position: ``[n, K]`` long, the ``edge_pos`` of the edge behind each slot
             (the node's own position under that parent, in a top-down pass),
             ``-1`` where empty.
-        position_counts: How many of the level's filled slots hold each
-            position (empty slots are not counted); plain ints, read from the
-            schedule on the host once per plan, so that a cell that groups rows
-            by position never has to ask the GPU for sizes.
+        host_position_counts: What :attr:`position_counts` reads: the counts,
+            or ``None`` where the plan cannot know them (a static-shape plan).
     """
 
     states: tuple[Tensor, ...]
     mask: Tensor
     position: Tensor
-    position_counts: tuple[int, ...] = ()
+    host_position_counts: tuple[int, ...] | None = ()
+
+    @property
+    def position_counts(self) -> tuple[int, ...]:
+        """How many of the level's filled slots hold each position (empty slots are not counted); plain ints,
+        read from the schedule on the host once per plan, so that a cell that groups rows by position never has
+        to ask the GPU for sizes. A static-shape plan (a replayed step) cannot know them: reading them there
+        raises :class:`~graphtree.errors.HostValueError`."""
+        if self.host_position_counts is None:
+            raise HostValueError("this cell reads Children.position_counts, host values that change from batch "
+                                 "to batch, which a static-shape plan (a replayed step) does not hold")
+        return self.host_position_counts
 
     # Every reduction masks the empty slots itself rather than trusting that they hold zeros: a value computed
     # from the slots (a biased product, a sigmoid) is not zero there, and at the leaves K is 0, where torch's
@@ -206,7 +215,7 @@ class Slots:
         return self._position
 
     @property
-    def position_counts(self) -> tuple[int, ...]:
+    def position_counts(self) -> tuple[int, ...] | None:
         return self._layout.counts[self._level]
 
 
@@ -228,7 +237,7 @@ class SlotLayout:
         return self.index != self.plan.num_nodes
 
     @cached_property
-    def counts(self) -> list[tuple[int, ...]]:
+    def counts(self) -> list[tuple[int, ...] | None]:
         return position_counts(self.plan)
 
 
@@ -241,9 +250,12 @@ def level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, devi
     block of them, and the level loop does nothing but gather.
     """
     arity = getattr(cell, "max_children", None) if plan.direction == "bottom_up" else None
-    key = ("slots", arity, torch.device(device))
-    if key in plan._by_device:
-        return plan._by_device[key]
+    return plan.derived(("slots", arity, torch.device(device)),
+                        lambda: _level_slots(cell, arity, plan, schedule, torch.device(device)))
+
+
+def _level_slots(cell: torch.nn.Module, arity: int | None, plan: LevelPlan, schedule: Schedule,
+                 device: torch.device) -> list[Slots]:
     if arity is not None and any(width > arity for width in plan.widths):
         level = next(k for k, width in enumerate(plan.widths) if width > arity)
         index = plan.slots[level]
@@ -269,7 +281,6 @@ def level_slots(cell: torch.nn.Module, plan: LevelPlan, schedule: Schedule, devi
     levels = [Slots(flat.view(b - a, width), flat, layout, level)
               for level, (flat, a, b, width) in enumerate(zip(_split_levels(index, starts, plan, widths),
                                                                plan.ptr, plan.ptr[1:], widths))]
-    plan._by_device[key] = levels
     return levels
 
 
@@ -283,11 +294,11 @@ def _split_levels(flat: Tensor, starts: list[int], plan: LevelPlan, widths: list
     return [flat[start:end] for start, end in zip(starts, ends)]
 
 
-def position_counts(plan: LevelPlan) -> list[tuple[int, ...]]:
+def position_counts(plan: LevelPlan) -> list[tuple[int, ...] | None]:
     """Per level, how many of its filled slots hold each position (a ``bincount`` of the positions of the
     level's edges), from the plan's count of filled slots by position."""
-    if not isinstance(plan.position_table, list):  # counts the plan cannot know (a padded plan): left as they are
-        return [plan.position_table] * plan.num_levels
+    if plan.position_table is None:  # counts the plan cannot know (a static-shape plan)
+        return [None] * plan.num_levels
     counts = []
     for filled in plan.position_table:
         row = list(filled)

@@ -90,7 +90,7 @@ def check_level(call: Callable[[Children, Sequence[Tensor]], tuple[Tensor, ...]]
         return  # no slots, no predecessors: nothing to leak, and such a level is never widened by a batch
     wider = Children(tuple(F.pad(state, (0, 0, 0, EXTRA_SLOTS)) for state in children.states),
                      F.pad(mask, (0, EXTRA_SLOTS), value=False), F.pad(children.position, (0, EXTRA_SLOTS), value=-1),
-                     children.position_counts)
+                     children.host_position_counts)
     device = mask.device
     with torch.no_grad():
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):

@@ -8,7 +8,6 @@ import torch
 from torch import Tensor
 from torch.nn import Linear
 
-from ..backend import compiled
 from ..engine import Children, propagate_side_by_side, schedule_of
 from ..nn.cell import TreeCell, first_state
 from ..nn.functional import dropout
@@ -183,7 +182,7 @@ class BiTreeLSTM(torch.nn.Module):
 class _LeafSum(TreeCell):
     """Sum and number of the leaf rows below each node (a leaf counts itself), bottom-up."""
 
-    compiled_levels = compiled.leaf_sum  # the same sums in C++: graphtree/backend/compiled.py
+    compiled_kernel = "leaf_sum"  # the same sums in C++: graphtree/backend/compiled.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """``FixedCombinationLevels`` takes no weights (the cell has none)."""

@@ -9,7 +9,6 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..backend.compiled import Maker
 from ..engine import Children, Pass, propagate, schedule_of
 from ..errors import ScheduleError
 from ..schedule import SPLIT_COST_SLOTS
@@ -75,9 +74,10 @@ class TreeCell(MessagePassing):
     ``output_states`` (how many leading state components :meth:`propagate`
     returns; the rest are internal to the pass).
 
-    The paper cells also name a compiled form of their ``update`` in
-    ``compiled_levels`` (:mod:`graphtree.backend.compiled`), which the engine
-    runs instead where it applies, and declare the weights it takes in
+    The paper cells also declare a compiled form of their ``update`` by name
+    in ``compiled_kernel`` (a key of
+    :data:`graphtree.backend.compiled.MAKERS`), which the engine chooses and
+    runs instead where it applies, and the weights it takes in
     ``compiled_weights``; a subclass that overrides ``update`` runs its own
     ``update``. A cell without one never builds the compiled kernels.
     """
@@ -87,7 +87,7 @@ class TreeCell(MessagePassing):
     level_cost_slots: int = SPLIT_COST_SLOTS  # a cell that computes on filled slots only may set more
     state_channels: tuple[int, ...] = ()
     output_states: int | None = None  # None: every state component is returned
-    compiled_levels: ClassVar[Maker | None] = None  # a maker of graphtree.backend.compiled, for the paper cells
+    compiled_kernel: ClassVar[str | None] = None  # the paper cells' kernels, by name: graphtree.backend.compiled
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -96,11 +96,11 @@ class TreeCell(MessagePassing):
                 raise TypeError(f"{cls.__name__} overrides {name}, which a tree cell never calls: the engine "
                                 "gathers each node's children's states into slots itself; compute from "
                                 "children.states (reduced with children.sum/mean/max/attend) in update")
-        if "compiled_levels" in cls.__dict__:
+        if "compiled_kernel" in cls.__dict__:
             # The kernel is the compiled form of this very update: a subclass that replaces update loses it.
             cls._compiled_update = cls.__dict__.get("update", cls.update)
-            if cls.__dict__["compiled_levels"] is not None and cls.compiled_weights is TreeCell.compiled_weights:
-                raise TypeError(f"{cls.__name__} names a compiled kernel (compiled_levels) but does not declare "
+            if cls.__dict__["compiled_kernel"] is not None and cls.compiled_weights is TreeCell.compiled_weights:
+                raise TypeError(f"{cls.__name__} names a compiled kernel (compiled_kernel) but does not declare "
                                 "the weights it takes: define compiled_weights")
 
     def __init__(self, state_channels: tuple[int, ...] | None = None, *, max_children: int | None = None,
@@ -142,12 +142,12 @@ class TreeCell(MessagePassing):
             torch.nn.init.uniform_(param, -bound, bound)
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
-        """The weights the cell's compiled kernel (``compiled_levels``) takes, in the kernel's order.
+        """The weights the cell's compiled kernel (``compiled_kernel``) takes, in the kernel's order.
 
         The one declared layout of a cell's weights for its fast path: its maker reads them through this, not
         through the cell's layers, and the compiled pass hands their gradients back in this order. A parameter
         not listed (an input projection applied before the pass) gets its gradient from autograd. A cell that
-        names ``compiled_levels`` must define it; a cell without a kernel never calls it.
+        names ``compiled_kernel`` must define it; a cell without a kernel never calls it.
         """
         return ()
 

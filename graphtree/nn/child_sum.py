@@ -8,7 +8,6 @@ import torch
 from torch import Tensor
 from torch.nn import Linear
 
-from ..backend import compiled
 from ..engine import Children
 from .cell import TreeCell
 
@@ -68,7 +67,7 @@ class ChildSumTreeLSTM(TreeCell):
         self.U_f = Linear(d, d)  # U^(f) applied to each child's h_k
         self.reset_parameters()
 
-    compiled_levels = compiled.child_sum  # the fast path: graphtree/backend/compiled.py
+    compiled_kernel = "child_sum"  # the fast path: graphtree/backend/compiled.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``ChildSumLevels``, in its order (``W`` is applied before the pass, as ``Wx``)."""

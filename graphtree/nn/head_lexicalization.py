@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 
-from ..backend import compiled
 from ..engine import Children, schedule_of
 from .cell import TreeCell
 
@@ -85,7 +84,7 @@ class HeadLexicalization(TreeCell):
             self.b_z = Parameter(torch.empty((N - 1) * D))
         self.reset_parameters()
 
-    compiled_levels = compiled.head_lexicalization  # the fast path: graphtree/backend/compiled.py
+    compiled_kernel = "head_lexicalization"  # the fast path: graphtree/backend/compiled.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``GatedHeadLevels``, in its order; none for the fixed methods."""

@@ -8,7 +8,6 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
-from ..backend import compiled
 from ..engine import Children
 from .cell import TreeCell
 
@@ -101,7 +100,7 @@ class LexicalizedTreeLSTM(TreeCell):
         self.b = Parameter(torch.empty((N + 3) * d))
         self.reset_parameters()
 
-    compiled_levels = compiled.lexicalized  # the fast path: graphtree/backend/compiled.py
+    compiled_kernel = "lexicalized"  # the fast path: graphtree/backend/compiled.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``LexicalizedLevels``, in its order."""

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 
-from ..backend import compiled
 from ..engine import Children
 from .cell import TreeCell
 
@@ -151,7 +150,7 @@ class LSTMRNN(TreeCell):
         self.b = Parameter(torch.empty(4 * d))
         self.reset_parameters()
 
-    compiled_levels = compiled.lstm_rnn  # the fast path: graphtree/backend/compiled.py
+    compiled_kernel = "lstm_rnn"  # the fast path: graphtree/backend/compiled.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``LSTMRNNLevels``, in its order."""

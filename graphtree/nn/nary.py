@@ -8,7 +8,6 @@ import torch
 from torch import Tensor
 from torch.nn import Linear, Parameter
 
-from ..backend import compiled
 from ..engine import Children
 from .cell import TreeCell
 
@@ -97,7 +96,7 @@ class NaryTreeLSTM(TreeCell):
         self.b_U = Parameter(torch.empty(N, (3 + N) * d))
         self.reset_parameters()
 
-    compiled_levels = compiled.nary  # the fast path (forget="full"): graphtree/backend/compiled.py
+    compiled_kernel = "nary"  # the fast path (forget="full"): graphtree/backend/compiled.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``NaryLevels``, in its order: ``U``, ``b_U`` and, in the constituency setting, the leaf

@@ -8,7 +8,6 @@ import torch
 from torch import Tensor
 from torch.nn import Linear, Parameter
 
-from ..backend import compiled
 from ..engine import Children
 from .cell import TreeCell
 
@@ -109,7 +108,7 @@ class SLSTM(TreeCell):
         self.W_leaf = Linear(in_channels, 2 * d) if leaf == "lstm" else None
         self.reset_parameters()
 
-    compiled_levels = compiled.slstm  # the fast path: graphtree/backend/compiled.py
+    compiled_kernel = "slstm"  # the fast path: graphtree/backend/compiled.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``SLSTMLevels``, in its order, the leaf LSTM's last where the leaves have one."""
