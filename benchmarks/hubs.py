@@ -24,7 +24,9 @@ the backward per node (PyTorch paths only; the compiled kernels keep their gates
 
 **Slots per edge** of the bottom-up plan: random trees (``depth.py``'s, node ``i``'s parent one of the 1,000
 nodes before it), and batches of 25 functions' abstract syntax trees from the Python standard library of the
-interpreter that runs this (a node per AST node, its children in order).
+interpreter that runs this (a node per AST node, its children in order). And the time of Child-Sum over all
+those batches, forward and backward, with plans split at several level costs: what a level's fixed cost is
+worth in slots decides where a split stops paying.
 
     python benchmarks/hubs.py --quick                          # a minute: smaller graphs, fewer repeats
     python benchmarks/hubs.py --out runs/hubs.json             # the table of docs/performance.md
@@ -209,6 +211,35 @@ def slot_rows(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+AST_COSTS = (None, 256, 64)  # one level per height; the default split; a split to about 1.2 slots per edge
+
+
+def ast_epoch(args: argparse.Namespace) -> list[dict]:
+    """Child-Sum (``--ast-channels``) forward and backward over every batch of function ASTs, each plan split at
+    each level cost of :data:`AST_COSTS` (schedules built inside the timing, as a loader's would be), on both
+    paths, interleaved; the least of ``--repeats`` rounds."""
+    torch.set_num_threads(1)
+    functions = function_trees(args.batches * 25)
+    batches = [Batch.from_data_list(functions[k:k + 25]) for k in range(0, len(functions), 25)]
+    torch.manual_seed(0)
+    cell = ChildSumTreeLSTM(args.ast_channels, args.ast_channels)
+    features = [torch.randn(b.num_nodes, args.ast_channels) for b in batches]
+    runs = [(cost, path) for cost in AST_COSTS for path in ("compiled", "pytorch")]
+    best: dict[tuple, float] = {}
+    for round_ in range(args.repeats + 1):
+        for cost, path in runs if round_ % 2 else runs[::-1]:
+            cell.level_cost_slots = cost if cost is not None else SPLIT_COST_SLOTS  # what the engine splits at
+            start = time.perf_counter()
+            with settings.overridden(native="auto" if path == "compiled" else "0", width_classes=cost is not None):
+                for batch, x in zip(batches, features):
+                    h, c = cell(x, Schedule.from_data(batch))
+                    (h.sum() + c.sum()).backward()
+            if round_:
+                best[(cost, path)] = min(best.get((cost, path), float("inf")), time.perf_counter() - start)
+    return [dict(level_cost=cost, path=path, seconds=best[(cost, path)], batches=len(batches),
+                 channels=args.ast_channels) for cost, path in runs]
+
+
 def table(result: dict) -> str:
     lines = ["| cell | path | family | ms/level by width | by level | × plain (by width) | × plain (by level) | "
              "slots/edge by width | by level | saved B/node by width | by level |",
@@ -230,6 +261,14 @@ def table(result: dict) -> str:
         w, lv = by[(corpus, "by_width")], by[(corpus, "by_level")]
         lines.append(f"| {corpus} | {w['graphs']} | {w['edges']:,} | {w['slots_per_edge']:.2f} | "
                      f"{lv['slots_per_edge']:.2f} | {w['levels']:,} | {w['heights']:,} |")
+    if "ast_epoch" in result:
+        lines += ["", "| Child-Sum over the ASTs | level cost | seconds, compiled | seconds, PyTorch |",
+                  "|---|---|---:|---:|"]
+        by_cost = {(r["level_cost"], r["path"]): r["seconds"] for r in result["ast_epoch"]}
+        for cost in dict.fromkeys(r["level_cost"] for r in result["ast_epoch"]):
+            name = "one level per height" if cost is None else f"split by width, {cost} slots a level"
+            lines.append(f"| {name} | {cost if cost is not None else '-'} | {by_cost[(cost, 'compiled')]:.2f} | "
+                         f"{by_cost[(cost, 'pytorch')]:.2f} |")
     return "\n".join(lines)
 
 
@@ -242,6 +281,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds after a warm-up round (default 5)")
     parser.add_argument("--batches", type=int, default=40, help="batches of 25 functions (default 40)")
     parser.add_argument("--random-nodes", type=int, default=100_000, help="nodes of each random tree (10^5)")
+    parser.add_argument("--ast-channels", type=int, default=150, help="Child-Sum's width over the ASTs (150)")
     parser.add_argument("--quick", action="store_true", help="10 levels of 100, 2 rounds, 8 batches")
     parser.add_argument("--out", help="write the results here as JSON (default: print only)")
     parser.add_argument("--table", metavar="JSON", help="print the table of a results file and exit")
@@ -254,7 +294,7 @@ def main() -> None:
     command = "python benchmarks/hubs.py " + " ".join(sys.argv[1:])
     result = dict(command=command, code=code_state(), processor=processor(), torch=torch.__version__,
                   threads=1, args={k: v for k, v in vars(args).items() if k not in ("out", "table")},
-                  levels=measure_levels(args), slots=slot_rows(args))
+                  levels=measure_levels(args), slots=slot_rows(args), ast_epoch=ast_epoch(args))
     print(table(result))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

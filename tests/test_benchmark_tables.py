@@ -195,3 +195,18 @@ def test_performance_page_blocks_are_what_their_commands_write(tmp_path, monkeyp
         epoch.main()
     assert (tmp_path / "docs" / "performance.md").read_text() == page, (
         "docs/performance.md's blocks differ from what their commands write from the committed results")
+
+
+def test_the_hub_table_of_the_performance_page_is_what_its_results_file_gives():
+    # benchmarks/hubs.py imports depth.py beside it, as it runs from the command line.
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("benchmark_hubs", BENCHMARKS / "hubs.py")
+        hubs = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(hubs)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    result = json.loads((BENCHMARKS / "results" / "hubs-cpu.json").read_text())
+    page = (BENCHMARKS.parent / "docs" / "performance.md").read_text()
+    assert hubs.table(result) in page
+    assert result["command"] in page and result["code"][0][:7] in page
