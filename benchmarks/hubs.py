@@ -211,7 +211,7 @@ def slot_rows(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-AST_COSTS = (None, 256, 64)  # one level per height; the default split; a split to about 1.2 slots per edge
+AST_COSTS = (None, 1024, 256, 64)  # one level per height; the default split; a level's CPU cost; ~1.2 slots/edge
 
 
 def ast_epoch(args: argparse.Namespace) -> list[dict]:

@@ -31,8 +31,8 @@ by width* (``plan(direction, split_cost)``, which the engine runs for every
 cell that takes any number of predecessors) does so where one node is much
 wider than the rest: a hub of 400 children gets a level of its own instead of
 padding its 400 neighbours to 400 slots each, so a pass costs about one slot per
-edge (:func:`_width_classes`). Sentence batches, whose levels waste a few dozen
-slots, are never split; fixed-arity cells take the plain plan.
+edge (:func:`_width_classes`). Sentence batches, whose levels waste at most a
+few hundred slots, are not split; fixed-arity cells take the plain plan.
 
 Building it is vectorized over nodes and edges, in NumPy on the host arrays
 (a minibatch's plan is a few dozen small array operations, and NumPy dispatches
@@ -71,9 +71,11 @@ __all__ = ["DIRECTIONS", "SPLIT_COST_SLOTS", "LevelPlan", "Schedule", "block", "
 DIRECTIONS = ("bottom_up", "top_down")
 # What one more level costs, in slots (a slot: one predecessor's state gathered and computed on): a plan split by
 # width (Schedule.plan(split_cost=...)) makes a level of its own for a group of nodes where that saves more slots.
-# A level's fixed cost on the CPU (a cell's dozen operators, the level loop) is about the work of this many slots of
-# a 150-wide Child-Sum; sentence batches, whose levels waste a few dozen slots, are never split.
-SPLIT_COST_SLOTS = 256
+# A level's fixed cost on the CPU is about the work of 256 slots of a 150-wide Child-Sum (benchmarks/hubs.py), but
+# the default is set above what the experiments' sentence batches waste in a level (SICK's dependency trees, the
+# widest, at most about 540 slots at 25 pairs; TREC, ListOps and circuits far less), so that they keep one level
+# per height, and their rounding: hubs and program trees, which waste thousands, are split. A cell may set less.
+SPLIT_COST_SLOTS = 1024
 
 
 @dataclass
@@ -628,9 +630,10 @@ def _width_classes(levels: np.ndarray, receivers: np.ndarray, slots: np.ndarray,
         if int(n.sum()) * int(w[-1]) - int((n * w).sum()) <= split_cost:
             continue  # even all the padding of the level costs less than one more level
         cuts = _cheapest_cuts(n.tolist(), w.tolist(), split_cost)
+        ends = cuts[1:] + [b - a]
         if len(cuts) > 1:
             split_any = True
-            for k, (lo, hi) in enumerate(zip(cuts, cuts[1:] + [b - a])):
+            for k, (lo, hi) in enumerate(zip(cuts, ends)):
                 pair_class[a + lo:a + hi] = k
     if not split_any:
         return None

@@ -84,7 +84,7 @@ class TreeCell(MessagePassing):
 
     direction: str = "bottom_up"
     max_children: int | None = None
-    level_cost_slots: int = SPLIT_COST_SLOTS  # a cell that computes on filled slots only may set more
+    level_cost_slots: int = SPLIT_COST_SLOTS  # 1,024; more for a cell that computes on filled slots only
     state_channels: tuple[int, ...] = ()
     output_states: int | None = None  # None: every state component is returned
     compiled_kernel: ClassVar[str | None] = None  # the paper cells' kernels, by name: graphtree.backend.compiled
