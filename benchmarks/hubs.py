@@ -47,7 +47,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from depth import MeanPool, layered, random_tree
+from depth import MeanPool, _saving, layered, random_tree
 
 from graphtree import settings
 from graphtree.backend import native
@@ -106,17 +106,9 @@ def time_pass(cell: torch.nn.Module, x: torch.Tensor, graph: Data) -> float:
 
 
 def saved_bytes(cell: torch.nn.Module, x: torch.Tensor, graph: Data) -> int:
+    """What autograd keeps for the backward of one forward pass (``depth.py``'s count)."""
     saved: dict[int, int] = {}
-    own = {t.untyped_storage().data_ptr() for t in (x, *cell.parameters())}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in own:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        states = cell(x, graph)
+    states = _saving(lambda: cell(x, graph), saved, [x, *cell.parameters()])
     del states
     return sum(saved.values())
 
