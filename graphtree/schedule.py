@@ -66,7 +66,7 @@ from torch import Tensor
 from .errors import HostValueError, ScheduleError
 from .levels import topological_levels
 
-__all__ = ["DIRECTIONS", "SPLIT_COST_SLOTS", "LevelPlan", "Schedule", "block", "schedule_of"]
+__all__ = ["DIRECTIONS", "SPLIT_COST_SLOTS", "LevelPlan", "Schedule", "level_blocks", "schedule_of"]
 
 DIRECTIONS = ("bottom_up", "top_down")
 # What one more level costs, in slots (a slot: one predecessor's state gathered and computed on): a plan split by
@@ -126,17 +126,13 @@ class LevelPlan:
         """Drop what :meth:`derived` kept (a static-shape plan, after its tensors were refilled)."""
         self._derived.clear()
 
-    def _blocks(self, flat: Tensor) -> list[Tensor]:
-        return [flat[start:start + (b - a) * w].view(b - a, w)
-                for a, b, w, start in zip(self.ptr, self.ptr[1:], self.widths, self.slot_start)]
-
     @cached_property
     def slots(self) -> list[Tensor]:
-        return self._blocks(self.slot_index)
+        return level_blocks(self.slot_index, self.ptr, self.widths, self.slot_start)
 
     @cached_property
     def slot_pos(self) -> list[Tensor]:
-        return self._blocks(self.slot_position)
+        return level_blocks(self.slot_position, self.ptr, self.widths, self.slot_start)
 
     def padded_slots(self) -> tuple[Tensor, Tensor]:
         """``[num_nodes, K]`` slot indices and positions of every level-sorted row, ``K`` the widest level's
@@ -333,7 +329,7 @@ class Schedule:
             else:
                 # Receivers are children; parents fill slots in edge order.
                 level, receiver, sender = self.depth, self.edge_index[0], self.edge_index[1]
-                slot = self._parent_slots()
+                slot = _rank_within_groups(self.edge_index[0])
             split = _width_classes(level.numpy(), receiver.numpy(), slot.numpy(), split_cost) \
                 if split_cost is not None else None
             if split_cost is not None and split is None:
@@ -344,12 +340,6 @@ class Schedule:
                                                receiver=receiver, sender=sender, slot=slot, edge_pos=self.edge_pos,
                                                describe=self.describe_node, groups=groups)
         return self._plans[key]
-
-    def _parent_slots(self) -> Tensor:
-        """Top-down, each edge's slot under its child: the parents in edge order."""
-        if "parent_slots" not in self.__dict__:
-            self.__dict__["parent_slots"] = _rank_within_groups(self.edge_index[0])
-        return self.__dict__["parent_slots"]
 
     @property
     def num_edges(self) -> int:
@@ -502,10 +492,17 @@ def _check_levels(name: str, level: Tensor, receiver: Tensor, sender: Tensor,
                         "height and depth so that the schedule computes them")
 
 
-def block(matrix: Tensor, start: int, stop: int, width: int) -> Tensor:
-    """Rows ``start:stop`` and the first ``width`` columns of ``matrix``: a view where that is contiguous."""
-    block = matrix[start:stop, :width]
-    return block if block.is_contiguous() else block.contiguous()
+def level_blocks(flat: Tensor, ptr: Sequence[int], widths: Sequence[int], starts: Sequence[int]) -> list[Tensor]:
+    """Each level's ``[n_l, widths[l]]`` block of ``flat``, the one from ``starts[l]``, as views: by one split
+    where the levels lie end to end (a level loop of small minibatches spent as long on one slice per level as
+    on its products), else a slice each."""
+    sizes = [(b - a) * w for a, b, w in zip(ptr, ptr[1:], widths)]
+    ends = [start + size for start, size in zip(starts, sizes)]
+    if list(starts) == [0, *ends[:-1]] and (not ends or ends[-1] == flat.numel()):
+        parts = list(flat.split(sizes)) if sizes else []
+    else:
+        parts = [flat[start:end] for start, end in zip(starts, ends)]
+    return [part.view(b - a, w) for part, a, b, w in zip(parts, ptr, ptr[1:], widths)]
 
 
 def _stable_order(key: np.ndarray) -> np.ndarray:

@@ -92,14 +92,11 @@ class Settings:
         values["cache"] = Path(environ[ENVIRONMENT["cache"]]) if environ.get(ENVIRONMENT["cache"]) else \
             _default_cache(environ)
         values["mirror"] = environ.get(ENVIRONMENT["mirror"], "")
-        flush = environ.get(ENVIRONMENT["flush_denormals"], "1").strip()
-        if flush not in ("0", "1"):
-            raise ValueError(f"${ENVIRONMENT['flush_denormals']} must be 0 or 1, got {flush!r}")
-        values["flush_denormals"] = flush == "1"
-        classes = environ.get(ENVIRONMENT["width_classes"], "1").strip()
-        if classes not in ("0", "1"):
-            raise ValueError(f"${ENVIRONMENT['width_classes']} must be 0 or 1, got {classes!r}")
-        values["width_classes"] = classes == "1"
+        for name in ("flush_denormals", "width_classes"):  # switches, on unless set to 0
+            flag = environ.get(ENVIRONMENT[name], "1").strip()
+            if flag not in ("0", "1"):
+                raise ValueError(f"${ENVIRONMENT[name]} must be 0 or 1, got {flag!r}")
+            values[name] = flag == "1"
         if environ.get(ENVIRONMENT["slot_check"]):
             values["slot_check"] = environ[ENVIRONMENT["slot_check"]]
         return cls(**values)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..errors import HostValueError, ScheduleError
-from ..schedule import LevelPlan, Schedule
+from ..schedule import LevelPlan, Schedule, level_blocks
 
 __all__ = ["Children", "Prepared", "SlotLayout", "Slots", "children_of", "gathered", "in_node_order",
            "level_slots", "num_outputs", "position_counts", "state_buffers"]
@@ -102,13 +102,14 @@ class Children(NamedTuple):
 
         ``value``: a state index (default 0, the first state, e.g. ``h``), or any ``[n, K, ...]`` tensor
         computed from the slots, e.g. ``children.sum(f * c_k)`` for Child-Sum's forget gates."""
+        if isinstance(value, int):  # a state holds zeros in its empty slots: nothing to mask
+            return self.states[value].sum(dim=1)
         return self.filled(value).sum(dim=1)
 
     def mean(self, value: int | Tensor = 0) -> Tensor:
         """``[n, ...]``: the mean of ``value`` (a state index or an ``[n, K, ...]`` tensor) over each node's
         filled slots (zeros where a node has none)."""
-        values = self.values(value)
-        return self.sum(values) / self.count(values).clamp(min=1)
+        return self.sum(value) / self.count(self.values(value)).clamp(min=1)
 
     def max(self, value: int | Tensor = 0) -> Tensor:
         """``[n, ...]``: the elementwise maximum of ``value`` (a state index or an ``[n, K, ...]`` tensor) over
@@ -195,24 +196,18 @@ class Slots:
     and ``position_counts``, the layout a level's :class:`Children` carry, are made on first use (from flat
     tensors made once for all levels): the compiled level loops read only ``flat_index``."""
 
-    __slots__ = ("_layout", "_level", "_mask", "_position", "flat_index", "index")
+    __slots__ = ("_layout", "_level", "flat_index", "index")
 
     def __init__(self, index: Tensor, flat_index: Tensor, layout: SlotLayout, level: int) -> None:
         self.index, self.flat_index, self._layout, self._level = index, flat_index, layout, level
-        self._mask: Tensor | None = None
-        self._position: Tensor | None = None
 
     @property
     def mask(self) -> Tensor:
-        if self._mask is None:
-            self._mask = self._layout.block(self._layout.mask, self._level)
-        return self._mask
+        return self._layout.masks[self._level]
 
     @property
     def position(self) -> Tensor:
-        if self._position is None:
-            self._position = self._layout.block(self._layout.position, self._level)
-        return self._position
+        return self._layout.positions[self._level]
 
     @property
     def position_counts(self) -> tuple[int, ...] | None:
@@ -227,14 +222,17 @@ class SlotLayout:
                  position: Tensor) -> None:
         self.plan, self.widths, self.starts, self.index, self.position = plan, widths, starts, index, position
 
-    def block(self, flat: Tensor, level: int) -> Tensor:
-        a, b = self.plan.ptr[level], self.plan.ptr[level + 1]
-        start, width = self.starts[level], self.widths[level]
-        return flat[start:start + (b - a) * width].view(b - a, width)
+    def blocks(self, flat: Tensor) -> list[Tensor]:
+        """Each level's ``[n_l, widths[l]]`` block of ``flat`` (a tensor laid out like ``index``), as views."""
+        return level_blocks(flat, self.plan.ptr, self.widths, self.starts)
 
     @cached_property
-    def mask(self) -> Tensor:
-        return self.index != self.plan.num_nodes
+    def masks(self) -> list[Tensor]:
+        return self.blocks(self.index != self.plan.num_nodes)
+
+    @cached_property
+    def positions(self) -> list[Tensor]:
+        return self.blocks(self.position)
 
     @cached_property
     def counts(self) -> list[tuple[int, ...] | None]:
@@ -278,20 +276,7 @@ def _level_slots(cell: torch.nn.Module, arity: int | None, plan: LevelPlan, sche
         starts = [sum(sizes[:k]) for k in range(len(sizes))]
     index, position = index.to(device), position.to(device)
     layout = SlotLayout(plan, widths, starts, index, position)
-    levels = [Slots(flat.view(b - a, width), flat, layout, level)
-              for level, (flat, a, b, width) in enumerate(zip(_split_levels(index, starts, plan, widths),
-                                                               plan.ptr, plan.ptr[1:], widths))]
-    return levels
-
-
-def _split_levels(flat: Tensor, starts: list[int], plan: LevelPlan, widths: list[int]) -> list[Tensor]:
-    """Each level's part of ``flat``, made by one split where the levels lie end to end (the plans graphtree
-    builds: a level loop of small minibatches spent as long on one slice per level as on its products)."""
-    sizes = [(b - a) * w for a, b, w in zip(plan.ptr, plan.ptr[1:], widths)]
-    ends = [start + size for start, size in zip(starts, sizes)]
-    if starts == [0, *ends[:-1]] and (not ends or ends[-1] == flat.numel()):
-        return list(flat.split(sizes)) if sizes else []
-    return [flat[start:end] for start, end in zip(starts, ends)]
+    return [Slots(block, block.view(-1), layout, level) for level, block in enumerate(layout.blocks(index))]
 
 
 def position_counts(plan: LevelPlan) -> list[tuple[int, ...] | None]:

@@ -87,7 +87,7 @@ class ChildSumTreeLSTM(TreeCell):
         r"""Eqs 2-8 for one level's nodes; ``Wx``: their :math:`W^{(\cdot)} x_j + b^{(\cdot)}`."""
         h_k, c_k = children.states  # [n, K, d]: the children's states (K: the level's most children)
         Wx_i, Wx_o, Wx_u, Wx_f = Wx.split(self.hidden_channels, dim=1)
-        h_tilde = children.sum(h_k)  # eq 2
+        h_tilde = children.sum(0)  # eq 2
         U_i, U_o, U_u = self.U_iou(h_tilde).split(self.hidden_channels, dim=1)
         i = torch.sigmoid(Wx_i + U_i)  # eq 3
         f = torch.sigmoid(Wx_f.unsqueeze(1) + self.U_f(h_k))  # eq 4: one forget gate per child k
