@@ -73,8 +73,8 @@ DIRECTIONS = ("bottom_up", "top_down")
 # width (Schedule.plan(split_cost=...)) makes a level of its own for a group of nodes where that saves more slots.
 # A level's fixed cost on the CPU is about the work of 256 slots of a 150-wide Child-Sum (benchmarks/hubs.py), but
 # the default is set above what the experiments' sentence batches waste in a level (SICK's dependency trees, the
-# widest, at most about 540 slots at 25 pairs; TREC, ListOps and circuits far less), so that they keep one level
-# per height, and their rounding: hubs and program trees, which waste thousands, are split. A cell may set less.
+# widest, a few hundred slots at 25 pairs: benchmarks/level_waste.py), so that they keep one level per height, and
+# their rounding: hubs and program trees, which waste thousands, are split. A cell may set less.
 SPLIT_COST_SLOTS = 1024
 
 

@@ -210,3 +210,17 @@ def test_the_hub_table_of_the_performance_page_is_what_its_results_file_gives():
     page = (BENCHMARKS.parent / "docs" / "performance.md").read_text()
     assert hubs.table(result) in page
     assert result["command"] in page and result["code"][0][:7] in page
+
+
+def test_the_level_waste_table_of_the_performance_page_is_what_its_results_file_gives():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("benchmark_level_waste", BENCHMARKS / "level_waste.py")
+        waste = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(waste)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    result = json.loads((BENCHMARKS / "results" / "level-waste.json").read_text())
+    assert waste.table(result) in (BENCHMARKS.parent / "docs" / "performance.md").read_text()
+    # The default splits no batch of the experiments' sentences, and the trees' slots per edge fall with the cost.
+    assert all(row["split_batches"][str(result["default_cost"])] == 0 for row in result["sentences"])
