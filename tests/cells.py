@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from graphtree.data import from_parents, from_ptb
+from graphtree.data import from_heads, from_ptb
 from graphtree.errors import ScheduleError
 
 
@@ -34,7 +34,7 @@ def assert_deep_chain_backpropagates(layer: torch.nn.Module, depth: int = 10_000
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        data = from_parents([*range(2, depth + 1), 0])  # token i's head is i + 1: every node has one child
+        data = from_heads([*range(2, depth + 1), 0])  # token i's head is i + 1: every node has one child
         x = torch.randn(depth, channels, requires_grad=True)
         h, c = layer(x, data)
         (h.sum() + c.sum()).backward()

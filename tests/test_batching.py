@@ -101,10 +101,10 @@ def test_other_graphs_go_to_pyg():
     ragged = random_trees(2, seed=0)
     ragged[1].extra = torch.zeros(1)  # PyG reads the first graph's attributes: the extra one is dropped
     assert_same_batch(collate_graphs(ragged), Batch.from_data_list(ragged))
-    ragged.reverse()  # now the first graph has one the second lacks: PyG's error, unchanged
+    ragged.reverse()  # now the first graph has one the second lacks: PyG's bare KeyError, here named
     with pytest.raises(KeyError):
         Batch.from_data_list(ragged)
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="graph 1 of the batch has no 'extra', which graph 0 has"):
         collate_graphs(ragged)
     dag = from_networkx(__import__("networkx").DiGraph([(0, 2), (1, 2), (0, 1)]))
     assert_same_batch(collate_graphs([dag, dag]), Batch.from_data_list([dag, dag]))

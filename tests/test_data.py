@@ -9,7 +9,7 @@ from corpora import corpus_file, needs_corpora
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
-from graphtree.data import NO_LABEL, NO_WORD, from_networkx, from_parents, from_ptb, read_ptb, to_ptb
+from graphtree.data import NO_LABEL, NO_WORD, from_heads, from_networkx, from_ptb, read_ptb, to_ptb
 from graphtree.errors import CycleError, TreeFormatError
 
 ROUND_TRIP = [
@@ -96,14 +96,14 @@ def test_read_ptb_reports_line_numbers(tmp_path):
 
 
 def test_to_ptb_refuses_unlabelled_nodes():
-    data = from_parents([0, 1], tokens=["a", "b"])
+    data = from_heads([0, 1], tokens=["a", "b"])
     with pytest.raises(ValueError, match="no label"):
         to_ptb(data)
 
 
 def test_parents_by_hand():
     # "the cat sat down": the <- cat <- sat (root), down <- sat; token 5 "." outside the tree.
-    data = from_parents([2, 3, 0, 3, -1], tokens="the cat sat down .".split(), labels=[1, 2, 3, None, 4])
+    data = from_heads([2, 3, 0, 3, -1], tokens="the cat sat down .".split(), labels=[1, 2, 3, None, 4])
     assert data.num_nodes == 4
     assert set(map(tuple, data.edge_index.t().tolist())) == {(0, 1), (1, 2), (3, 2)}
     assert data.tokens == ["the", "cat", "sat", "down", "."]
@@ -112,7 +112,7 @@ def test_parents_by_hand():
     assert data.height.tolist() == [0, 1, 2, 0]
     assert data.depth.tolist() == [2, 1, 0, 1]
     assert data.child_pos.tolist() == [0, 0, -1, 1]
-    assert from_parents("2 3 0 3").num_nodes == 4
+    assert from_heads("2 3 0 3").num_nodes == 4
 
 
 @pytest.mark.parametrize("parents, error, position, fragment", [
@@ -127,7 +127,7 @@ def test_parents_by_hand():
 ])
 def test_parents_errors(parents, error, position, fragment):
     with pytest.raises(error) as info:
-        from_parents(parents)
+        from_heads(parents)
     assert fragment in str(info.value)
     if position is not None:
         assert info.value.position == position
@@ -135,13 +135,13 @@ def test_parents_errors(parents, error, position, fragment):
 
 def test_parents_cycle_names_tokens():
     with pytest.raises(CycleError) as info:
-        from_parents([2, 3, 1, 0])
+        from_heads([2, 3, 1, 0])
     assert sorted(info.value.nodes) == [1, 2, 3]
 
 
 def test_parents_length_mismatch():
     with pytest.raises(TreeFormatError, match="2 tokens but 3"):
-        from_parents([2, 0, 2], tokens=["a", "b"])
+        from_heads([2, 0, 2], tokens=["a", "b"])
 
 
 def diamond():
@@ -159,8 +159,10 @@ def diamond():
 
 
 def test_networkx_dag_levels_by_hand():
-    data = from_networkx(diamond())
+    data = from_networkx(diamond(), names=True)
     names = data.node_names
+    assert names == list(diamond().nodes)
+    assert "node_names" not in from_networkx(diamond())  # only when asked: it would keep the graph from batching
     height = dict(zip(names, data.height.tolist()))
     depth = dict(zip(names, data.depth.tolist()))
     assert height == {"r": 2, "a": 1, "b": 1, "s": 0, "t": 0}
@@ -194,7 +196,7 @@ def test_networkx_explicit_positions_and_errors():
 
 def test_batching_keeps_levels_and_positions():
     trees = [from_ptb("(3 (2 (2 The) (2 Rock)) (4 (2 is) (4 great)))"), from_ptb("(1 (2 only))"),
-             from_parents([2, 0, 2], tokens=["a", "b", "c"], labels=[1, 2, 3])]
+             from_heads([2, 0, 2], tokens=["a", "b", "c"], labels=[1, 2, 3])]
     batch = Batch.from_data_list(trees)
     assert batch.height.tolist() == [2, 1, 0, 0, 1, 0, 0] + [1, 0] + [0, 1, 0]
     assert batch.depth.tolist() == [0, 1, 2, 2, 1, 2, 2] + [0, 1] + [1, 0, 1]

@@ -22,7 +22,7 @@ from torch_geometric.data import Batch, InMemoryDataset
 from torch_geometric.loader import DataLoader
 
 from graphtree import settings
-from graphtree.data import from_parents
+from graphtree.data import from_heads
 from graphtree.data.batching import separate_graphs
 from graphtree.datasets import (
     MIRROR_ENV,
@@ -199,7 +199,7 @@ def test_dataset_length_follows_its_storage(tmp_path, small_sst):
     assert len(dev) == 2 and len(dev[1:]) == 1 and [g.tokens for g in dev[::-1]] == [["Great", "film"],
                                                                                       ["Meh", "awful"]]
     # Another storage loaded into the same dataset: counted anew, not the first one's count.
-    one, slices = InMemoryDataset.collate([from_parents([0, 1], tokens=["a", "b"])])
+    one, slices = InMemoryDataset.collate([from_heads([0, 1], tokens=["a", "b"])])
     dev.data, dev.slices = one, slices
     assert dev.len() == len(dev) == 1
 
@@ -364,7 +364,7 @@ def test_sick_pairs_and_batching(tmp_path, small_sick):
     assert first.edge_index_a.tolist() == [[0, 1], [1, 2]]
 
     # Reference: the trees made directly and batched by PyG.
-    trees = {side: [from_parents(p[1 if side == "a" else 3], p[0 if side == "a" else 2]) for p in SICK_PAIRS]
+    trees = {side: [from_heads(p[1 if side == "a" else 3], p[0 if side == "a" else 2]) for p in SICK_PAIRS]
              for side in "ab"}
     batch = next(iter(DataLoader(dev, batch_size=2)))
     assert batch.num_graphs == 2
@@ -586,7 +586,7 @@ def test_views_of_a_dataset_share_one_cut_of_its_storage(tmp_path, small_sst, mo
     assert [g.tokens for g in second] == [["Great", "film"]] and [g.tokens for g in first] == [["Meh", "awful"]]
     assert [g.tokens for g in dev] == [["Meh", "awful"], ["Great", "film"]]
     assert cuts == [2]  # the storage was cut once, for the dataset and both views
-    one, slices = InMemoryDataset.collate([from_parents([0, 1], tokens=["a", "b"]), from_parents([0], tokens=["c"])])
+    one, slices = InMemoryDataset.collate([from_heads([0, 1], tokens=["a", "b"]), from_heads([0], tokens=["c"])])
     dev.data, dev.slices = one, slices  # another storage: cut anew
     assert [g.tokens for g in dev] == [["a", "b"], ["c"]] and cuts == [2, 2]
 

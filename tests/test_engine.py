@@ -112,9 +112,9 @@ class _WrittenElements(torch.utils._python_dispatch.TorchDispatchMode):
 def test_backward_through_a_pass_of_update_writes_elements_linear_in_the_nodes(depth):
     # A chain of `depth` levels. Recording `buffer[level rows] = states` under autograd would make backward
     # copy the whole gradient buffer at every level: depth^2 / 2 rows, 250 to 1000 times what is counted here.
-    from graphtree.data import from_parents
+    from graphtree.data import from_heads
     torch.manual_seed(3)
-    data = from_parents([*range(2, depth + 1), 0])
+    data = from_heads([*range(2, depth + 1), 0])
     cell = InternalStateCell()
     x = torch.randn(depth, 2, dtype=torch.float64, requires_grad=True)
     (h,) = propagate(cell, (x,), data)

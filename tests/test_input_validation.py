@@ -16,7 +16,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 import graphtree.schedule as schedule_module
-from graphtree.data import from_networkx, from_parents, from_ptb, with_schedule
+from graphtree.data import from_heads, from_networkx, from_ptb, with_schedule
 from graphtree.errors import ScheduleError, TreeFormatError
 from graphtree.nn import SLSTM, ChildSumTreeLSTM, HeadLexicalization, NaryTreeLSTM
 from graphtree.schedule import Schedule, schedule_of
@@ -217,7 +217,7 @@ def test_level_error_names_the_node_in_the_batch():
 
 def test_exact_levels_are_accepted_on_trees_and_dags():
     g = nx.DiGraph([("a", "r"), ("b", "r"), ("s", "a"), ("s", "b"), ("t", "b")])
-    for data in (from_ptb(LEFT), from_ptb(RIGHT), from_networkx(g), from_parents([2, 3, 0, 3, -1])):
+    for data in (from_ptb(LEFT), from_ptb(RIGHT), from_networkx(g), from_heads([2, 3, 0, 3, -1])):
         assert Schedule.from_data(data).num_nodes == data.num_nodes
 
 
@@ -266,21 +266,21 @@ def test_ptb_valid_labels_still_parse():
 ])
 def test_parent_array_labels_must_be_integers(labels: list, token: int, shown: str):
     with pytest.raises(TreeFormatError) as info:
-        from_parents([2, 0, 2], tokens="a b c", labels=labels)
+        from_heads([2, 0, 2], tokens="a b c", labels=labels)
     assert info.value.position == token
     assert f"label {shown} of token {token}" in str(info.value)
 
 
 def test_parent_array_valid_labels_still_work():
     labels = [np.int64(4), None, -1]
-    assert from_parents([2, 0, 2], labels=labels).y.tolist() == [4, -1, -1]
-    assert from_parents([2, 0, 2], labels=torch.tensor([1, 2, 3])).y.tolist() == [1, 2, 3]
-    assert from_parents([2, 0, 2], labels=[1.0, 0, 2]).y.tolist() == [1, 0, 2]
+    assert from_heads([2, 0, 2], labels=labels).y.tolist() == [4, -1, -1]
+    assert from_heads([2, 0, 2], labels=torch.tensor([1, 2, 3])).y.tolist() == [1, 2, 3]
+    assert from_heads([2, 0, 2], labels=[1.0, 0, 2]).y.tolist() == [1, 0, 2]
 
 
 def test_parent_entries_reject_bools():
-    with pytest.raises(TreeFormatError, match="parent entry True of token 1") as info:
-        from_parents([True, 0])
+    with pytest.raises(TreeFormatError, match="head entry True of token 1") as info:
+        from_heads([True, 0])
     assert info.value.position == 1
 
 
@@ -411,9 +411,9 @@ def test_too_many_feature_rows_name_x_not_an_internal_input():
 
 
 @pytest.mark.parametrize("parents", [None, 5, torch.tensor(5), {1: 0}], ids=["None", "int", "0-d tensor", "dict"])
-def test_from_parents_says_what_it_expects(parents):
-    with pytest.raises(TypeError, match=r"from_parents expects the head of each token .* got "):
-        from_parents(parents)
+def test_from_heads_says_what_it_expects(parents):
+    with pytest.raises(TypeError, match=r"from_heads expects the head of each token .* got "):
+        from_heads(parents)
 
 
 def test_one_child_too_many_reads_in_the_singular():

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch
 
-from graphtree.data import from_parents
+from graphtree.data import from_heads
 from graphtree.data.spacy import binarize
 from graphtree.datasets import sick_target
 from graphtree.datasets.sick import make_pair
@@ -73,8 +73,8 @@ def test_sparse_target_has_the_gold_expectation() -> None:
 
 
 def _pair(binary: bool = False):
-    a = from_parents([2, 3, 0, 3], ["a", "man", "is", "walking"], vocab=VOCAB)
-    b = from_parents([2, 3, 0], ["a", "dog", "runs"], vocab=VOCAB)
+    a = from_heads([2, 3, 0, 3], ["a", "man", "is", "walking"], vocab=VOCAB)
+    b = from_heads([2, 3, 0], ["a", "dog", "runs"], vocab=VOCAB)
     if binary:
         a, b = binarize(a, VOCAB), binarize(b, VOCAB)
     return make_pair(a, b, score=torch.tensor([3.6]), target=sick_target(3.6).unsqueeze(0),
@@ -109,14 +109,14 @@ def test_pair_model_trains_and_predicts_in_range(kind: str) -> None:
 
 def test_mean_encoder_is_the_word_average() -> None:
     embedding = NodeEmbedding(len(VOCAB) + 1, 2, torch.arange(14.0).view(7, 2))
-    tree = from_parents([2, 3, 0], ["a", "dog", "runs"], vocab=VOCAB)  # ids 1, 5, 6: rows [2,3], [10,11], [12,13]
+    tree = from_heads([2, 3, 0], ["a", "dog", "runs"], vocab=VOCAB)  # ids 1, 5, 6: rows [2,3], [10,11], [12,13]
     assert torch.allclose(MeanEncoder(embedding)(Batch.from_data_list([tree])), torch.tensor([[8.0, 9.0]]))
 
 
 def test_padded_words_puts_words_in_sentence_order_and_reverses() -> None:
     # Heads: "is" is the root (node order follows the tree, not the sentence).
-    tree = Batch.from_data_list([from_parents([2, 3, 0, 3], ["a", "man", "is", "walking"], vocab=VOCAB),
-                                 from_parents([0], ["dog"], vocab=VOCAB)])
+    tree = Batch.from_data_list([from_heads([2, 3, 0, 3], ["a", "man", "is", "walking"], vocab=VOCAB),
+                                 from_heads([0], ["dog"], vocab=VOCAB)])
     x = tree.word.float().unsqueeze(-1)
     seq, lengths = padded_words(x, tree)
     assert lengths.tolist() == [4, 1]
@@ -129,8 +129,8 @@ def test_bidirectional_tied_lstm_reads_the_reversed_sentence_with_the_same_weigh
     torch.manual_seed(1)
     embedding = NodeEmbedding(len(VOCAB) + 1, 4)
     bi = SequenceEncoder(embedding, 3, bidirectional=True)
-    forward = from_parents([2, 0], ["a", "dog"], vocab=VOCAB)
-    backward = from_parents([0, 1], ["dog", "a"], vocab=VOCAB)
+    forward = from_heads([2, 0], ["a", "dog"], vocab=VOCAB)
+    backward = from_heads([0, 1], ["dog", "a"], vocab=VOCAB)
     out_f, out_b = bi(Batch.from_data_list([forward])), bi(Batch.from_data_list([backward]))
     assert torch.allclose(out_f[:, 3:], out_b[:, :3], atol=1e-6)
 
@@ -152,7 +152,7 @@ def _rated_pairs(scores: list[float]) -> list:
     pairs = []
     for k, score in enumerate(scores):
         (pa, wa), (pb, wb) = sentences[k % 4], sentences[(k + 1 + k // 4) % 4]
-        pairs.append(make_pair(from_parents(pa, wa, vocab=VOCAB), from_parents(pb, wb, vocab=VOCAB),
+        pairs.append(make_pair(from_heads(pa, wa, vocab=VOCAB), from_heads(pb, wb, vocab=VOCAB),
                                score=torch.tensor([score]), target=sick_target(score).unsqueeze(0),
                                pair_id=torch.tensor([k])))
     return pairs

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from graphtree.data import from_parents, from_ptb
+from graphtree.data import from_heads, from_ptb
 from graphtree.data.spacy import binarize, from_spacy
 from graphtree.errors import TreeFormatError
 from graphtree.vocab import Vocab
@@ -34,10 +34,10 @@ def _bracket(data, node=None) -> str:
 
 def test_binarize_attaches_right_then_left_nearest_first():
     # John saw the man: John <- saw, the <- man, man <- saw.
-    dep = from_parents("2 0 4 2", "John saw the man")
+    dep = from_heads("2 0 4 2", "John saw the man")
     assert _bracket(binarize(dep)) == "(John (saw (the man)))"
     # a big dog barked at cats loudly: two left dependents of "dog", three right dependents of "barked".
-    dep = from_parents("3 3 4 0 4 5 4", "a big dog barked at cats loudly")
+    dep = from_heads("3 3 4 0 4 5 4", "a big dog barked at cats loudly")
     out = binarize(dep)
     assert _bracket(out) == "((a (big dog)) ((barked (at cats)) loudly))"
     n = len(dep.tokens)
@@ -52,7 +52,7 @@ def test_binarize_attaches_right_then_left_nearest_first():
 
 def test_binarize_moves_labels_to_phrases_and_keeps_word_ids():
     vocab = Vocab(["John", "saw"])
-    dep = from_parents("2 0 4 2", "John saw the man", labels=[5, 7, None, 3], vocab=vocab)
+    dep = from_heads("2 0 4 2", "John saw the man", labels=[5, 7, None, 3], vocab=vocab)
     out = binarize(dep)
     # Nodes in pre-order: S=(John (saw (the man))), John, (saw (the man)), saw, (the man), the, man.
     assert _bracket(out) == "(John (saw (the man)))"
@@ -61,8 +61,8 @@ def test_binarize_moves_labels_to_phrases_and_keeps_word_ids():
 
 
 def test_binarize_forest_and_errors():
-    dep = from_parents("0 1", "Hi there")
-    two = from_parents("0 1 -1", "Hi there .")  # "." is outside the tree
+    dep = from_heads("0 1", "Hi there")
+    two = from_heads("0 1 -1", "Hi there .")  # "." is outside the tree
     assert _bracket(binarize(dep)) == "(Hi there)"
     assert binarize(two).num_nodes == 3
     with pytest.raises(TreeFormatError, match="every node is a word"):
@@ -84,10 +84,10 @@ def _doc(words, heads, sent_starts=None):
 
 
 @needs_spacy
-def test_from_spacy_matches_from_parents():
+def test_from_spacy_matches_from_heads():
     # heads are absolute token indices; a root is its own head.
     doc = _doc(["John", "saw", "the", "man", "."], [1, 1, 3, 1, 1])
-    got, ref = from_spacy(doc), from_parents("2 0 4 2 2", "John saw the man .")
+    got, ref = from_spacy(doc), from_heads("2 0 4 2 2", "John saw the man .")
     for key in ("edge_index", "edge_pos", "word_pos", "height", "depth", "child_pos", "is_root"):
         assert torch.equal(got[key], ref[key]), key
     assert got.tokens == ref.tokens

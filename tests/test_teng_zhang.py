@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from graphtree.data import from_parents, from_ptb
+from graphtree.data import from_heads, from_ptb
 from graphtree.errors import ScheduleError
 from graphtree.models import BiTreeLSTM
 from graphtree.nn.head_lexicalization import HeadLexicalization, head_leaves, head_words
@@ -372,7 +372,7 @@ def test_top_down_nary_and_dag_match_reference():
 def test_top_down_chain_is_a_sequential_lstm():
     torch.manual_seed(6)
     T, D, d = 40, 5, 4
-    chain = from_parents(list(range(T)))  # token 1 is the root, token k + 1 hangs under token k
+    chain = from_heads(list(range(T)))  # token 1 is the root, token k + 1 hangs under token k
     assert chain.depth.tolist() == list(range(T))
     lstm = torch.nn.LSTM(D, d).to(DTYPE)
     layer = TopDownTreeLSTM(D, d).to(DTYPE)

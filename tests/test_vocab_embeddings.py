@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphtree import embeddings
-from graphtree.data import from_parents, from_ptb
+from graphtree.data import from_heads, from_ptb
 from graphtree.embeddings import GloVeFormatError, embedding_matrix, load_glove
 from graphtree.vocab import Vocab, lookup_forms
 
@@ -43,7 +43,7 @@ def test_vocab_as_converter_argument():
     vocab = Vocab(["The", "Rock", "."])
     data = from_ptb("(3 (2 The) (4 (3 Rock) (2 zzz)))", vocab)
     assert data.word.tolist() == [-1, 1, -1, 2, 0]
-    dep = from_parents("2 0 2", "The ROCK .", vocab=vocab)
+    dep = from_heads("2 0 2", "The ROCK .", vocab=vocab)
     assert dep.word.tolist() == [1, 0, 3]  # "rock" is no entry, so "ROCK" is unknown
 
 

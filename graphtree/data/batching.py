@@ -57,7 +57,8 @@ def collate_graphs(data_list: Sequence[Data], follow_batch: Iterable[str] | None
     """``Batch.from_data_list(data_list, follow_batch, exclude_keys)``, faster for plain ``Data`` graphs.
 
     Raises:
-        ValueError: an empty ``data_list``.
+        ValueError: an empty ``data_list``, or a graph that lacks an attribute the first graph has (naming it,
+            where PyG's own collate raises a bare ``KeyError``).
     """
     if not data_list:
         raise ValueError("cannot batch an empty list of graphs")
@@ -66,6 +67,7 @@ def collate_graphs(data_list: Sequence[Data], follow_batch: Iterable[str] | None
     exclude_keys = [*(exclude_keys or []), "schedule"]
     columns = _columns(data_list, exclude_keys)
     if columns is None:
+        _check_same_attributes(data_list, exclude_keys)
         return Batch.from_data_list(list(data_list), follow_batch, exclude_keys)
 
     out = _new_batch()
@@ -92,6 +94,21 @@ def collate_graphs(data_list: Sequence[Data], follow_batch: Iterable[str] | None
     out._slice_dict = slice_dict
     out._inc_dict = inc_dict
     return out
+
+
+def _check_same_attributes(data_list: Sequence[Data], exclude_keys: list[str]) -> None:
+    """Name the attribute where PyG's collate would fail with a bare ``KeyError``: one of the first graph's
+    attributes that a later graph lacks (PyG batches the first graph's attributes and reads them from all)."""
+    if not all(isinstance(data, Data) for data in data_list):
+        return
+    keys = [key for key in data_list[0].keys() if key not in exclude_keys]
+    for k, data in enumerate(data_list[1:], start=1):
+        missing = [key for key in keys if key not in data]
+        if missing:
+            raise ValueError(
+                f"graph {k} of the batch has no {missing[0]!r}, which graph 0 has: graphs batch together when "
+                "they carry the same attributes. Every graphtree converter gives the same ones; drop what only "
+                f"some graphs have (del data.{missing[0]}) or pass exclude_keys=[{missing[0]!r}]")
 
 
 def _columns(data_list: Sequence[Data], exclude_keys: list[str]) -> dict[str, list[Any]] | None:

@@ -18,19 +18,25 @@ from torch_geometric.data import Data
 
 from ..errors import CycleError, TreeFormatError
 from ..levels import topological_levels
+from .tree import NO_LABEL, NO_WORD
 
 __all__ = ["from_networkx"]
 
 
-def from_networkx(graph: Any, position: str = "position") -> Data:
+def from_networkx(graph: Any, position: str = "position", names: bool = False) -> Data:
     """Convert a ``networkx.DiGraph`` (edges child -> parent) into a ``Data``.
 
-    Node ``k`` of the result is the ``k``-th node of ``graph.nodes``; the
-    original node names are kept in ``data.node_names``. Every node attribute
-    that all nodes carry is carried over: numbers, (nested) lists or tuples of
-    numbers, and tensors are stacked into a tensor (so ``x`` becomes node
-    features and ``y`` labels), so every node's value must have the same shape;
-    anything else (strings, say) is kept as a list.
+    Node ``k`` of the result is the ``k``-th node of ``graph.nodes`` (so
+    ``list(graph.nodes)`` maps results back to the graph). The result has the
+    attributes of every converter (:mod:`graphtree.data`): without a ``y`` node
+    attribute every node is unlabelled (``NO_LABEL``), ``word_pos`` is
+    ``NO_WORD`` and ``tokens`` is empty, so the graph batches with trees from
+    the other converters. Every node attribute that all nodes carry is carried
+    over: numbers, (nested) lists or tuples of numbers, and tensors are stacked
+    into a tensor (so ``x`` becomes node features and ``y`` labels), so every
+    node's value must have the same shape; anything else (strings, say) is
+    kept as a list. Graphs batch together when they carry the same node
+    attributes.
 
     Args:
         graph: A directed acyclic ``networkx.DiGraph``.
@@ -38,6 +44,8 @@ def from_networkx(graph: Any, position: str = "position") -> Data:
             children: a non-negative integer (Python or NumPy; a float only if it
             is a whole number). Without it, children are ordered as the parent's
             in-edges were inserted.
+        names: Also keep the graph's node names in ``data.node_names`` (a list);
+            such a graph batches only with others that have them.
 
     Raises:
         TypeError: if ``graph`` is not a directed simple graph.
@@ -56,12 +64,12 @@ def from_networkx(graph: Any, position: str = "position") -> Data:
     loop = next(iter(nx.selfloop_edges(graph)), None)
     if loop is not None:
         raise CycleError([loop[0]], f"node {loop[0]!r} is its own parent (a self-loop)")
-    names = list(graph.nodes)
-    index = {name: k for k, name in enumerate(names)}
-    num_nodes = len(names)
+    node_names = list(graph.nodes)
+    index = {name: k for k, name in enumerate(node_names)}
+    num_nodes = len(node_names)
 
     src, dst, pos = [], [], []
-    for parent in names:
+    for parent in node_names:
         in_edges = list(graph.in_edges(parent, data=True))
         explicit = [attrs.get(position) for _, _, attrs in in_edges]
         if any(p is not None for p in explicit):
@@ -81,7 +89,7 @@ def from_networkx(graph: Any, position: str = "position") -> Data:
     try:
         height, depth = topological_levels(edge_index, num_nodes)
     except CycleError as err:
-        raise CycleError([names[v] for v in err.nodes]) from None
+        raise CycleError([node_names[v] for v in err.nodes]) from None
 
     edge_pos = torch.tensor(pos, dtype=torch.long)
     # A node with several parents keeps its position under the first one; edge_pos has all of them.
@@ -91,10 +99,14 @@ def from_networkx(graph: Any, position: str = "position") -> Data:
             first_pos[child] = slot
     child_pos = torch.tensor(first_pos, dtype=torch.long)
 
-    data = Data(edge_index=edge_index, edge_pos=edge_pos, num_nodes=num_nodes, child_pos=child_pos,
-                height=height, depth=depth, is_root=depth == 0, is_leaf=height == 0)
-    data.node_names = names
-    for key, values in _node_attributes(graph, names).items():
+    # The attributes (and their order) of tree_data, so that a batch of DAGs and trees is what PyG expects.
+    data = Data(edge_index=edge_index, edge_pos=edge_pos, num_nodes=num_nodes,
+                y=torch.full((num_nodes,), NO_LABEL, dtype=torch.long),
+                word_pos=torch.full((num_nodes,), NO_WORD, dtype=torch.long), child_pos=child_pos,
+                height=height, depth=depth, is_root=depth == 0, is_leaf=height == 0, tokens=[])
+    if names:
+        data.node_names = node_names
+    for key, values in _node_attributes(graph, node_names).items():
         data[key] = values
     return data
 

@@ -3,7 +3,7 @@
 :func:`from_spacy` needs no spaCy import of its own: it reads the ``head`` of
 each token of a parsed ``Doc`` or ``Span``. :func:`binarize` turns any
 dependency ``Data`` (from :func:`from_spacy` or
-:func:`~graphtree.data.from_parents`) into a binary tree whose leaves are the
+:func:`~graphtree.data.from_parents` or :func:`~graphtree.data.from_heads`) into a binary tree whose leaves are the
 words, for the N-ary (N = 2) and other binary cells.
 """
 
@@ -24,7 +24,7 @@ def from_spacy(doc_or_span: Any, vocab: Vocabulary | None = None) -> Data:
     """Convert a parsed spaCy ``Doc`` or ``Span`` into a dependency-tree ``Data``.
 
     Every token is a node, numbered in token order, with an edge to its head
-    (child -> parent), so the layout is that of :func:`~graphtree.data.from_parents`:
+    (child -> parent), so the layout is that of :func:`~graphtree.data.from_heads`:
     ``word_pos`` of node ``i`` is ``i`` and ``edge_pos`` numbers a head's
     dependents left to right. A ``Doc`` of several sentences gives one tree per
     sentence in the same ``Data`` (a forest, one root per sentence); a token
@@ -97,7 +97,8 @@ def binarize(data: Data, vocab: Vocabulary | None = None) -> Data:
 
     Args:
         data: A dependency ``Data`` whose nodes are words (``word_pos`` set on
-            every node), e.g. from :func:`from_spacy` or :func:`~graphtree.data.from_parents`.
+            every node), e.g. from :func:`from_spacy`, :func:`~graphtree.data.from_parents` or
+            :func:`~graphtree.data.from_heads`.
         vocab: Optional token -> id mapping filling ``word``; without it, word
             ids already present in ``data.word`` are carried over.
 

@@ -61,8 +61,9 @@ def tree_data(
         is_root=depth == 0,
         is_leaf=height == 0,
     )
-    if tokens is not None:
-        data.tokens = list(tokens)
-        if vocab is not None:
-            data.word = lookup_words(tokens, word_pos, vocab)
+    # Always a list (empty without words): every converter's graphs carry the same attributes, so any of them
+    # batch together (PyG's collate needs every graph to have the first one's attributes).
+    data.tokens = list(tokens) if tokens is not None else []
+    if tokens is not None and vocab is not None:
+        data.word = lookup_words(tokens, word_pos, vocab)
     return data

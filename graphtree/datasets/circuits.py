@@ -112,7 +112,6 @@ def circuit_data(inputs: Sequence[int], gates: Sequence[tuple[str, Sequence[int]
         for slot, operand in enumerate(operands):
             graph.add_edge(operand, node, position=slot)
     data = from_networkx(graph)
-    del data.node_names  # the indices 0..n-1 themselves
     data.node_type = torch.tensor(types, dtype=torch.long)
     data.x = F.one_hot(data.node_type, len(NODE_TYPES)).float()
     data.y = torch.tensor(values, dtype=torch.long)

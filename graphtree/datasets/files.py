@@ -26,7 +26,7 @@ from torch_geometric.data import Data
 
 from ..data.networkx import from_networkx
 from ..data.parents import _label as _checked_label
-from ..data.parents import from_parents
+from ..data.parents import from_heads, from_parents
 from ..data.ptb import from_ptb
 from ..data.tree import NO_LABEL, NO_WORD, Vocabulary, lookup_words
 from ..errors import CycleError, TreeFormatError
@@ -450,7 +450,7 @@ def _conllu_sentence(block: list[tuple[int, str]], path: str, vocab: Vocabulary 
             raise _located(path, number, "ID", f"ID {token_id!r} where {len(forms) + 1} was expected (IDs count "
                           "1, 2, 3... in each sentence)")
         head = fields[6]
-        # from_parents reads -1 as "outside the tree", which CoNLL-U does not have: a negative HEAD is an error.
+        # from_heads reads -1 as "outside the tree", which CoNLL-U does not have: a negative HEAD is an error.
         if not re.fullmatch(r"[0-9]+", head):
             raise _located(path, number, "HEAD", f"HEAD {head!r} of token {token_id} is not a token ID or 0 (root)")
         forms.append(fields[1])
@@ -463,17 +463,17 @@ def _conllu_sentence(block: list[tuple[int, str]], path: str, vocab: Vocabulary 
         if label_text is not None:
             raise _located(path, label_text[0], "label", "a '# label =' comment with no sentence under it")
         return []  # comments only, e.g. '# newdoc' before a blank line
-    for k, head in enumerate(heads):  # from_parents' own range, -1..n, admits the -1 that CoNLL-U does not have
+    for k, head in enumerate(heads):  # from_heads' own range, -1..n, admits the -1 that CoNLL-U does not have
         if int(head) > len(forms):
             raise _located(path, token_lines[k], "HEAD", f"HEAD {head} of token {k + 1} is outside 0..{len(forms)} "
                            f"(0 for the root, 1..{len(forms)} for the sentence's tokens)")
     try:
-        data = from_parents(heads, forms, vocab=vocab)
+        data = from_heads(heads, forms, vocab=vocab)
     except CycleError as err:
         # The line of the cycle's first token in the file, the one a reader meets first.
         raise _located(path, token_lines[min(err.nodes) - 1], "HEAD", err.reason, cycle=err.nodes) from None
     except TreeFormatError as err:
-        # from_parents counts tokens from 1, as CoNLL-U IDs do: its position is the token ID.
+        # from_heads counts tokens from 1, as CoNLL-U IDs do: its position is the token ID.
         line = token_lines[err.position - 1] if err.position else token_lines[0]
         raise _located(path, line, "HEAD", err.reason) from None
     data.lemmas, data.upos, data.deprel = lemmas, upos, deprels
@@ -654,7 +654,7 @@ def _node_label(value: Any, field: str, error: Callable) -> int:
     if value is None:
         return NO_LABEL
     try:
-        # from_parents' own label check (integers >= -1; whole floats, not bools or strings); the message is
+        # The converters' own label check (integers >= -1; whole floats, not bools or strings); the message is
         # ours because it names the JSON field rather than a 1-based token.
         return _checked_label(value, 0)
     except TreeFormatError:
@@ -667,8 +667,7 @@ def _json_tree(parents: Any, num_nodes: int, error: Callable) -> Data:
         raise error("parents", f"'parents' must be a list (one parent index per node), got {_kind(parents)}")
     if len(parents) != num_nodes:
         raise error("parents", f"{len(parents)} parents for {num_nodes} nodes; give one per node (-1 at the root)")
-    # These checks come before from_parents because its numbering differs (1-based heads, 0 = root, -1 =
-    # outside the tree): a parent -2 here would become "outside the tree" there and drop the node silently.
+    # Checked here rather than left to from_parents, whose messages name nodes but not the JSON field.
     for k, parent in enumerate(parents):
         if not _is_int(parent):
             raise error(f"parents[{k}]", f"parent of node {k} must be an integer node index, got {_kind(parent)} "
@@ -681,11 +680,10 @@ def _json_tree(parents: Any, num_nodes: int, error: Callable) -> Data:
                     f"nodes {roots[0]} and {roots[1]} both have parent -1: a tree has one root (use 'edges' "
                     "for a DAG or forest)")
     try:
-        return from_parents([parent + 1 for parent in parents])
+        return from_parents(parents)
     except CycleError as err:
-        nodes = [token - 1 for token in err.nodes]  # from_parents names 1-based tokens
-        raise error("parents", "parents form a cycle through nodes " + " -> ".join(map(str, nodes)),
-                    cycle=nodes) from None
+        raise error("parents", "parents form a cycle through nodes " + " -> ".join(map(str, err.nodes)),
+                    cycle=list(err.nodes)) from None
 
 
 def _json_dag(edges: Any, positions: Any, num_nodes: int, error: Callable) -> Data:
@@ -714,5 +712,4 @@ def _json_dag(edges: Any, positions: Any, num_nodes: int, error: Callable) -> Da
         raise error("edges", err.reason, cycle=err.nodes) from None
     except TreeFormatError as err:  # only positions can be wrong now: no node attributes were given
         raise error("positions", err.reason) from None
-    del data.node_names  # the indices 0..n-1 themselves
     return data

@@ -208,25 +208,25 @@ def _paper_tree(root: _List, seq: list[str], vocab: Vocabulary | None) -> Data:
 
 
 def _flat_tree(root: _List, seq: list[str], vocab: Vocabulary | None) -> Data:
-    heads: list[int] = []  # 1-based head of each node, 0 at the root, as from_parents takes them
+    parents: list[int] = []  # 0-based parent of each node, -1 at the root, as from_parents takes them
     labels: list[int] = []
     node_tokens: list[str] = []
 
-    def emit(lst: _List, head: int) -> None:
-        heads.append(head)
+    def emit(lst: _List, parent: int) -> None:
+        parents.append(parent)
         labels.append(lst.value)
         node_tokens.append(seq[lst.begin])
-        me = len(heads)
+        me = len(parents) - 1
         for item in lst.items:
             if isinstance(item, _List):
                 emit(item, me)
             else:
-                heads.append(me)
+                parents.append(me)
                 labels.append(int(seq[item]))
                 node_tokens.append(seq[item])
 
-    emit(root, 0)
-    return from_parents(heads, node_tokens, labels, vocab)
+    emit(root, -1)
+    return from_parents(parents, node_tokens, labels, vocab)
 
 
 class _TooLongError(Exception):

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..data.pairs import TREE_KEYS, pair_side
-from ..data.parents import from_parents
+from ..data.parents import from_heads
 from ..errors import TreeFormatError
 from ..parse import parse_many
 from ._spacy import model_tag, parser_for
@@ -242,8 +242,8 @@ class SICK(CorpusDataset):
             for side in ("a", "b"):
                 where = f"{folder / (side + '.parents')}, line {i + 1}"
                 try:
-                    trees.append(from_parents(columns[f"{side}.parents"][i], columns[f"{side}.toks"][i],
-                                              vocab=self.vocab))
+                    trees.append(from_heads(columns[f"{side}.parents"][i], columns[f"{side}.toks"][i],
+                                            vocab=self.vocab))
                 except TreeFormatError as err:
                     raise DatasetError(f"{where}: {err}; delete {self.raw_dir} and run again") from None
             where = f"{folder / 'sim.txt'}, line {i + 1}"
