@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch_geometric.loader import DataLoader
 
+from graphtree import settings
 from graphtree.data import NO_LABEL, NO_WORD
 from graphtree.datasets import DatasetError, GraphFiles
-from graphtree.datasets.files import read_graph_file, split_indices
+from graphtree.datasets.files import default_files_root, read_graph_file, split_indices
 from graphtree.engine import schedule_of
 from graphtree.errors import CycleError, TreeFormatError
 from graphtree.models.classifier import NodeEmbedding
@@ -348,6 +349,22 @@ def test_error_in_dataset_caches_nothing(tmp_path):
 
 
 # --------------------------------------------------------------------------- the dataset: cache, splits, loaders
+
+
+def test_default_root_is_the_cache_folder_not_the_working_directory(tmp_path, monkeypatch):
+    data = write(tmp_path, "mine.jsonl", '{"nodes": [{"token": "a"}], "parents": [-1]}\n')
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with settings.overridden(cache=tmp_path / "cache"):
+        assert default_files_root() == tmp_path / "cache" / "datasets"
+        dataset = GraphFiles(split="all", files=data, log=False)
+        assert dataset[0].tokens == ["a"]
+    assert list(work.iterdir()) == []  # nothing written where it was called from
+    assert list((tmp_path / "cache" / "datasets" / "mine" / "processed").glob("all-jsonl-*.pt"))
+    # A root given, as PyG datasets take it, is where the processed graphs go.
+    GraphFiles(tmp_path / "mine-root", "all", files=data, log=False)
+    assert list((tmp_path / "mine-root" / "mine" / "processed").glob("all-jsonl-*.pt"))
 
 
 def test_cache_follows_the_bytes_of_the_file(tmp_path, monkeypatch):

@@ -24,16 +24,17 @@ from typing import Any
 import torch
 from torch_geometric.data import Data
 
+from .. import settings
 from ..data.networkx import from_networkx
 from ..data.parents import _label as _checked_label
 from ..data.parents import from_heads, from_parents
 from ..data.ptb import from_ptb
 from ..data.tree import NO_LABEL, NO_WORD, Vocabulary, lookup_words
 from ..errors import CycleError, TreeFormatError
-from .base import DEFAULT_ROOT, CorpusDataset, code_fingerprint
+from .base import CorpusDataset, code_fingerprint
 from .download import DatasetError
 
-__all__ = ["FORMATS", "GraphFiles", "read_graph_file", "split_indices"]
+__all__ = ["FORMATS", "GraphFiles", "default_files_root", "read_graph_file", "split_indices"]
 
 FORMATS = ("conllu", "ptb", "jsonl")
 """The file formats :class:`GraphFiles` reads."""
@@ -52,6 +53,12 @@ _LABEL_COMMENT = re.compile(r"#\s*label\s*=(.*)")
 _CONLLU_COLUMNS = ("ID", "FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS", "MISC")
 _JSON_GRAPH_KEYS = ("nodes", "parents", "edges", "positions", "y")
 _JSON_NODE_KEYS = ("token", "x", "y")
+
+
+def default_files_root() -> Path:
+    """Where :class:`GraphFiles` caches processed graphs without a ``root``: ``<cache>/datasets``, the cache
+    folder being :mod:`graphtree.settings`' (``$GRAPHTREE_CACHE``, else ``~/.cache/graphtree``)."""
+    return settings.current().cache / "datasets"
 
 
 class GraphFiles(CorpusDataset):
@@ -78,7 +85,10 @@ class GraphFiles(CorpusDataset):
     hash of the files read and the settings.
 
     Args:
-        root: Data root (default ``"datasets"``).
+        root: Data root, as PyG datasets take it: the processed graphs go to
+            ``<root>/<name>/processed/``. Default (``None``): ``datasets`` under
+            graphtree's cache folder (:mod:`graphtree.settings`, ``$GRAPHTREE_CACHE``,
+            else ``~/.cache/graphtree``), never the working directory.
         split: ``"train"``, ``"dev"``, ``"test"`` (or ``"all"`` with one file).
         files: A file path, or a mapping split -> file path.
         format: ``"conllu"``, ``"ptb"`` or ``"jsonl"``; default from the file
@@ -101,7 +111,7 @@ class GraphFiles(CorpusDataset):
         TreeFormatError: a malformed record (see above).
     """
 
-    def __init__(self, root: str | os.PathLike | None = DEFAULT_ROOT, split: str = "train", *,
+    def __init__(self, root: str | os.PathLike | None = None, split: str = "train", *,
                  files: str | os.PathLike | Mapping[str, str | os.PathLike],
                  format: str | None = None,
                  labels: str | os.PathLike | Mapping[str, str | os.PathLike] | None = None,
@@ -135,7 +145,11 @@ class GraphFiles(CorpusDataset):
         if not self.name or os.sep in self.name or self.name in (".", ".."):
             raise DatasetError(f"name {self.name!r} cannot be a folder name; pass name='mydata'")
         self.format = _format_of(data_file, format)
-        self.root_dir = Path(os.fspath(root) if root is not None else DEFAULT_ROOT).expanduser()
+        if root is None:
+            # The files read stay where they are: the root only caches what was made of them, so it belongs in
+            # the cache folder rather than under whatever directory the dataset is made from.
+            root = default_files_root()
+        self.root_dir = Path(os.fspath(root)).expanduser()
         self.data_path = self._resolve(data_file)
         label_file = (labels.get(split) if self.per_split else labels) if labels is not None else None
         self.labels_path = self._resolve(label_file) if label_file is not None else None

@@ -89,7 +89,7 @@ def _split_files(folder: Path, format: str | None) -> dict[str, Path]:
 def load_graph_splits(data: str | os.PathLike, *, format: str | None = None,
                       labels: str | os.PathLike | None = None, target: str = "auto",
                       ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
-                      root: str | os.PathLike = "datasets") -> GraphSplits:
+                      root: str | os.PathLike | None = None) -> GraphSplits:
     """Train, dev and test graphs of ``data``: a file (split by a seeded shuffle) or a folder of split files.
 
     A folder holds one ``train.*``, ``dev.*`` and ``test.*`` file each (the
@@ -105,7 +105,7 @@ def load_graph_splits(data: str | os.PathLike, *, format: str | None = None,
         ratios: ``(train, dev, test)`` fractions for one file; a file of fewer graphs than splits is every split
             (where every fraction is positive).
         seed: Seed of the split of one file.
-        root: Data root of the processed caches.
+        root: Data root of the processed caches (default: :func:`~graphtree.datasets.files.default_files_root`).
 
     Raises:
         RunError: no such file or folder, a folder without its split files, labels with a folder.
