@@ -44,12 +44,17 @@ from graphtree.train.report import (
     target_line,
     wall_minutes,
 )
+from graphtree.train.runs import check_flags_first
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
+
+if __name__ == "__main__":  # --help and a bad --results answer here, before the training script and torch load
+    check_flags_first(lambda argv: results_folder(__doc__.splitlines()[0], RESULTS, argv), "report_sick.py")
 
 _SICK = load_script(Path(__file__).with_name("sick.py"))
 EPOCHS, MODELS = _SICK.EPOCHS, _SICK.MODELS  # the models and their default epochs
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
 
 # Tai et al. 2015, Table 3 (mean over 5 runs, GloVe 840B 300d, fixed): Pearson r, Spearman ρ, MSE.
 PAPER = {

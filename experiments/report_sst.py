@@ -48,13 +48,18 @@ from graphtree.train.report import (
     within,
     within_table,
 )
+from graphtree.train.runs import check_flags_first
 
 # experiments/sst.py's settings tables: the paper's epochs and optimizer per model
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
+
+if __name__ == "__main__":  # --help and a bad --results answer here, before the training script and torch load
+    check_flags_first(lambda argv: results_folder(__doc__.splitlines()[0], RESULTS, argv), "report_sst.py")
+
 _SST = load_script(Path(__file__).with_name("sst.py"))
 MODELS, PRESETS, SETTINGS_MODEL = _SST.MODELS, _SST.PRESETS, _SST.SETTINGS_MODEL
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
 
 TAI = "Tai et al. 2015"
 ZHU = "Zhu et al. 2015"

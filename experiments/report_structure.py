@@ -20,7 +20,6 @@ import statistics
 import sys
 from pathlib import Path
 
-from graphtree.train import atomic_write_text
 from graphtree.train.report import Provenance, load_runs, markdown_table, mean_std, minutes, publish, summary_label
 from graphtree.train.runs import ArgumentParser
 
@@ -157,6 +156,8 @@ def main(argv: list[str]) -> Path:
         p.error(f"no {'quick' if args.quick else 'full'} structure runs in {results}")
     out = results / "structure.md"
     text = report(runs)
+    from graphtree.train.checkpoint import atomic_write_text  # here, not above: --help needs no torch
+
     atomic_write_text(text, out)
     # Only the committed results speak for docs/results.md and README: a report on one's own runs stays in their folder.
     committed = results.resolve() == (REPO / "experiments" / "results" / "structure").resolve() and not args.quick

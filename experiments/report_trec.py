@@ -42,11 +42,16 @@ from graphtree.train.report import (
     target_line,
     wall_minutes,
 )
-
-EPOCHS = load_script(Path(__file__).with_name("trec.py")).EPOCHS  # the default number of epochs
+from graphtree.train.runs import check_flags_first
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
+
+if __name__ == "__main__":  # --help and a bad --results answer here, before the training script and torch load
+    check_flags_first(lambda argv: results_folder(__doc__.splitlines()[0], RESULTS, argv), "report_trec.py")
+
+EPOCHS = load_script(Path(__file__).with_name("trec.py")).EPOCHS  # the default number of epochs
+
 
 # Teng & Zhang 2017, Table 2: test accuracy (%), best-dev model of 5 seeds, GloVe 840B 300d, ZPar trees.
 ROWS = [

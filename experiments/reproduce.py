@@ -28,7 +28,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphtree.train import atomic_write_text
 from graphtree.train.provenance import NUMERICS_VERSION, code_state, processor
 from graphtree.train.report import Provenance
 from graphtree.train.runs import ArgumentParser, fail, main_guard
@@ -80,6 +79,8 @@ def record_check(entry: dict) -> None:
               (entry["task"], entry["run"], entry["numerics"])]
     checks.append(entry)
     checks.sort(key=lambda c: (c["task"], c["run"], c["numerics"]))
+    from graphtree.train.checkpoint import atomic_write_text  # here, not above: --help needs no torch
+
     atomic_write_text(json.dumps(checks, indent=1) + "\n", CHECKS)
 
 

@@ -32,23 +32,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-from torch_geometric.data import Data
-
-from graphtree.data.spacy import binarize
-from graphtree.data.tree import lookup_words
-from graphtree.datasets import SICK
-from graphtree.datasets.sick import TREE_KEYS, make_pair
-from graphtree.embeddings import embedding_matrix
-from graphtree.experiments.harness import SPLITS, Experiment, split_sizes, vectors_name
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.models import NodeEmbedding
-from graphtree.models.similarity import MeanEncoder, PairSimilarity, SequenceEncoder, TreeEncoder, similarity_loss
-from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
-from graphtree.train import PRESETS
-from graphtree.train.pairs import PairTrainer, pearson_by_length
-from graphtree.train.runs import ArgumentParser, add_run_arguments, check_embeddings, main_guard, note
-from graphtree.vocab import Vocab
+from graphtree.train.presets import PRESETS
+from graphtree.train.runs import (
+    ArgumentParser,
+    add_run_arguments,
+    check_embeddings,
+    check_flags_first,
+    main_guard,
+    note,
+)
 
 # ----------------------------------------------------------------------------------------------------------------
 # Tai et al.'s settings (§5.2-5.3, Table 1, relatedness column): memory sizes chosen so that the LSTM parameter
@@ -71,12 +63,33 @@ REPO = Path(__file__).resolve().parent.parent
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = ArgumentParser(description="Train a relatedness model on SICK (see the module docstring).")
-    p.add_argument("--model", choices=list(MODELS), default="dependency")
+    p.add_argument("--model", choices=list(MODELS), default="dependency",
+                   help="; ".join(f"{key}: {spec['name']}" for key, spec in MODELS.items()))
     p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
     add_run_arguments(p, REPO, EPOCHS, quick_sample="300 / 100 / 200 pairs")
     args = p.parse_args(argv)
     check_embeddings(args.embeddings, ("glove50",))
     return args
+
+
+if __name__ == "__main__":
+    check_flags_first(parse_args, "sick.py")  # --help and a mistyped flag answer here, before torch is imported
+
+import torch
+from torch_geometric.data import Data
+
+from graphtree.data.spacy import binarize
+from graphtree.data.tree import lookup_words
+from graphtree.datasets import SICK
+from graphtree.datasets.sick import TREE_KEYS, make_pair
+from graphtree.embeddings import embedding_matrix
+from graphtree.experiments.harness import SPLITS, Experiment, split_sizes, vectors_name
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.models import NodeEmbedding
+from graphtree.models.similarity import MeanEncoder, PairSimilarity, SequenceEncoder, TreeEncoder, similarity_loss
+from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
+from graphtree.train.pairs import PairTrainer, pearson_by_length
+from graphtree.vocab import Vocab
 
 
 def side(pair: Data, which: str) -> Data:

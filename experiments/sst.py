@@ -32,18 +32,9 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from torch_geometric.data import Data
-
-from graphtree.datasets import SST
-from graphtree.experiments.baselines import single_process, sst_phrase_baseline
-from graphtree.experiments.harness import SPLITS, Experiment, initial_vectors, sample_splits, split_sizes
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.experiments.sst_models import sst_model
 from graphtree.experiments.sst_options import SSTOptions
-from graphtree.experiments.sst_predict import predict
-from graphtree.train import PRESETS, OptimizerSpec, Trainer, recursive_tree, restrict_supervision
-from graphtree.train.runs import default_mirror, main_guard, note
-from graphtree.vocab import Vocab
+from graphtree.train.presets import PRESETS
+from graphtree.train.runs import check_flags_first, main_guard
 
 # ----------------------------------------------------------------------------------------------------------------
 # The papers' settings. dim: word vector size with random vectors (pretrained ones bring their own);
@@ -75,6 +66,22 @@ OPTIONS = SSTOptions(MODELS, SETTINGS_MODEL, BASELINES, PRESETS)   # the flags, 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     return OPTIONS.parse(argv, REPO)
+
+
+if __name__ == "__main__" and sys.argv[1:2] != ["predict"]:
+    check_flags_first(parse_args, "sst.py")  # --help and a mistyped flag answer here, before torch is imported
+
+from torch_geometric.data import Data
+
+from graphtree.datasets import SST
+from graphtree.experiments.baselines import single_process, sst_phrase_baseline
+from graphtree.experiments.harness import SPLITS, Experiment, initial_vectors, sample_splits, split_sizes
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.experiments.sst_models import sst_model
+from graphtree.experiments.sst_predict import predict
+from graphtree.train import OptimizerSpec, Trainer, recursive_tree, restrict_supervision
+from graphtree.train.runs import default_mirror, note
+from graphtree.vocab import Vocab
 
 
 def build_vocab(cfg: dict, root: str, mirror: str | None, vectors) -> Vocab:

@@ -46,19 +46,14 @@ import sys
 import time
 from pathlib import Path
 
-from graphtree.datasets import BooleanCircuits, ListOps
-from graphtree.datasets.listops import TREES
-from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.train import PRESETS
-from graphtree.train.own_data import MODELS, Task, TaskTrainer
-from graphtree.train.runs import ArgumentParser, add_run_arguments, main_guard, note
-from graphtree.train.structure import accuracy_by, add_sequences, structure_model
+from graphtree.train.own_data.names import MODELS
+from graphtree.train.presets import PRESETS
+from graphtree.train.runs import ArgumentParser, add_run_arguments, check_flags_first, main_guard, note
 
 # ----------------------------------------------------------------------------------------------------------------
 TASKS = {
-    "listops": dict(dataset=ListOps, sizes=dict(train_size=90_000, dev_size=10_000, test_size=10_000)),
-    "circuits": dict(dataset=BooleanCircuits, sizes=dict(train_size=10_000, dev_size=1_000, test_size=2_000,
+    "listops": dict(dataset="ListOps", sizes=dict(train_size=90_000, dev_size=10_000, test_size=10_000)),
+    "circuits": dict(dataset="BooleanCircuits", sizes=dict(train_size=10_000, dev_size=1_000, test_size=2_000,
                                                          num_inputs=4, num_gates=12)),
 }
 TRAIN_MAX_DEPTH = 9   # circuits: train and dev keep depths up to this; test has depths up to num_gates
@@ -67,18 +62,34 @@ OPTIMIZER = PRESETS["teng"]   # Adam, lr 0.001, minibatch 25
 MAX_OFFSET = 32   # circuits' sequence model: operand distances one-hot up to this
 QUICK = dict(listops=dict(train_size=300, dev_size=100, test_size=100),
              circuits=dict(train_size=400, dev_size=100, test_size=150, num_inputs=4, num_gates=12))
+LISTOPS_TREES = ("paper", "flat")   # graphtree.datasets.listops.TREES, named here to list them without torch
 REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = ArgumentParser(description="ListOps and Boolean circuits (see the module docstring).")
-    p.add_argument("--task", choices=list(TASKS), required=True)
+    p.add_argument("--task", choices=list(TASKS), required=True,
+                   help="listops: ListOps expressions (Nangia & Bowman 2018); circuits: Boolean circuits, DAGs")
     p.add_argument("--model", choices=[*MODELS, "lstm"], default="childsum",
                    help="a tree cell on the gold structure, or lstm: nn.LSTM over the sequence")
-    p.add_argument("--listops-tree", choices=TREES, default="paper",
+    p.add_argument("--listops-tree", choices=LISTOPS_TREES, default="paper",
                    help="ListOps: the paper's gold parse (default), or flat: one node per list")
     add_run_arguments(p, REPO, EPOCHS, quick_sample="a few hundred graphs")
     return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    check_flags_first(parse_args, "structure.py")  # --help and a mistyped flag answer here, before torch is imported
+
+from graphtree.datasets import BooleanCircuits, ListOps
+from graphtree.datasets.listops import TREES
+from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.train.own_data import Task, TaskTrainer
+from graphtree.train.structure import accuracy_by, add_sequences, structure_model
+
+DATASETS = {"ListOps": ListOps, "BooleanCircuits": BooleanCircuits}
+assert TREES == LISTOPS_TREES, "experiments/structure.py lists ListOps' trees as graphtree.datasets.listops.TREES"
 
 
 def depth_of(task: str, graph) -> int:
@@ -91,7 +102,8 @@ def load_splits(args: argparse.Namespace) -> tuple[dict, dict[str, list]]:
     spec = TASKS[args.task]
     sizes = QUICK[args.task] if args.quick else spec["sizes"]
     options = dict(tree=args.listops_tree) if args.task == "listops" else {}
-    splits = {s: list(spec["dataset"](args.data_root, s, **sizes, **options, seed=0, log=False)) for s in SPLITS}
+    dataset = DATASETS[spec["dataset"]]
+    splits = {s: list(dataset(args.data_root, s, **sizes, **options, seed=0, log=False)) for s in SPLITS}
     if args.task == "circuits":
         for s in ("train", "dev"):
             splits[s] = [g for g in splits[s] if depth_of(args.task, g) <= TRAIN_MAX_DEPTH]
@@ -108,7 +120,7 @@ def main(argv: list[str]) -> None:
     if args.model == "lstm":  # the sequences it reads, made once for every seed
         add_sequences((g for graphs in splits.values() for g in graphs), args.task, MAX_OFFSET)
     data_seconds = time.perf_counter() - began
-    task = Task("graph", "class", TASKS[args.task]["dataset"].num_classes)
+    task = Task("graph", "class", DATASETS[TASKS[args.task]["dataset"]].num_classes)
     train_depths = sorted({depth_of(args.task, g) for g in splits["train"]})
     cfg = dict(task=args.task, model=args.model, generator=dict(sizes, seed=0), epochs=exp.epochs, dim=DIM,
                hidden=HIDDEN, dropout=DROPOUT, optimizer=OPTIMIZER.as_dict(), quick=args.quick,

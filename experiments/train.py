@@ -32,11 +32,18 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from graphtree.experiments.harness import Experiment, check_training_flags, split_sizes, vectors_name
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.train import PRESETS, distributed
-from graphtree.train import own_data as own
-from graphtree.train.runs import ArgumentParser, add_run_arguments, check_embeddings, fail, main_guard, note
+from graphtree.train import own_data as own  # a lazy package: MODELS needs no torch
+from graphtree.train.presets import PRESETS
+from graphtree.train.runs import (
+    ArgumentParser,
+    add_run_arguments,
+    check_embeddings,
+    check_flags_first,
+    check_training_flags,
+    fail,
+    main_guard,
+    note,
+)
 
 # ----------------------------------------------------------------------------------------------------------------
 # Defaults: word vectors of 100 (random) or GloVe's 50, memories of 100, no dropout, 10 epochs, and Teng & Zhang's
@@ -80,6 +87,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if min(args.split) < 0 or abs(sum(args.split) - 1) > 1e-6:
         p.error(f"--split takes three non-negative fractions summing to 1, got {' '.join(map(str, args.split))}")
     return args
+
+
+if __name__ == "__main__":
+    check_flags_first(parse_args, "train.py")  # --help and a mistyped flag answer here, before torch is imported
+
+from graphtree.experiments.harness import Experiment, split_sizes, vectors_name
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.train import distributed
 
 
 def main(argv: list[str]) -> None:

@@ -31,22 +31,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor
-from torch.nn import Linear
-
-from graphtree.data.tree import lookup_words
-from graphtree.datasets import TREC
-from graphtree.embeddings import embedding_matrix
-from graphtree.experiments.baselines import single_process, trec_question_baseline
-from graphtree.experiments.harness import SPLITS, Experiment, sample_splits, split_sizes, vectors_name
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.models import BiTreeLSTM, NodeEmbedding
-from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
-from graphtree.nn import ChildSumTreeLSTM
-from graphtree.train import PRESETS, Trainer, WordInputModel
-from graphtree.train.runs import ArgumentParser, add_run_arguments, check_embeddings, default_mirror, main_guard, note
-from graphtree.vocab import Vocab
+from graphtree.train.presets import PRESETS
+from graphtree.train.runs import (
+    ArgumentParser,
+    add_run_arguments,
+    check_embeddings,
+    check_flags_first,
+    default_mirror,
+    main_guard,
+    note,
+)
 
 # ----------------------------------------------------------------------------------------------------------------
 # Teng & Zhang §6-7: LSTM states of 150, an output hidden layer of 64 (question types), dropout 0.5 on the word
@@ -74,6 +68,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.model != "svm":
         check_embeddings(args.embeddings, ("glove50",))
     return args
+
+
+if __name__ == "__main__":
+    check_flags_first(parse_args, "trec.py")  # --help and a mistyped flag answer here, before torch is imported
+
+import torch
+from torch import Tensor
+from torch.nn import Linear
+
+from graphtree.data.tree import lookup_words
+from graphtree.datasets import TREC
+from graphtree.embeddings import embedding_matrix
+from graphtree.experiments.baselines import single_process, trec_question_baseline
+from graphtree.experiments.harness import SPLITS, Experiment, sample_splits, split_sizes, vectors_name
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.models import BiTreeLSTM, NodeEmbedding
+from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
+from graphtree.nn import ChildSumTreeLSTM
+from graphtree.train import Trainer, WordInputModel
+from graphtree.vocab import Vocab
 
 
 def load_splits(args: argparse.Namespace, trees: str) -> dict[str, list]:

@@ -2,13 +2,40 @@
 
 # Importing graphtree sets nothing: the garbage collector (graphtree.collector) and subnormal floats
 # (graphtree.train.trainer.denormals_flushed) are the commands' and the trainer's own choices, made where they run.
-from . import data, datasets, models, nn
-from .embeddings import load_glove
-from .engine import Children, propagate, schedule_of
-from .errors import CycleError, GraphtreeError, ScheduleError, TreeFormatError
-from .parse import parse
-from .schedule import LevelPlan, Schedule
-from .vocab import Vocab
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Names are imported when first used (PEP 562), so that a script's --help, or a user of one layer, does not wait
+# for torch, PyG and every model to load: ``graphtree.nn`` or ``from graphtree import Vocab`` imports what it needs.
+_LAZY = {
+    "data": ".data", "datasets": ".datasets", "models": ".models", "nn": ".nn",
+    "load_glove": ".embeddings", "Children": ".engine", "propagate": ".engine", "schedule_of": ".engine",
+    "CycleError": ".errors", "GraphtreeError": ".errors", "ScheduleError": ".errors", "TreeFormatError": ".errors",
+    "parse": ".parse", "LevelPlan": ".schedule", "Schedule": ".schedule", "Vocab": ".vocab",
+}
+
+if TYPE_CHECKING:
+    from . import data, datasets, models, nn
+    from .embeddings import load_glove
+    from .engine import Children, propagate, schedule_of
+    from .errors import CycleError, GraphtreeError, ScheduleError, TreeFormatError
+    from .parse import parse
+    from .schedule import LevelPlan, Schedule
+    from .vocab import Vocab
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'graphtree' has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name], __name__)
+    value = module if _LAZY[name] == f".{name}" else getattr(module, name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __version__ = "0.1.0"
 

@@ -22,7 +22,7 @@ import torch
 
 from ..embeddings import embedding_matrix, load_glove
 from ..train import distributed
-from ..train.runs import default_mirror, epochs_of, quick_sample, start_process
+from ..train.runs import check_training_flags, default_mirror, epochs_of, quick_sample, start_process
 from ..train.trainer import FitResult, Trainer
 from .seeds import Outcome, SeedRun, seed_names, train_seeds
 
@@ -65,18 +65,6 @@ def sample_splits(splits: Mapping[str, Sequence], sizes: Mapping[str, int], quic
 def split_sizes(splits: Mapping[str, Sized]) -> str:
     """``"train / dev / test"`` sizes, for a script's note on its data (e.g. ``"1000 / 300 / 500"``)."""
     return " / ".join(str(len(splits[s])) for s in SPLITS)
-
-
-def check_training_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """argparse's one-line error for a learning rate, L2 strength or dropout out of range (flags a script does not
-    have, or left at ``None``, are not checked)."""
-    l2, lr, dropout = (getattr(args, name, None) for name in ("l2", "lr", "dropout"))
-    if l2 is not None and l2 < 0:
-        parser.error(f"--l2 must be non-negative, got {l2}")
-    if lr is not None and lr <= 0:
-        parser.error(f"--lr must be positive, got {lr}")
-    if dropout is not None and not 0.0 <= dropout < 1.0:
-        parser.error(f"--dropout must be in [0, 1), got {dropout}")
 
 
 @dataclass

@@ -14,12 +14,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..train import OptimizerSpec
-from ..train.runs import ArgumentParser, add_run_arguments, at_least_one, check_embeddings, epochs_of
-from .harness import check_training_flags
-from .sst_predict import PREDICT_USAGE
+from ..train.presets import OptimizerSpec
+from ..train.runs import (
+    ArgumentParser,
+    add_run_arguments,
+    at_least_one,
+    check_embeddings,
+    check_training_flags,
+    epochs_of,
+)
 
-__all__ = ["SSTOptions"]
+__all__ = ["PREDICT_USAGE", "SSTOptions"]
+
+PREDICT_USAGE = 'python experiments/sst.py predict CHECKPOINT "a sentence" [--png PICTURE.png]'
 
 
 @dataclass(frozen=True)
@@ -44,10 +51,17 @@ class SSTOptions:
                        help="a tree LSTM, or an n-gram baseline (nb, svm; Zhu Table 1, after Socher et al. 2013)")
         p.add_argument("--embeddings", default="random", help="random, glove50, or the path of a GloVe text file")
         task = p.add_mutually_exclusive_group()
-        task.add_argument("--fine-grained", dest="fine_grained", action="store_true", default=True)
-        task.add_argument("--binary", dest="fine_grained", action="store_false")
-        p.add_argument("--supervision", choices=["all", "root", "root+leaf"], default="all")
-        p.add_argument("--structure", choices=["gold", "left", "right"], default="gold")
+        task.add_argument("--fine-grained", dest="fine_grained", action="store_true", default=True,
+                          help="five classes, very negative to very positive (the default)")
+        task.add_argument("--binary", dest="fine_grained", action="store_false",
+                          help="two classes, negative and positive: sentences with a neutral root are dropped, "
+                               "neutral phrases unlabelled")
+        p.add_argument("--supervision", choices=["all", "root", "root+leaf"], default="all",
+                       help="the labels training reads: every phrase's (default), the sentence's only, or the "
+                            "sentence's and the words' (Zhu et al.); dev and test keep every label")
+        p.add_argument("--structure", choices=["gold", "left", "right"], default="gold",
+                       help="the trees: the treebank's parses (default), or left- or right-branching trees over "
+                            "the words (Zhu et al.'s comparison)")
         p.add_argument("--head", choices=["gated", "left", "right", "average"], default="gated",
                        help="head lexicalization (contree_lex, topdown, bicontree)")
         p.add_argument("--activation", choices=["tanh", "softsign", "sigmoid"], default="tanh", help="lstmrnn only")

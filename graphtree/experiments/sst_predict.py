@@ -21,10 +21,10 @@ from ..parse import parse
 from ..train.runs import ArgumentParser, RunPaths, fail
 from ..train.transforms import recursive_tree
 from ..vocab import Vocab
+from .sst_options import PREDICT_USAGE
 
 __all__ = ["PREDICT_USAGE", "draw_tree", "load_checkpoint", "picture_path", "predict", "render_tree"]
 
-PREDICT_USAGE = 'python experiments/sst.py predict CHECKPOINT "a sentence" [--png PICTURE.png]'
 PICTURE = "sst-tree.png"   # the picture's name in the output folder, or in a folder given to --png
 
 

@@ -17,13 +17,43 @@
   :class:`~graphtree.train.Trainer` for graph or node labels, predictions.
 """
 
-from . import distributed
-from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
-from .metrics import Tally, evaluate
-from .models import WordInputModel
-from .optim import PRESETS, CapturableAdagrad, OptimizerSpec, PaperOptimizer, make_optimizer
-from .trainer import FitResult, Trainer
-from .transforms import SUPERVISION, recursive_tree, restrict_supervision
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported when first used (PEP 562): the experiment scripts read their flags from train.runs and
+# train.presets, which need no torch, before they import the trainer.
+_LAZY = {
+    "distributed": ".distributed", "atomic_save": ".checkpoint", "atomic_write_text": ".checkpoint",
+    "get_rng_state": ".checkpoint", "seed_everything": ".checkpoint", "set_rng_state": ".checkpoint",
+    "Tally": ".metrics", "evaluate": ".metrics", "WordInputModel": ".models", "PRESETS": ".presets",
+    "OptimizerSpec": ".presets", "CapturableAdagrad": ".optim", "PaperOptimizer": ".optim",
+    "make_optimizer": ".optim", "FitResult": ".trainer", "Trainer": ".trainer", "SUPERVISION": ".transforms",
+    "recursive_tree": ".transforms", "restrict_supervision": ".transforms",
+}
+
+if TYPE_CHECKING:
+    from . import distributed
+    from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
+    from .metrics import Tally, evaluate
+    from .models import WordInputModel
+    from .optim import CapturableAdagrad, PaperOptimizer, make_optimizer
+    from .presets import PRESETS, OptimizerSpec
+    from .trainer import FitResult, Trainer
+    from .transforms import SUPERVISION, recursive_tree, restrict_supervision
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'graphtree.train' has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name], __name__)
+    value = module if _LAZY[name] == f".{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "PRESETS",

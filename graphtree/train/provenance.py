@@ -25,9 +25,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-import torch
-
-from ..backend.native import cpu_description
+# torch and the kernel build are imported where used: the report scripts read NUMERICS_VERSION without them.
 
 __all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "code_state", "git_state", "processor", "processor_name",
            "provenance"]
@@ -70,6 +68,8 @@ def code_state() -> tuple[str | None, bool | None]:
 @cache
 def processor_name() -> str:
     """The processor's model name as the kernel build reads it (``/proc/cpuinfo``), else the platform's."""
+    from ..backend.native import cpu_description
+
     described = dict(line.split(":", 1) for line in cpu_description() if ":" in line)
     name = {k.strip(): v.strip() for k, v in described.items()}.get("model name", "")
     return name or platform.processor() or platform.machine() or "unknown processor"
@@ -79,6 +79,8 @@ def processor_name() -> str:
 def processor() -> str:
     """The processor's model name and the vector instructions PyTorch's CPU kernels use on it, e.g.
     ``"Intel(R) Xeon(R) Processor (AVX512)"``: two runs round alike only on the same kind."""
+    import torch
+
     return f"{processor_name()} ({torch.backends.cpu.get_cpu_capability()})"
 
 
@@ -90,6 +92,8 @@ def provenance(threads: int, kernels: str) -> dict:
         kernels: ``"compiled"`` where the cells ran on graphtree's compiled
             kernels, ``"pytorch"`` where on PyTorch operators only.
     """
+    import torch
+
     commit, dirty = code_state()
     return {"commit": commit, "dirty": dirty, "torch": torch.__version__, "threads": threads,
             "kernels": kernels, "numerics": NUMERICS_VERSION, "processor": processor()}

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import atomic_write_text
 from .provenance import NUMERICS_VERSION
 from .runs import ArgumentParser
 
@@ -115,6 +114,8 @@ def write_readme_section(readme: Path, key: str, text: str) -> bool:
         return False
     updated = pattern.sub(lambda _: f"{begin}\n{text.strip()}\n{end}", source, count=1)
     if updated != source:
+        from .checkpoint import atomic_write_text  # with torch: only a report that writes needs it
+
         atomic_write_text(updated, readme)
     return True
 

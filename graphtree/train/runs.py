@@ -30,24 +30,52 @@ import platform
 import re
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from .. import settings
 from ..collector import exit_without_collecting, startup_frozen
-from ..datasets import MIRROR_ENV
-from ..datasets.download import DatasetError, RemoteFile, fetch
 from ..errors import GraphtreeError
-from . import distributed
-from .provenance import code_state, provenance
 
-__all__ = ["QUICK_EPOCHS", "ArgumentParser", "RunError", "RunPaths", "add_run_arguments", "at_least_one",
-           "check_embeddings", "corpus_file", "default_mirror", "epochs_of", "fail", "finished_run",
-           "machine_description", "main_guard", "note", "quick_sample", "recorded_command", "resolve_device",
-           "run_record", "start_process"]
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import torch
+
+    from ..datasets.download import RemoteFile
+
+# torch, the datasets and the trainer are imported where they are used, not here: a script builds its parser from
+# this module and answers --help, or a mistyped flag, without waiting seconds for them to load.
+MIRROR_ENV = settings.ENVIRONMENT["mirror"]
+
+__all__ = [
+    "MIRROR_ENV",
+    "QUICK_EPOCHS",
+    "ArgumentParser",
+    "RunError",
+    "RunPaths",
+    "add_run_arguments",
+    "at_least_one",
+    "check_embeddings",
+    "check_flags_first",
+    "check_training_flags",
+    "corpus_file",
+    "default_mirror",
+    "epochs_of",
+    "fail",
+    "finished_run",
+    "machine_description",
+    "main_guard",
+    "note",
+    "quick_sample",
+    "recorded_command",
+    "resolve_device",
+    "run_record",
+    "start_process",
+    "user_errors",
+]
 
 T = TypeVar("T")
 
@@ -63,6 +91,8 @@ def fail(message: str) -> NoReturn:
 
 def note(message: str) -> None:
     """A line for the user on stderr, from rank 0 only under ``torchrun`` (one copy, not one per process)."""
+    from . import distributed
+
     if distributed.is_main():
         print(message, file=sys.stderr)
 
@@ -94,11 +124,20 @@ def main_guard(main: Callable[[], T], prog: str) -> T:
     :func:`~graphtree.train.provenance.code_state`). What the imports made lives as long as the run and is left
     out of garbage collection while it runs (:func:`~graphtree.collector.startup_frozen`), and the interpreter's
     exit collects nothing (:func:`~graphtree.collector.exit_without_collecting`)."""
+    from .provenance import code_state
+
     code_state()
     exit_without_collecting()
+    with user_errors(prog), startup_frozen():
+        return main()
+
+
+@contextmanager
+def user_errors(prog: str) -> Iterator[None]:
+    """A user error inside ends the process with one line ``prog: error: ...`` and exit status 2, no traceback;
+    Ctrl-C with a line saying how to resume (exit status 130)."""
     try:
-        with startup_frozen():
-            return main()
+        yield
     except (GraphtreeError, FileNotFoundError) as error:
         text = str(error) if not isinstance(error, FileNotFoundError) or not error.filename else (
             f"no such file: {error.filename}")
@@ -107,6 +146,14 @@ def main_guard(main: Callable[[], T], prog: str) -> T:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; the same command resumes from the last finished epoch", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def check_flags_first(parse: Callable[[list[str]], object], prog: str, argv: Sequence[str] | None = None) -> None:
+    """Parse the command line before the script imports torch and its models: ``--help`` and a flag's error are
+    answered at once (in well under a second) instead of after seconds of imports. A script calls it at the top,
+    under ``if __name__ == "__main__"``, with its own ``parse_args``; ``main`` parses again (parsing is cheap)."""
+    with user_errors(prog):
+        parse(list(sys.argv[1:] if argv is None else argv))
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -135,7 +182,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, default_epoch
                       quick_sample: str) -> None:
     """The flags every experiment has: seeds, epochs, quick mode, output folder, threads, data root, progress bar.
     ``quick_sample`` says what ``--quick`` keeps of the data (e.g. "1000 / 300 / 500 sentences")."""
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1],
+                        help="one run per seed, one after another (default: 1)")
     parser.add_argument("--epochs", type=at_least_one, default=None, help=f"at least 1 (default: {default_epochs})")
     parser.add_argument("--quick", action="store_true",
                         help=f"a smoke run: a fixed sample ({quick_sample}), {QUICK_EPOCHS} epochs; results under "
@@ -145,8 +193,22 @@ def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, default_epoch
                              "(default: runs/ beside the experiments, ignored by git)")
     parser.add_argument("--threads", type=at_least_one, default=1, help="CPU threads per process (default 1)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the same code runs on either)")
-    parser.add_argument("--data-root", default=str(repo / "datasets"))
+    parser.add_argument("--data-root", default=str(repo / "datasets"),
+                        help="folder of the data: <root>/<corpus>/raw the fetched files, <root>/<corpus>/processed "
+                             "the caches (default: datasets/ beside the experiments)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (one line per epoch stays)")
+
+
+def check_training_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """argparse's one-line error for a learning rate, L2 strength or dropout out of range (flags a script does not
+    have, or left at ``None``, are not checked)."""
+    l2, lr, dropout = (getattr(args, name, None) for name in ("l2", "lr", "dropout"))
+    if l2 is not None and l2 < 0:
+        parser.error(f"--l2 must be non-negative, got {l2}")
+    if lr is not None and lr <= 0:
+        parser.error(f"--lr must be positive, got {lr}")
+    if dropout is not None and not 0.0 <= dropout < 1.0:
+        parser.error(f"--dropout must be in [0, 1), got {dropout}")
 
 
 def epochs_of(args: argparse.Namespace, default: int) -> int:
@@ -156,6 +218,10 @@ def epochs_of(args: argparse.Namespace, default: int) -> int:
 
 def start_process(args: argparse.Namespace) -> torch.device:
     """Threads and device of this process (one, or this one of ``torchrun``'s): the device it trains on."""
+    import torch
+
+    from . import distributed
+
     torch.set_num_threads(args.threads)
     return distributed.setup(resolve_device(args.device))
 
@@ -200,6 +266,8 @@ def corpus_file(remote: RemoteFile, repo: Path) -> Path | None:
     """A corpus file where the experiments find it, for the scripts that read the raw file (the benchmarks): in the
     mirror of :func:`default_mirror` where that is a folder (read in place), else fetched from the mirror's URL or
     the official one into ``datasets/`` beside the experiments' data; ``None`` where it cannot be had."""
+    from ..datasets.download import DatasetError, fetch
+
     mirror = default_mirror(repo)
     if mirror is not None and not mirror.startswith(("http://", "https://")):
         local = Path(mirror).expanduser() / remote.path
@@ -220,12 +288,16 @@ def check_embeddings(name: str, allowed: tuple[str, ...]) -> None:
 
 def quick_sample(data: list, size: int) -> list:
     """A fixed random subset in corpus order (corpus files are often sorted by label, so not the first rows)."""
+    import torch
+
     keep = torch.randperm(len(data), generator=torch.Generator().manual_seed(0))[:size]
     return [data[i] for i in sorted(keep.tolist())]
 
 
 def resolve_device(name: str) -> torch.device:
     """The ``--device`` flag as a device, with a clear error when CUDA is asked for but absent."""
+    import torch
+
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -237,6 +309,8 @@ def resolve_device(name: str) -> torch.device:
 
 def machine_description(device: torch.device | str = "cpu") -> str:
     """What a results file records about the machine (and the GPU, for a run on one)."""
+    import torch
+
     text = f"{platform.machine()}, {os.cpu_count()} CPUs"
     device = torch.device(device)
     if device.type == "cuda":
@@ -246,6 +320,8 @@ def machine_description(device: torch.device | str = "cpu") -> str:
 
 def kernels_used(device: torch.device | str) -> str:
     """``"compiled"`` where this process ran the cells on graphtree's compiled kernels, else ``"pytorch"``."""
+    import torch
+
     from ..backend import native
 
     return "compiled" if torch.device(device).type == "cpu" and native.kernels_loaded() else "pytorch"
@@ -254,6 +330,11 @@ def kernels_used(device: torch.device | str) -> str:
 def run_record(threads: int, device: torch.device | str = "cpu") -> dict:
     """The fields every results file ends with: threads (per process), device, versions, machine and provenance;
     ``processes`` too for a run trained by several (``torchrun``)."""
+    import torch
+
+    from . import distributed
+    from .provenance import provenance
+
     record = {"threads": threads, "device": str(device), "torch": torch.__version__,
               "python": platform.python_version(), "machine": machine_description(device),
               "provenance": provenance(threads, kernels_used(device))}

@@ -21,12 +21,40 @@ A problem with the data or the settings is a :class:`~graphtree.train.runs.RunEr
 naming the file, the line and what to change.
 """
 
-from .inputs import NodeInputs, attach_words, feature_channels, word_embedding
-from .models import MODELS, GraphModel, Structure, build_model, describe_structure, model_settings
-from .predictions import write_predictions
-from .splits import SPLITS, GraphSplits, load_graph_splits
-from .task import Task, find_task
-from .training import Prediction, TaskTrainer
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported when first used (PEP 562): experiments/train.py reads MODELS (.names, no torch) for its flags before
+# it imports the rest.
+_LAZY = {
+    "NodeInputs": ".inputs", "attach_words": ".inputs", "feature_channels": ".inputs", "word_embedding": ".inputs",
+    "MODELS": ".names", "GraphModel": ".models", "Structure": ".models", "build_model": ".models",
+    "describe_structure": ".models", "model_settings": ".models", "write_predictions": ".predictions",
+    "SPLITS": ".splits", "GraphSplits": ".splits", "load_graph_splits": ".splits", "Task": ".task",
+    "find_task": ".task", "Prediction": ".training", "TaskTrainer": ".training",
+}
+
+if TYPE_CHECKING:
+    from .inputs import NodeInputs, attach_words, feature_channels, word_embedding
+    from .models import GraphModel, Structure, build_model, describe_structure, model_settings
+    from .names import MODELS
+    from .predictions import write_predictions
+    from .splits import SPLITS, GraphSplits, load_graph_splits
+    from .task import Task, find_task
+    from .training import Prediction, TaskTrainer
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'graphtree.train.own_data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = ["MODELS", "SPLITS", "GraphModel", "GraphSplits", "NodeInputs", "Prediction", "Structure", "Task",
            "TaskTrainer", "attach_words", "build_model", "describe_structure", "feature_channels", "find_task",

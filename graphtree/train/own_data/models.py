@@ -20,26 +20,14 @@ from ...nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from ...nn.functional import dropout
 from ..runs import fail
 from .inputs import NodeInputs
+from .names import MODELS
 from .splits import SPLITS, GraphSplits
 from .task import Task
 
 __all__ = ["MODELS", "GraphModel", "Structure", "build_model", "describe_structure", "model_settings"]
 
-MODELS = {
-    "childsum": "Child-Sum Tree-LSTM (Tai et al. 2015): any number of children, inputs at every node",
-    "nary": "N-ary Tree-LSTM (Tai et al. 2015), N = the most children of any node; the constituency form (inputs "
-            "at leaves) where only leaves carry inputs, else the general form",
-    "slstm": "S-LSTM (Zhu et al. 2015): binary, inputs at leaves",
-    "lstmrnn": "LSTM-RNN (Le & Zuidema 2015): binary, inputs at leaves, memory size = input size",
-    "contree": "bottom-up ConTree (Teng & Zhang 2017): binary, inputs at leaves",
-    "topdown": "head-lexicalized top-down Tree-LSTM (Teng & Zhang 2017): binary, inputs at leaves",
-    "bicontree": "BiConTree (Teng & Zhang 2017): binary, inputs at leaves",
-}
-"""The models ``experiments/train.py --model`` offers."""
-
 _BINARY = ("slstm", "lstmrnn", "contree", "topdown", "bicontree")  # at most two children; only leaves read inputs
 _TENG_VARIANTS = {"contree": "contree", "topdown": "top_down", "bicontree": "bicontree"}
-
 
 
 @dataclass(frozen=True)

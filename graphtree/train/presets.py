@@ -1,0 +1,62 @@
+"""The papers' optimizer settings (:data:`PRESETS`) and their record (:class:`OptimizerSpec`), apart from the
+optimizers of :mod:`graphtree.train.optim` so that a script reads them for its flags without importing torch.
+The sources of each preset are in :mod:`graphtree.train.optim`'s docstring."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["PRESETS", "OptimizerSpec"]
+
+_OPTIMIZERS = ("adagrad", "adam", "sgd")
+_EMBEDDING_OPTIMIZERS = _OPTIMIZERS + ("sparse_adam",)
+SPARSE_EXACT = ("adagrad", "sgd", "sparse_adam")  # updates that leave a row without gradient where it is
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """How the parameters are updated.
+
+    Attributes:
+        name: Optimizer of the non-embedding parameters: ``"adagrad"``, ``"adam"`` or ``"sgd"``.
+        lr: Its learning rate.
+        embedding: Optimizer of the word embeddings (the same choices, or ``"sparse_adam"``: lazy Adam,
+            which moves only the rows a minibatch used).
+        embedding_lr: Its learning rate.
+        l2: Per-minibatch L2 strength λ on the non-embedding parameters (added to their gradients).
+        batch_size: Sentences per minibatch (the paper's).
+        decay: Decoupled weight decay of the non-embedding parameters, applied at every update
+            (θ ← (1 − decay)·θ, then the optimizer's step), as DyNet's trainers apply their λ.
+    """
+
+    name: str
+    lr: float
+    embedding: str
+    embedding_lr: float
+    l2: float
+    batch_size: int
+    decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.name not in _OPTIMIZERS:
+            raise ValueError(f"OptimizerSpec.name must be one of {_OPTIMIZERS}, got {self.name!r}")
+        if self.embedding not in _EMBEDDING_OPTIMIZERS:
+            raise ValueError(f"OptimizerSpec.embedding must be one of {_EMBEDDING_OPTIMIZERS}, "
+                             f"got {self.embedding!r}")
+        if (self.lr <= 0 or self.embedding_lr < 0 or self.l2 < 0 or self.batch_size < 1
+                or not 0 <= self.decay < 1):
+            raise ValueError(f"invalid optimizer settings: {self}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, OptimizerSpec] = {
+    "tai": OptimizerSpec("adagrad", 0.05, "sgd", 0.1, 1e-4, 25),
+    "zhu": OptimizerSpec("adagrad", 0.1, "adagrad", 0.1, 1e-4, 10),
+    "le_zuidema": OptimizerSpec("adagrad", 0.05, "adagrad", 0.05, 1e-3, 5),
+    "teng": OptimizerSpec("adam", 1e-3, "adam", 1e-3, 0.0, 25),
+    "teng_code": OptimizerSpec("adam", 1e-3, "sparse_adam", 1e-3, 0.0, 1, decay=1e-6),
+}
+"""The papers' optimizer settings (see the module docstring for sources)."""
