@@ -64,11 +64,55 @@ def test_every_docs_page_is_linked_from_readme():
     assert not unlinked, f"README links no page {unlinked}"
 
 
-def test_the_api_reference_builds_without_warnings(tmp_path):
+def _documented(page: Path) -> list[str]:
+    """The full names of the objects an API page describes (Sphinx's anchors of Python objects)."""
+    return re.findall(r'<dt class="sig sig-object py" id="([^"]+)"', page.read_text(encoding="utf-8"))
+
+
+def _private(name: str) -> bool:
+    """Whether the class member ``name`` (``module.Class.member``) or what it overrides is marked ``:meta private:``."""
+    import importlib
+
+    module_name, class_name, member = name.rsplit(".", 2)
+    try:
+        owner = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError):
+        return False
+    return any(":meta private:" in (getattr(base.__dict__.get(member), "__doc__", None) or "")
+               for base in getattr(owner, "__mro__", ()))
+
+
+def test_the_api_reference_builds_without_warnings_a_page_a_module_public_names_only_and_offline_math(tmp_path):
     pytest.importorskip("sphinx", reason="Sphinx is not installed (pip install -e '.[docs]')")
+    pytest.importorskip("latex2mathml", reason="latex2mathml is not installed (pip install -e '.[docs]')")
+    import importlib
+
     result = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
                              str(ROOT / "docs" / "api"), str(tmp_path / "html")],
                             capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-5000:]
-    assert (tmp_path / "html" / "index.html").is_file()
-    shutil.rmtree(tmp_path / "html", ignore_errors=True)
+    html = tmp_path / "html"
+    index = (ROOT / "docs" / "api" / "index.rst").read_text(encoding="utf-8")
+    modules = re.findall(r"^   (graphtree[\w.]*)$", index, flags=re.M)
+    assert "graphtree.nn" in modules and "graphtree.backend.native" in modules
+    assert sorted(p.stem for p in html.glob("graphtree*.html")) == sorted(modules)  # a page a module
+    for module in modules:
+        page = html / f"{module}.html"
+        public = set(importlib.import_module(module).__all__)
+        names = _documented(page)
+        assert names, f"{page.name} documents nothing"
+        outside = [n for n in names
+                   if not n.startswith(module + ".") or n[len(module) + 1:].split(".")[0] not in public]
+        assert not outside, f"{page.name} documents names outside {module}.__all__: {outside}"
+        marked = [n for n in names if n.count(".") > module.count(".") + 1 and _private(n)]
+        assert not marked, f"{page.name} shows members marked :meta private: {marked}"
+    # The cells' kernel hook is internal: TreeCell marks it, and no cell's override shows.
+    assert not [n for n in _documented(html / "graphtree.nn.html") if n.endswith(".compiled_weights")]
+    # Equations are MathML in the page, no script loads from the network, and no TeX is left for one to render.
+    nn_page = (html / "graphtree.nn.html").read_text(encoding="utf-8")
+    assert nn_page.count("<math") > 20
+    for page in html.glob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"<script[^>]+src=\"(https?:)?//", text), f"{page.name} loads a script from the network"
+        assert "\\(" not in text and "\\[" not in text and "mathjax" not in text.lower(), page.name
+    shutil.rmtree(html, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""Where and when the compiled kernels (graphtree.backend.native) are built; none of these tests compiles anything.
+"""Where and when the compiled kernels (graphtree.backend.native, kernel_build) are built and loaded: at install
+into the package, else at first use into the cache. None of these tests compiles anything.
 
 A real build takes minutes, so every test here replaces ``torch.utils.cpp_extension.load``: in this process
 with a stub, in the subprocesses with a spy that records the call and fails it (the package then falls back
@@ -21,6 +22,7 @@ import pytest
 import torch
 from tqdm import tqdm
 
+import graphtree.backend.kernel_build as kernel_build
 import graphtree.backend.native as native
 from graphtree import settings
 
@@ -41,6 +43,8 @@ _SCRIPT = textwrap.dedent("""
 
     import graphtree.backend.native as native
     from graphtree.data import from_ptb
+
+    native.INSTALLED_DIR = native.INSTALLED_DIR / "no-such-folder"  # as if pip install had not built them
     from graphtree.nn import ChildSumTreeLSTM, TreeCell
 
     class SumCell(TreeCell):
@@ -113,20 +117,20 @@ _IDENTITY = dict(executable="/usr/bin/python3.11", prefix="/home/u/venv-a", torc
 
 
 def test_the_build_name_depends_on_the_interpreter_and_nothing_else_varies_it():
-    name = native._build_hash(**_IDENTITY)
-    assert name == native._build_hash(**{**_IDENTITY, "cpu": list(_IDENTITY["cpu"])})  # equal inputs share
+    name = kernel_build.build_hash(**_IDENTITY)
+    assert name == kernel_build.build_hash(**{**_IDENTITY, "cpu": list(_IDENTITY["cpu"])})  # equal inputs share
     for key, other in [("prefix", "/home/u/venv-b"), ("executable", "/opt/python3.11"),
                        ("torch_version", "2.12.0+cpu"), ("torch_path", "/elsewhere/torch"),
                        ("cpu", ["model name : Y"]), ("flags", ["-O2"]),
                        ("sources", {"bindings.cpp": "int main ;", "compiled": "bindings.cpp"})]:
-        assert native._build_hash(**{**_IDENTITY, key: other}) != name, key
+        assert kernel_build.build_hash(**{**_IDENTITY, key: other}) != name, key
 
 
 def test_the_build_folder_follows_sys_prefix_and_the_cache_root(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHTREE_CACHE", str(tmp_path))
     settings.reload()
     here = native.build_directory()
-    assert here.parent == tmp_path and here.name == native._build_name()
+    assert here.parent == tmp_path and here.name == native.build_name()
     assert native.build_directory() == here
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "another-venv"))
     assert native.build_directory() != here
@@ -154,7 +158,7 @@ def stub_build(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHTREE_CACHE", str(tmp_path))
     monkeypatch.delenv("GRAPHTREE_NATIVE", raising=False)
     settings.reload()
-    for name, value in [("_kernels", None), ("_failed", None)]:
+    for name, value in [("_kernels", None), ("_failed", None), ("INSTALLED_DIR", tmp_path / "installed")]:
         monkeypatch.setattr(native, name, value)
     folders: list[Path] = []
 
@@ -165,7 +169,7 @@ def stub_build(tmp_path, monkeypatch):
         assert not (folder / "lock").exists()  # a lock left behind would make PyTorch wait on it forever
         folders.append(folder)
         time.sleep(0.2)
-        (folder / f"{name}{native._LIBRARY_SUFFIX}").write_bytes(b"")
+        (folder / f"{name}{kernel_build.LIBRARY_SUFFIX}").write_bytes(b"")
         return ModuleType(name)
 
     monkeypatch.setattr(cpp_extension, "load", load)
@@ -253,9 +257,9 @@ def test_checkouts_with_the_same_sources_compile_the_same_files(stub_build, tmp_
     for checkout in ("one", "two"):
         copy = tmp_path / checkout / "csrc"
         copy.mkdir(parents=True)
-        for path in native.SOURCE_DIR.glob("*.[ch]*"):
+        for path in kernel_build.SOURCE_DIR.glob("*.[ch]*"):
             (copy / path.name).write_bytes(path.read_bytes())
-        monkeypatch.setattr(native, "SOURCE_DIR", copy)
+        monkeypatch.setattr(kernel_build, "SOURCE_DIR", copy)
         monkeypatch.setattr(native, "_kernels", None)  # another process, in effect
         with native.use_native(True):
             assert native.ensure_built()
@@ -266,3 +270,126 @@ def test_checkouts_with_the_same_sources_compile_the_same_files(stub_build, tmp_
         monkeypatch.setattr(native, "_kernels", None)
         native.ensure_built()
     assert [p.stat().st_mtime_ns for p in sorted((native.build_directory() / "src").iterdir())] == stamps
+
+
+def _library(folder: Path, name: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}{kernel_build.LIBRARY_SUFFIX}"
+    path.write_bytes(b"")
+    return path
+
+
+@pytest.fixture
+def imports(monkeypatch):
+    """kernel_build.import_library replaced: returns a module named after the file; yields the paths imported."""
+    imported: list[Path] = []
+
+    def import_library(path: Path) -> ModuleType:
+        imported.append(path)
+        return ModuleType(path.stem)
+
+    monkeypatch.setattr(kernel_build, "import_library", import_library)
+    return imported
+
+
+def test_the_library_pip_install_built_is_loaded_first_without_a_build(stub_build, imports, capsys):
+    shipped = _library(native.INSTALLED_DIR, native.build_name())
+    assert native.installed_library() == shipped
+    with native.use_native(True):
+        assert native.ensure_built()
+    assert imports == [shipped] and stub_build == []
+    assert native._kernels.__name__ == native.build_name()
+    assert "graphtree:" not in capsys.readouterr().err  # nothing to say: nothing was compiled
+
+
+def test_a_library_built_for_another_install_is_never_loaded(stub_build, imports):
+    # Another source, torch, interpreter or processor has another name: the cache's build is made instead.
+    _library(native.INSTALLED_DIR, f"{kernel_build.LIBRARY_PREFIX}0123456789abcdef")
+    with native.use_native(True):
+        assert native.ensure_built()
+    assert imports == [] and stub_build == [native.build_directory()]
+
+
+def test_a_library_that_does_not_load_falls_back_to_the_first_use_build(stub_build, monkeypatch, capsys):
+    _library(native.INSTALLED_DIR, native.build_name())  # empty: not a library
+
+    with native.use_native(True):
+        assert native.ensure_built()
+    assert stub_build == [native.build_directory()]
+    err = capsys.readouterr().err
+    assert "graphtree: the C++ kernels built at install do not load" in err
+    assert f"graphtree: compiling the C++ kernels into {native.build_directory()} (first use" in err
+
+
+def test_install_ships_the_library_and_removes_other_builds(stub_build, tmp_path, capsys):
+    package = tmp_path / "site-packages" / "graphtree" / "backend"
+    stale = _library(package, f"{kernel_build.LIBRARY_PREFIX}0123456789abcdef")
+    shipped = kernel_build.install(package, tmp_path / "build", verbose=True)
+    assert shipped == package / f"{native.build_name()}{kernel_build.LIBRARY_SUFFIX}" and shipped.is_file()
+    assert not stale.exists()
+    assert stub_build == [tmp_path / "build" / native.build_name()]  # compiled outside the package and the cache
+    assert f"graphtree: compiling the C++ kernels into {stub_build[0]} (pip install;" in capsys.readouterr().err
+
+
+class _Run:
+    """subprocess.run replaced: records the command and environment, exits with ``status``."""
+
+    def __init__(self, status: int) -> None:
+        self.status, self.calls = status, []
+
+    def __call__(self, command, env, check):
+        self.calls.append((command, env))
+        return subprocess.CompletedProcess(command, self.status)
+
+
+def test_the_install_step_builds_against_the_environments_torch_outside_pips_isolation(tmp_path, monkeypatch):
+    run = _Run(0)
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setenv("PYTHONPATH", "/pip-build-env/site")  # how pip isolates a build from the environment
+    monkeypatch.setenv("PYTHONNOUSERSITE", "1")
+    lines: list[str] = []
+    kernel_build.build_for_install(tmp_path / "pkg", tmp_path / "build", "auto", lines.append)
+    (command, env), = run.calls
+    assert command[:2] == [sys.executable, str(Path(kernel_build.__file__).resolve())]
+    assert env["PYTHONPATH"] == "/pip-build-env/site"  # torch is importable here: nothing to undo
+    monkeypatch.setattr(kernel_build.importlib.util, "find_spec", lambda name: None)  # isolated: no torch
+    kernel_build.build_for_install(tmp_path / "pkg", tmp_path / "build", "auto", lines.append)
+    assert "PYTHONPATH" not in run.calls[1][1] and "PYTHONNOUSERSITE" not in run.calls[1][1]
+    assert lines == []
+
+
+@pytest.mark.parametrize(("status", "expected"), [(kernel_build.NO_TORCH, "torch is not installed yet"),
+                                                  (1, "the build failed (exit status 1")])
+def test_an_install_whose_build_cannot_run_goes_on_unless_told_otherwise(tmp_path, monkeypatch, status, expected):
+    monkeypatch.setattr(subprocess, "run", _Run(status))
+    lines: list[str] = []
+    kernel_build.build_for_install(tmp_path / "pkg", tmp_path / "build", "auto", lines.append)
+    assert len(lines) == 1 and expected in lines[0] and "the first cell that needs them compiles them" in lines[0]
+    with pytest.raises(RuntimeError, match="GRAPHTREE_NATIVE=1"):
+        kernel_build.build_for_install(tmp_path / "pkg", tmp_path / "build", "1", lines.append)
+    run = _Run(0)
+    monkeypatch.setattr(subprocess, "run", run)
+    kernel_build.build_for_install(tmp_path / "pkg", tmp_path / "build", "0", lines.append)
+    assert run.calls == [] and "GRAPHTREE_NATIVE=0" in lines[-1]
+
+
+def test_a_first_use_build_says_which_source_is_done_and_how_far_it_is(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernel_build, "PROGRESS_SECONDS", 0.5)
+    sources = [tmp_path / "src" / name for name in ("a.cpp", "b.cpp", "c.cpp")]
+    sources[0].parent.mkdir()
+    for source in sources:
+        source.write_text("")
+    (tmp_path / "a.o").write_text("")  # compiled by an earlier, interrupted build: not announced again
+    lines: list[str] = []
+    progress = kernel_build._Progress(tmp_path, sources, lines.append)
+    progress.start()
+    try:
+        time.sleep(0.1)
+        (tmp_path / "b.o").write_text("")
+        deadline = time.monotonic() + 10
+        while not any("compiling" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        progress.stop()
+    assert lines[0].startswith("graphtree: [2/3] compiled b.cpp (")
+    assert any(line.startswith("graphtree: compiling ") and "2 of 3 done (" in line for line in lines[1:])

@@ -1,17 +1,21 @@
-"""Building and loading the compiled level kernels (a C++ extension built on first use).
+"""Loading the compiled level kernels (a C++ extension built at install, or else on first use).
 
 A tree level has few rows, so between its matrix products the cost is not
 arithmetic but the dozen small operators, each a separate call. The kernels in
 ``graphtree/csrc`` hold the paper cells' level math (each cell's forward and
 derivatives, one pass over a level's rows) and the engine's level loop over it
-(see :mod:`graphtree.backend.compiled`). They are compiled with
-:func:`torch.utils.cpp_extension.load` the first time one of these cells needs them (minutes on a small
-machine, once per install; one line on stderr says so when it starts and when it ends) and used for float32
-CPU tensors outside autograd. The build goes to a folder of its own under :func:`cache_root`, named by a
-hash of everything it depends on (:func:`build_directory`): installs that differ in any of it never touch
-each other's build, identical ones share it. Everything else, and every machine without a C++ compiler
-and ninja, takes the pure-PyTorch path, which computes the same function. A cell with no compiled kernel
-of its own never causes a build.
+(see :mod:`graphtree.backend.compiled`). They are used for float32 CPU tensors outside autograd.
+
+``pip install`` compiles them (:mod:`graphtree.backend.kernel_build`, the one build definition) and ships the
+library inside the package, beside this file; it is loaded from there when its name matches this install: a
+hash of the sources, the interpreter and its prefix, the PyTorch build and the processor (:func:`build_name`).
+Where it does not (no compiler at install, a source edited since, torch upgraded or installed after
+graphtree), the first cell that needs them compiles them with :func:`torch.utils.cpp_extension.load` (minutes
+on a small machine, once per install; a line per compiled source and one every half minute say how far it
+is), into a folder of its own under :func:`cache_root` named by the same hash (:func:`build_directory`):
+installs that differ in any of it never touch each other's build, identical ones share it. Everything else,
+and every machine without a C++ compiler and ninja, takes the pure-PyTorch path, which computes the same
+function. A cell with no compiled kernel of its own never causes a build.
 
 ``GRAPHTREE_NATIVE`` chooses: ``auto`` (default: use the kernels if they build,
 otherwise warn once and fall back), ``1`` (use them; a failed build is an
@@ -22,13 +26,10 @@ timings).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import platform
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -37,23 +38,15 @@ import torch
 from torch import Tensor
 
 from .. import settings
+from . import kernel_build
+from .kernel_build import cpu_description
 
-__all__ = ["build_directory", "build_seconds", "cache_root", "cpu_description", "ensure_built", "kernels_loaded",
-           "native_kernels", "native_kernels_if_loaded", "native_mode", "use_native"]
+__all__ = ["build_directory", "build_name", "build_seconds", "cache_root", "cpu_description", "ensure_built",
+           "installed_library", "kernels_loaded", "native_kernels", "native_kernels_if_loaded", "native_mode",
+           "use_native"]
 
-SOURCE_DIR = Path(__file__).resolve().parent.parent / "csrc"
-SOURCES = ("bindings.cpp", "child_sum_level.cpp", "dropout.cpp", "engine_ops.cpp", "head_level.cpp",
-           "lstm_rnn_level.cpp", "nary_level.cpp", "peephole_level.cpp")
-STALE_LOCK_SECONDS = 600
-# -fopenmp (Linux, whose PyTorch runs its pool on the GNU OpenMP it ships): the engine's side-by-side passes run
-# on that pool, a pass a thread (at::parallel_for compiles to a serial loop without it), the products inside a
-# pass on that one thread. The library is PyTorch's: the loader finds libgomp.so.1 loaded already. Elsewhere
-# the passes run one after the other.
-_OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else ["-fopenmp-simd"]
-CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", *_OPENMP]
-LDFLAGS = _OPENMP if sys.platform.startswith("linux") else []
+INSTALLED_DIR = Path(__file__).resolve().parent  # where pip install puts the library it built
 BUILD_MINUTES = 6  # the first build, measured on a 2-core machine busy with two training runs (said when it starts)
-_LIBRARY_SUFFIX = ".pyd" if sys.platform == "win32" else ".so"  # what cpp_extension.load leaves in the folder
 
 _kernels: ModuleType | None = None
 _failed: str | None = None
@@ -128,45 +121,20 @@ def cache_root() -> Path:
     return settings.current().cache
 
 
-def cpu_description() -> list[str]:
-    """The first processor's identifying lines in ``/proc/cpuinfo`` (its kind and flags: -march=native code runs
-    only there); ``platform.processor()`` where there is no such file."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            first = handle.read().split("\n\n", 1)[0]
-    except OSError:
-        return [platform.processor()]
-    keys = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags")
-    return [line for line in first.splitlines() if line.split(":", 1)[0].strip() in keys]
+def build_name() -> str:
+    """The kernels' module name for this install: a hash of the sources, the interpreter and its prefix, the
+    PyTorch build, the processor and the flags (:func:`graphtree.backend.kernel_build.build_name`)."""
+    return kernel_build.build_name()
 
 
-def _build_hash(*, executable: str, prefix: str, torch_version: str, torch_path: str, cpu: Sequence[str],
-                flags: Sequence[str], sources: Mapping[str, str]) -> str:
-    """The digest that names a build: equal inputs, equal name (identical installs share one build).
-
-    The interpreter and its prefix are in it because build.ninja embeds the environment's include and
-    library paths: two venvs sharing one folder rebuild each other's kernels in turn. -march=native code
-    is only valid on the processor it was built for. ``sources`` maps each file name to its text.
-    """
-    identity = {"executable": executable, "prefix": prefix, "torch_version": torch_version,
-                "torch_path": torch_path, "cpu": list(cpu), "flags": list(flags), "sources": dict(sources)}
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _build_name() -> str:
-    """The extension's module name for this install (its build folder is :func:`build_directory`)."""
-    # Every file of csrc (headers too) by content, and which of them are compiled.
-    sources = {path.name: path.read_text() for path in sorted(SOURCE_DIR.glob("*.[ch]*"))}
-    sources["compiled"] = "\n".join(SOURCES)
-    digest = _build_hash(executable=str(Path(sys.executable).resolve()), prefix=sys.prefix,
-                         torch_version=torch.__version__, torch_path=str(Path(torch.__file__).resolve().parent),
-                         cpu=cpu_description(), flags=CFLAGS + LDFLAGS, sources=sources)
-    return f"graphtree_native_{digest}"
+def installed_library() -> Path:
+    """Where ``pip install`` leaves the kernels built for this install (the file exists only if it did)."""
+    return INSTALLED_DIR / f"{build_name()}{kernel_build.LIBRARY_SUFFIX}"
 
 
 def build_directory() -> Path:
     """Where this install's kernels are built: its own folder under :func:`cache_root` (safe to delete)."""
-    return cache_root() / _build_name()
+    return cache_root() / build_name()
 
 
 def _say(message: str) -> None:
@@ -177,54 +145,6 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
-def _duration(seconds: float) -> str:
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest} s" if minutes else f"{seconds:.1f} s"
-
-
-@contextmanager
-def _build_lock(folder: Path, name: str) -> Iterator[None]:
-    """Hold ``folder``'s build to this process; clear a lock file that a killed build left behind."""
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # no flock (Windows): PyTorch's lock file alone, taken as stale once no build could last
-        lock = folder / "lock"
-        if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
-            lock.unlink(missing_ok=True)
-        yield
-        return
-    # An advisory lock the operating system drops when its holder dies, however it dies: PyTorch's own lock
-    # file survives a killed build, and every later build would wait on it forever.
-    with open(folder / "graphtree.lock", "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not (folder / f"{name}{_LIBRARY_SUFFIX}").exists():  # not merely loading a finished build
-                _say(f"graphtree: waiting for another process's build of the same kernels in {folder}")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        # Every graphtree build of this folder holds the flock first: a PyTorch lock file seen now is stale.
-        (folder / "lock").unlink(missing_ok=True)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _source_copies(folder: Path) -> list[Path]:
-    """The compiled sources, copied (with the headers they include) into ``folder/src``; the compiled ones.
-
-    A copy is written only where its text differs, so an unchanged file keeps the time stamp ninja compares.
-    """
-    copies = folder / "src"
-    copies.mkdir(parents=True, exist_ok=True)
-    for path in sorted(SOURCE_DIR.glob("*.[ch]*")):
-        text, copy = path.read_bytes(), copies / path.name
-        if not copy.is_file() or copy.read_bytes() != text:
-            copy.write_bytes(text)
-    return [copies / name for name in SOURCES]
-
-
 def _load(strict: bool) -> ModuleType | None:
     global _kernels, _failed, _build_seconds
     if _kernels is not None:
@@ -233,27 +153,21 @@ def _load(strict: bool) -> ModuleType | None:
         return None
     start = time.perf_counter()
     try:
-        from torch.utils import cpp_extension
-
-        sources = [SOURCE_DIR / s for s in SOURCES]
-        missing = [path.name for path in sources if not path.is_file()]
-        if missing:  # an install without graphtree/csrc: nothing to announce, no folder to leave behind
-            raise FileNotFoundError(f"the kernels' sources are missing from {SOURCE_DIR}: {', '.join(missing)}")
-        name = _build_name()
-        folder = build_directory()
-        with _build_lock(folder, name):
-            compiling = not (folder / f"{name}{_LIBRARY_SUFFIX}").exists()
-            if compiling:
-                _say(f"graphtree: compiling the C++ kernels into {folder} (first use of this install; about "
-                     f"{BUILD_MINUTES} minutes on 2 cores; GRAPHTREE_NATIVE=0 skips them)")
-            # build_directory: PyTorch's shared extension cache would hold one build for every venv and checkout.
-            # The sources are compiled from copies inside the folder: build.ninja names the files it compiles,
-            # so two checkouts with the same sources would otherwise rebuild each other's kernels in turn.
-            _kernels = cpp_extension.load(name=name, sources=[str(path) for path in _source_copies(folder)],
-                                          extra_cflags=CFLAGS, extra_ldflags=LDFLAGS, build_directory=str(folder),
-                                          verbose=False)
-        if compiling:
-            _say(f"graphtree: compiled the C++ kernels in {_duration(time.perf_counter() - start)}")
+        if missing := kernel_build.missing_sources():  # an install without csrc: nothing to announce, no folder
+            raise FileNotFoundError(f"the kernels' sources are missing from {kernel_build.SOURCE_DIR}: "
+                                    f"{', '.join(missing)}")
+        name = build_name()
+        shipped = INSTALLED_DIR / f"{name}{kernel_build.LIBRARY_SUFFIX}"
+        if shipped.is_file():
+            try:
+                _kernels = kernel_build.import_library(shipped)
+                return _kernels
+            except ImportError as error:  # a damaged copy: the cache's build is the fallback
+                _say(f"graphtree: the C++ kernels built at install do not load ({error}); compiling them again")
+        _kernels = kernel_build.compile_kernels(
+            build_directory(), name, say=_say,
+            reason=f"first use of this install, which did not build them; about {BUILD_MINUTES} minutes on 2 cores; "
+                   f"GRAPHTREE_NATIVE=0 skips them")
         return _kernels
     except Exception as error:  # no compiler, no ninja, a failed build: all mean "use PyTorch"
         if strict:

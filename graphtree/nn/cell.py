@@ -148,6 +148,8 @@ class TreeCell(MessagePassing):
         through the cell's layers, and the compiled pass hands their gradients back in this order. A parameter
         not listed (an input projection applied before the pass) gets its gradient from autograd. A cell that
         names ``compiled_kernel`` must define it; a cell without a kernel never calls it.
+
+        :meta private:
         """
         return ()
 
