@@ -15,6 +15,7 @@ from test_replay import Averaged, _dag, _states_and_grads, _trees
 from torch_geometric.data import Batch, Data
 from trees import chain_ptb, random_ptb
 
+from graphtree.backend import compiled, native
 from graphtree.data import from_ptb
 from graphtree.engine import propagate
 from graphtree.errors import HostValueError
@@ -197,3 +198,34 @@ def test_padded_slots_are_each_levels_block_padded(split):
             for (a, b, w), rows, pos in zip(zip(plan.ptr, plan.ptr[1:], plan.widths), plan.slots, plan.slot_pos):
                 assert torch.equal(index[a:b, :w], rows) and torch.equal(position[a:b, :w], pos)
                 assert torch.all(index[a:b, w:] == plan.num_nodes) and torch.all(position[a:b, w:] == -1)
+
+
+@pytest.mark.parametrize("family", ["trees", "widest arity", "mixed depths", "one-node trees (no edges)"])
+def test_the_compiled_top_down_kernel_reads_the_padded_plans_position_groups(kernels, family):
+    # On the CPU in float32 the engine runs TopDownTreeLSTM's compiled kernel (a weight set per block of
+    # position_groups) on a padded forest too: the shape's groups must be the rows' positions.
+    graph = families()[family]
+    padded = pad(graph, Buckets(exact_below=2, level_step=4))
+    torch.manual_seed(0)
+    cell = TopDownTreeLSTM(D, D, n_ary=4)
+    x = torch.randn(graph.num_nodes, D)[padded.source]
+    weights = [torch.randn(padded.num_nodes, D) * padded.node_weight.unsqueeze(1) for _ in range(2)]
+    decided = []
+    original = compiled.level_kernel
+
+    def spy(*args):
+        made = original(*args)
+        decided.append(made is not None)
+        return made
+
+    compiled.level_kernel = spy
+    try:
+        with native.use_native(True):
+            fast = _states_and_grads(cell, x, padded, weights)
+    finally:
+        compiled.level_kernel = original
+    assert decided and all(decided)
+    with native.use_native(False):
+        want = _states_and_grads(cell, x, padded, weights)
+    for got, expected in zip(fast, want, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
