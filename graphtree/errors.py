@@ -73,5 +73,6 @@ class SlotLeakError(RuntimeError):
 
 class HostValueError(RuntimeError):
     """A pass asked for host values that a static-shape plan does not hold: a padded plan, whose tensors are
-    refilled for every batch of its shape (:mod:`graphtree.replay`), knows no per-batch counts, such as
-    ``Children.position_counts`` or a top-down plan. :class:`graphtree.replay.ReplayError` is one."""
+    refilled for every batch of its shape (:mod:`graphtree.replay`), knows no per-batch counts but those its
+    shape fixes (a padded top-down plan's ``Children.position_counts``); a padded batch made without its
+    top-down plan has none. :class:`graphtree.replay.ReplayError` is one."""

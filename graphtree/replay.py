@@ -38,11 +38,24 @@ not.
 The cell's math is its ``update``, run by the engine's definition pass
 (:func:`graphtree.engine.propagate`) on the padded plan: no copy of any cell's
 equations lives here, and a cell of the user's own replays as the paper cells
-do. What the padded pass cannot give is data-dependent host values:
-top-down passes group their rows by position with counts read on the host
-(``Children.position_counts``), so a model with a top-down pass raises
-:class:`ReplayError` on its first step and :class:`ReplayedStep` runs it
-eagerly.
+do. What the padded pass cannot give is data-dependent host values.
+
+A top-down pass groups its rows by their position under the parent, with
+counts read on the host (``Children.position_counts``: the top-down Tree-LSTM
+runs each position's rows with that position's weights). So a model with a
+top-down pass gets a **padded top-down plan** too (:func:`padded_batch` with
+``top_down=True``; :class:`ReplayedStep` asks for it where a module of the
+model runs top-down): rows of its own, level by level by depth, where each
+level's filled slots at each position are rounded on the segments and grid of
+the widths (:meth:`Buckets.top_down`) and belong to the shape, as the widths
+do, so the counts a cell reads are host numbers fixed per graph. Its replicas
+run a node of their level once more, from that node's first parent, at the
+position their block needs; no row reads them, and every padded row returns
+the top-down states of the node it copies (:func:`_top_down_rows`). A model
+whose top-down pass no module declares (a bottom-up cell run top-down through
+the engine) finds no top-down plan on its padded batch: it raises
+:class:`~graphtree.errors.HostValueError` on its first step, and
+:class:`ReplayedStep` runs it eagerly, with a warning.
 
 On the CPU (and with ``graphs=False``) :class:`ReplayedStep` runs the padded
 step eagerly: the tests compare it there with the plain step, and check that
@@ -83,6 +96,10 @@ _NOT_PADDED = frozenset({"height", "depth", "batch", "ptr", "edge_index", "edge_
 # Per-node flags that a replica must not copy: a root counted twice is a second root (graphtree.data.tree makes
 # ``is_root``). ``is_leaf`` is copied: a replica reads its source's children, so it is a leaf where its source is.
 _ROOT_FLAGS = frozenset({"is_root"})
+
+# The padded plans' tensors: the bucket's plans hold them, the padded batch does not (``down_rank`` has a row per
+# node, and would pass for a per-node attribute).
+_PLAN_KEYS = frozenset({"slots", "slot_pos", "down_slots", "down_slot_pos", "down_order", "down_rank"})
 
 _NO_PTR = ("a padded batch has no ptr: its rows are sorted by level (the padded plan's order), not grouped by "
            "graph, so no graph's rows are one slice of them. Use batch.batch (each row's graph; replicas in graph "
@@ -127,21 +144,68 @@ class Buckets:
             raise ReplayError("an empty batch has no levels to replay")
         num_levels = math.ceil(len(level_sizes) / self.level_step) * self.level_step
         widths: list[int] = []
-        start = 0
-        while start < num_levels:
-            stop = min(max(2 * start, 1), num_levels)  # dyadic segments: [0], [1], [2, 3], [4, 7], ...
+        for start, stop in _segments(num_levels):
             widest = max(level_sizes[start:stop], default=1)
             widths += [self.width(widest)] * (stop - start)
-            start = stop
         # Slots stay exact: a fixed-arity cell takes no more than its arity, and a batch's widest node varies little.
         return BucketShape(tuple(widths), int(slots))
 
+    def top_down(self, num_levels: int, level_sizes: Sequence[int], filled: Sequence[Sequence[int]],
+                 slots: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+        """The padded top-down levels of a plan with these level sizes (by depth), ``filled[l][p]`` filled slots
+        of level ``l`` at position ``p`` and at most ``slots`` parents per node, over ``num_levels`` levels (the
+        bottom-up shape's: a batch has as many depths as heights): each level's rows, and its filled slots by
+        position, ``P = len(filled[l])`` of them.
+
+        The slots at each position are what is rounded, on the same segments and grid as the bottom-up widths
+        (0 stays 0): a position's group of a segment's levels is as wide as its widest. A level's rows are its
+        slots, less the parents past the first of its nodes that have several (a DAG's; none in a forest), so
+        that each padded row has one parent: a top-down cell that groups its rows by position then sees counts
+        fixed by the shape. The roots (level 0) have no slots: their rows are rounded as a bottom-up level's."""
+        positions = len(filled[0]) if len(filled) else 0
+        real = len(level_sizes)
+        if real > num_levels:
+            raise ReplayError(f"the batch has {real} levels, its shape {num_levels}")
+        table = np.zeros((num_levels, positions), dtype=np.int64)
+        table[:real] = np.asarray(filled, dtype=np.int64).reshape(real, positions)
+        sizes = np.zeros(num_levels, dtype=np.int64)
+        sizes[:real] = level_sizes
+        # A DAG's nodes' parents past their first (none in a forest, and none past the deepest level).
+        extra = table.sum(axis=1) - sizes
+        widths: list[int] = []
+        counts: list[tuple[int, ...]] = []
+        for start, stop in _segments(num_levels):
+            if start == 0 or slots == 0:  # no parents: rows as bottom-up, no slots
+                widths += [self.width(int(sizes[start:stop].max()))] * (stop - start)
+                counts += [(0,) * positions] * (stop - start)
+                continue
+            group = [self.width(int(count)) if count else 0 for count in table[start:stop].max(axis=0)]
+            if not any(group):  # levels past the batch's deepest: one replica each, as bottom-up
+                group[0] = 1
+            widths += (sum(group) - extra[start:stop]).tolist()
+            counts += [tuple(group)] * (stop - start)
+        return tuple(widths), tuple(counts)
+
+
+def _segments(num_levels: int) -> Iterator[tuple[int, int]]:
+    """The dyadic segments of ``num_levels`` levels: [0], [1], [2, 3], [4, 7], ... (the last cut short)."""
+    start = 0
+    while start < num_levels:
+        stop = min(max(2 * start, 1), num_levels)
+        yield start, stop
+        start = stop
+
 
 class BucketShape(NamedTuple):
-    """A padded plan's shape: each level's width, and the slots (predecessors) of every node above level 0."""
+    """A padded plan's shape: each level's width, and the slots (predecessors) of every node above level 0;
+    with a top-down plan (:func:`padded_batch` with ``top_down=True``) its levels' widths, slots (parents), and
+    filled slots by position (:meth:`Buckets.top_down`), else empty."""
 
     widths: tuple[int, ...]
     slots: int
+    down_widths: tuple[int, ...] = ()
+    down_slots: int = 0
+    down_counts: tuple[tuple[int, ...], ...] = ()
 
     @property
     def num_nodes(self) -> int:
@@ -244,16 +308,21 @@ def _source_rows(plan: LevelPlan, shape: BucketShape) -> tuple[np.ndarray, np.nd
     return source, padded_of
 
 
-def padded_batch(batch: Any, buckets: Buckets = Buckets()) -> tuple[BucketShape, dict[str, Tensor]]:
+def padded_batch(batch: Any, buckets: Buckets = Buckets(), top_down: bool = False
+                 ) -> tuple[BucketShape, dict[str, Tensor]]:
     """The bucket shape of ``batch`` and its padded host tensors (see the module docstring).
 
     Returns the shape and a dict of CPU tensors: ``slots`` and ``slot_pos`` (``[N', K]``: each padded row's
     predecessors, as padded node ids, ``N'`` where empty), ``node_weight`` (``[N']``), ``source`` (``[N']``: the
     batch node each row copies), ``batch`` (``[N']``: each row's graph, ``num_graphs`` on replicas), every
     per-node tensor attribute of ``batch``, gathered by ``source`` (``is_root`` False on replicas), and every
-    graph attribute as it is (see :class:`PaddedBatch`).
+    graph attribute as it is (see :class:`PaddedBatch`). With ``top_down``, the padded top-down plan too (its
+    shape in the ``down_*`` fields of the shape; its tensors ``down_slots``, ``down_slot_pos``, ``down_order``
+    and ``down_rank``: :func:`_top_down_rows`); without, a top-down pass on the padded batch raises
+    :class:`~graphtree.errors.HostValueError`.
     """
-    plan = schedule_of(batch).plan("bottom_up")
+    schedule = schedule_of(batch)
+    plan = schedule.plan("bottom_up")
     shape = buckets.shape(plan.level_sizes(), max(plan.widths, default=0))
     rows, padded_of = _source_rows(plan, shape)
     num_padded = shape.num_nodes
@@ -284,7 +353,114 @@ def padded_batch(batch: Any, buckets: Buckets = Buckets()) -> tuple[BucketShape,
         tensors[key] = value.detach().cpu().index_select(0, source)
         if key in _ROOT_FLAGS:
             tensors[key][replica] = 0  # False; index_select made a copy: the batch's own flags stay
+    if top_down:
+        # Each batch node's padded row (the real row of it; replicas are never read from).
+        node_row = padded_of[plan.rank.numpy()]
+        shape, down = _top_down_rows(schedule, buckets, shape, node_row, source.numpy())
+        tensors.update(down)
     return shape, tensors
+
+
+def _top_down_rows(schedule: Schedule, buckets: Buckets, shape: BucketShape, node_row: np.ndarray,
+                   source: np.ndarray) -> tuple[BucketShape, dict[str, Tensor]]:
+    """The padded top-down plan of a batch: ``shape`` with its ``down_*`` fields, and its tensors.
+
+    The plan has rows of its own, ``M`` of them (``sum(down_widths)``), level by level (by depth). Each level
+    is cut into blocks: in a forest (at most one parent a node) one per position, the level's nodes at that
+    position and then replicas at it, as wide as :meth:`Buckets.top_down` counts its slots, so that the plan's
+    ``position_groups`` are fixed by the shape too (the compiled CPU kernel reads them); in a DAG, the level's
+    nodes in the plain plan's order and then the replicas by position. A replica runs a node of its level (of
+    the deepest level, past it) once more from that node's first parent, at the position its block needs: valid
+    numbers, which nothing reads (no row has it as a parent, no padded row returns it). The roots' replicas copy
+    the first root. Tensors: ``down_slots`` and ``down_slot_pos`` (``[M, K]``, plan rows, ``M`` and ``-1``
+    where empty), ``down_order`` (``[M]``: the padded row whose inputs each plan row reads) and ``down_rank``
+    (``[N']``: the plan row each padded row returns, its source node's, so that a bottom-up replica gets its
+    source's top-down states, as it has its source's bottom-up ones)."""
+    plan = schedule.plan("top_down")
+    real, num_levels = plan.num_levels, len(shape.widths)
+    slots = max(plan.widths, default=0)
+    positions = int(schedule.edge_pos.max()) + 1 if schedule.edge_pos.numel() else 0
+    table = [(list(row) + [0] * positions)[:positions] for row in plan.position_table]
+    widths, counts = buckets.top_down(num_levels, plan.level_sizes(), table, slots)
+    starts = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+    num_rows = int(starts[-1])
+    sizes = np.zeros(num_levels, dtype=np.int64)
+    sizes[:real] = plan.level_sizes()
+    filled = np.zeros((num_levels, positions), dtype=np.int64)
+    filled[:real] = table
+    wanted = np.asarray(counts, dtype=np.int64).reshape(num_levels, positions)
+    forest = slots <= 1
+    # Blocks [level, column]: `block_rows` rows, the first `block_real` the level's nodes, the rest replicas at
+    # position `block_position`. Forest: a column per position. DAG: column 0 the level's nodes, then one per
+    # position. The roots: column 0, all their rows (replicas with no parent).
+    columns = max(positions, 1) if forest else positions + 1
+    block_rows = np.zeros((num_levels, columns), dtype=np.int64)
+    block_real = np.zeros((num_levels, columns), dtype=np.int64)
+    if forest:
+        block_rows[1:, :positions], block_real[1:, :positions] = wanted[1:], filled[1:]
+        if positions == 0:  # no edges at all: every level's rows are roots, replicas of the first
+            block_rows[1:, 0] = widths[1:]
+        block_position = np.broadcast_to(np.arange(columns), (num_levels, columns))
+    else:
+        block_rows[1:, 0] = block_real[1:, 0] = sizes[1:]
+        block_rows[1:, 1:], block_position = wanted[1:] - filled[1:], np.arange(columns) - 1
+        block_position = np.broadcast_to(block_position, (num_levels, columns))
+    block_rows[0, 0], block_real[0, 0] = widths[0], sizes[0]
+    if not np.array_equal(block_rows.sum(axis=1), widths) or (block_real > block_rows).any():
+        raise ReplayError("the padded top-down plan does not fit its shape")  # a bug, never the batch's fault
+    block_start = starts[:-1, None] + np.cumsum(block_rows, axis=1) - block_rows
+
+    # The level's nodes: each plain row into its block, in order (the plain plan groups a level's rows by
+    # position, so in a forest each block's nodes are consecutive there too).
+    ptr = np.asarray(plan.ptr, dtype=np.int64)
+    plain_level = np.repeat(np.arange(real), np.diff(ptr))
+    index, position = (matrix.numpy() for matrix in plan.padded_slots())
+    if forest and positions:
+        column = np.where(plain_level > 0, position[:, 0], 0)  # a root's slot is empty (-1)
+    else:
+        column = np.zeros(plan.num_nodes, dtype=np.int64)
+    plain_start = ptr[:real, None] + np.cumsum(block_real[:real], axis=1) - block_real[:real]
+    row_of = block_start[plain_level, column] + np.arange(plan.num_nodes) - plain_start[plain_level, column]
+    row_of = np.append(row_of, num_rows)  # the empty slot
+
+    down_slots = np.full((num_rows, slots), num_rows, dtype=np.int64)
+    down_pos = np.full((num_rows, slots), -1, dtype=np.int64)
+    down_order = np.empty(num_rows, dtype=np.int64)
+    order = plan.order.numpy()
+    down_slots[row_of[:-1]], down_pos[row_of[:-1]] = row_of[index], position
+    down_order[row_of[:-1]] = node_row[order]
+
+    replicas = (block_rows - block_real).reshape(-1)
+    total = int(replicas.sum())
+    if total:
+        level = np.repeat(np.repeat(np.arange(num_levels), columns), replicas)
+        first = np.repeat((block_start + block_real).reshape(-1), replicas)
+        rows = first + np.arange(total) - np.repeat(np.cumsum(replicas) - replicas, replicas)
+        copied = ptr[np.minimum(level, real - 1)]  # the plain row of the node each replica runs again
+        down_order[rows] = node_row[order[copied]]
+        above = level > 0
+        if slots:
+            down_slots[rows[above], 0] = row_of[index[copied[above], 0]]
+            down_pos[rows[above], 0] = np.repeat(block_position.reshape(-1), replicas)[above]
+    down_rank = row_of[plan.rank.numpy()[source]]
+    shape = shape._replace(down_widths=widths, down_slots=slots, down_counts=counts)
+    return shape, dict(down_slots=torch.from_numpy(down_slots), down_slot_pos=torch.from_numpy(down_pos),
+                       down_order=torch.from_numpy(down_order), down_rank=torch.from_numpy(down_rank))
+
+
+def _top_down_plan(shape: BucketShape, fixed: dict[str, Tensor]) -> LevelPlan:
+    """The static top-down plan of ``shape`` over the bucket's fixed tensors: its counts by position are the
+    shape's, and in a forest so are its position groups (each position's block, then none at several; the
+    roots all with no parent)."""
+    positions = len(shape.down_counts[0]) if shape.down_counts else 0
+    groups: list[list[int]] = []
+    if shape.down_slots <= 1:
+        groups = [[0] * (positions + 1) + [shape.down_widths[0]]]
+        groups += [[*counts, 0, 0] if shape.down_slots else [0] * (positions + 1) + [width]
+                   for width, counts in zip(shape.down_widths[1:], shape.down_counts[1:])]
+    return LevelPlan.static(shape.down_widths, shape.down_slots, fixed["down_slots"], fixed["down_slot_pos"],
+                            direction="top_down", order=fixed["down_order"], rank=fixed["down_rank"],
+                            position_table=shape.down_counts, position_groups=groups)
 
 
 def _bucket_key(shape: BucketShape, tensors: dict[str, Tensor], num_graphs: int) -> tuple:
@@ -317,6 +493,13 @@ class _Bucket:
     fixed: dict[str, Tensor]
     graph: Any = None
     loss: Tensor | None = None
+    down_plan: LevelPlan | None = None  # the padded top-down plan, where the batch has one
+
+    def forget_derived(self) -> None:
+        """Forget what every plan of the bucket derived from its fixed tensors (after a refill)."""
+        self.plan.forget_derived()
+        if self.down_plan is not None:
+            self.down_plan.forget_derived()
 
 
 def _new_bucket(shape: BucketShape, tensors: dict[str, Tensor], device: torch.device, num_graphs: int) -> _Bucket:
@@ -325,13 +508,14 @@ def _new_bucket(shape: BucketShape, tensors: dict[str, Tensor], device: torch.de
     fixed = {key: torch.zeros(value.shape, dtype=value.dtype, device=device) for key, value in tensors.items()}
     # Every level's slots are its rows of the fixed [N', K] matrices (level 0's none), refilled for every batch.
     plan = LevelPlan.static(shape.widths, shape.slots, fixed["slots"], fixed["slot_pos"])
+    down = _top_down_plan(shape, fixed) if "down_slots" in fixed else None
     batch = PaddedBatch(num_nodes=shape.num_nodes)
     for key, value in fixed.items():
-        if key not in ("slots", "slot_pos"):
+        if key not in _PLAN_KEYS:
             batch[key] = value
     batch.num_graphs = num_graphs
-    batch.schedule = Schedule.of_plan(plan, "a padded batch")
-    return _Bucket(batch, plan, fixed)
+    batch.schedule = Schedule.of_plan(plan, "a padded batch", top_down=down)
+    return _Bucket(batch, plan, fixed, down_plan=down)
 
 
 def _fill(bucket: _Bucket, tensors: dict[str, Tensor]) -> None:
@@ -345,15 +529,23 @@ def _fill(bucket: _Bucket, tensors: dict[str, Tensor]) -> None:
         fixed.copy_(value.pin_memory() if on_gpu else value, non_blocking=on_gpu)
 
 
-def pad(batch: Any, buckets: Buckets = Buckets(), device: torch.device | str | None = None) -> PaddedBatch:
+def pad(batch: Any, buckets: Buckets = Buckets(), device: torch.device | str | None = None,
+        top_down: bool = True) -> PaddedBatch:
     """``batch`` padded to its bucket shape, on ``device`` (default: where ``batch`` is): a :class:`PaddedBatch`
-    that graphtree's cells run on as on ``batch`` (its rows ``source`` hold the states of those nodes)."""
-    shape, tensors = padded_batch(batch, buckets)
+    that graphtree's cells run on as on ``batch`` (its rows ``source`` hold the states of those nodes), in both
+    directions (``top_down=False``: bottom-up only)."""
+    shape, tensors = padded_batch(batch, buckets, top_down)
     if device is None:
         device = next((v.device for v in batch.to_dict().values() if isinstance(v, Tensor)), torch.device("cpu"))
     bucket = _new_bucket(shape, tensors, torch.device(device), _num_graphs(batch))
     _fill(bucket, tensors)
     return bucket.batch
+
+
+def _has_top_down_pass(model: torch.nn.Module) -> bool:
+    """Whether a module of ``model`` runs top-down (a :class:`~graphtree.nn.TreeCell` with ``direction``
+    ``"top_down"``): its padded batches then carry a top-down plan."""
+    return any(getattr(module, "direction", None) == "top_down" for module in model.modules())
 
 
 def _refuse_uncapturable(optimizer: torch.optim.Optimizer) -> None:
@@ -508,6 +700,9 @@ class ReplayedStep:
         _refuse_uncapturable(optimizer)
         self.stats = ReplayStats()
         self.replayable = True
+        # Padded top-down plans only for a model with a top-down pass: their shapes would split the buckets of
+        # one without.
+        self._top_down = _has_top_down_pass(model)
         self._warm = False
         self._checked = False
         self._buckets: dict[tuple, _Bucket] = {}
@@ -516,7 +711,7 @@ class ReplayedStep:
     def __call__(self, batch: Any) -> Tensor:
         if not self.replayable:
             return self._eager(batch)
-        shape, tensors = padded_batch(batch, self.buckets)
+        shape, tensors = padded_batch(batch, self.buckets, top_down=self._top_down)
         num_graphs = _num_graphs(batch)
         bucket = self._buckets.get(_bucket_key(shape, tensors, num_graphs))
         if bucket is None:
@@ -572,7 +767,7 @@ class ReplayedStep:
         if self.device.type == "cuda":
             devices.append(self.device.index if self.device.index is not None else torch.cuda.current_device())
         evaluated = False
-        bucket.plan.forget_derived()
+        bucket.forget_derived()
         try:
             # Both losses under the same definition pass (no compiled kernels: the padded plan has none), from the
             # same random state, forked so that the training's stream is where it was.
@@ -608,7 +803,7 @@ class ReplayedStep:
             with torch.no_grad():
                 for buffer, value in buffers:
                     buffer.copy_(value)
-            bucket.plan.forget_derived()
+            bucket.forget_derived()
         if _losses_differ(want, got):
             mode = " (in eval mode: the model draws random numbers in training mode)" if evaluated else ""
             raise ReplayError(f"{name}'s loss on the padded batch is {_shown(got)}, on the batch itself "
@@ -634,7 +829,7 @@ class ReplayedStep:
     def _padded_step(self, bucket: _Bucket) -> Tensor:
         # The padded plan's slot layouts are derived from its fixed tensors on first use: made anew here, never
         # kept from another batch. The compiled CPU kernels read host tables a padded plan lacks: off.
-        bucket.plan.forget_derived()
+        bucket.forget_derived()
         with native.use_native(False):
             if not self.graphs:
                 return self._step(bucket.batch)
@@ -647,7 +842,7 @@ class ReplayedStep:
 
     def _capture(self, bucket: _Bucket) -> None:
         start = time.perf_counter()
-        bucket.plan.forget_derived()  # everything derived from the fixed tensors is recomputed in the graph
+        bucket.forget_derived()  # everything derived from the fixed tensors is recomputed in the graph
         self.optimizer.zero_grad(set_to_none=True)  # the graph's backward makes its own gradients
         graph = torch.cuda.CUDAGraph()
         try:
@@ -664,6 +859,6 @@ class ReplayedStep:
             return
         bucket.graph, bucket.loss = graph, loss.detach()
         self.optimizer.zero_grad(set_to_none=True)
-        bucket.plan.forget_derived()
+        bucket.forget_derived()
         self.stats.captures += 1
         self.stats.capture_seconds += time.perf_counter() - start

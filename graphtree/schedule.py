@@ -103,16 +103,29 @@ class LevelPlan:
     _derived: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def static(cls, widths: Sequence[int], slots: int, slot_index: Tensor, slot_position: Tensor) -> LevelPlan:
-        """A static-shape bottom-up plan (:mod:`graphtree.replay`'s padded plans): level ``l`` is ``widths[l]``
+    def static(cls, widths: Sequence[int], slots: int, slot_index: Tensor, slot_position: Tensor, *,
+               direction: str = "bottom_up", order: Tensor | None = None, rank: Tensor | None = None,
+               position_table: Sequence[Sequence[int]] | None = None,
+               position_groups: Sequence[Sequence[int]] = ()) -> LevelPlan:
+        """A static-shape plan (:mod:`graphtree.replay`'s padded plans): level ``l`` is ``widths[l]``
         consecutive rows, every level above the first with ``slots`` slots per row, read from the
         ``[sum(widths), slots]`` matrices ``slot_index`` and ``slot_position``, which the caller refills for
-        every batch of the shape (the plan holds views of them). No host counts: a pass that asks for them
-        raises :class:`~graphtree.errors.HostValueError`."""
+        every batch of the shape (the plan holds views of them).
+
+        By default the rows are the graph's own (``order`` and ``rank`` the identity) and the plan knows no host
+        counts: a pass that asks for them raises :class:`~graphtree.errors.HostValueError`. A plan with rows of
+        its own (a padded top-down plan) takes ``order`` (``[sum(widths)]``: the graph row each plan row reads
+        its inputs from) and ``rank`` (one entry per graph row: the plan row it returns), both refilled like the
+        slots, and may take the counts its shape fixes: ``position_table[l][p]``, the filled slots of level
+        ``l`` at position ``p``, and ``position_groups`` (see the module docstring)."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
         starts = [0, *itertools.accumulate(widths)]
-        identity = torch.arange(starts[-1], device=slot_index.device)
-        return cls("bottom_up", identity, identity, starts, slot_index.view(-1), slot_position.view(-1),
-                   [0] + [slots] * (len(widths) - 1), [start * slots for start in starts[:-1]], None, [])
+        identity = torch.arange(starts[-1], device=slot_index.device) if order is None or rank is None else None
+        table = None if position_table is None else [list(row) for row in position_table]
+        return cls(direction, identity if order is None else order, identity if rank is None else rank, starts,
+                   slot_index.view(-1), slot_position.view(-1), [0] + [slots] * (len(widths) - 1),
+                   [start * slots for start in starts[:-1]], table, [list(row) for row in position_groups])
 
     def derived(self, key: tuple, make: Callable[[], Any]) -> Any:
         """What ``make()`` derives from this plan (its tensors on a device, a level layout), made once per
@@ -137,12 +150,21 @@ class LevelPlan:
     def padded_slots(self) -> tuple[Tensor, Tensor]:
         """``[num_nodes, K]`` slot indices and positions of every level-sorted row, ``K`` the widest level's
         width, the missing slots padded (``num_nodes``, ``-1``): the layout a padded, static-shape plan takes."""
-        widest = max(self.widths, default=0)
-        index = torch.full((self.num_nodes, widest), self.num_nodes, dtype=self.slot_index.dtype)
-        position = torch.full((self.num_nodes, widest), -1, dtype=self.slot_position.dtype)
-        for (a, b, w), rows, pos in zip(zip(self.ptr, self.ptr[1:], self.widths), self.slots, self.slot_pos):
-            index[a:b, :w], position[a:b, :w] = rows, pos
-        return index, position
+        # In NumPy, for all levels at once: a row's slots are consecutive in the flat tensors, from its level's
+        # block start plus its place in the level times the level's width.
+        widest, num_nodes = max(self.widths, default=0), self.num_nodes
+        ptr = np.asarray(self.ptr, dtype=np.int64)
+        level = np.repeat(np.arange(self.num_levels), np.diff(ptr))
+        width = np.asarray(self.widths, dtype=np.int64)[level]
+        first = np.asarray(self.slot_start, dtype=np.int64)[level] + (np.arange(num_nodes) - ptr[level]) * width
+        column = np.arange(widest)
+        filled = column < width[:, None]
+        entry = np.where(filled, first[:, None] + column, 0)
+        index, position = self.slot_index.numpy(), self.slot_position.numpy()
+        if not index.size:  # no slots at all: nothing to read (entry is [num_nodes, 0] then)
+            index, position = np.zeros(1, dtype=index.dtype), np.zeros(1, dtype=position.dtype)
+        return (torch.from_numpy(np.where(filled, index[entry], num_nodes)),
+                torch.from_numpy(np.where(filled, position[entry], -1)))
 
     @property
     def num_nodes(self) -> int:
@@ -192,7 +214,7 @@ class Schedule:
     def __init__(self, edge_index: Tensor, num_nodes: int, height: Tensor | None = None,
                  depth: Tensor | None = None, edge_pos: Tensor | None = None,
                  batch: Tensor | None = None) -> None:
-        self._fixed: LevelPlan | None = None  # the one plan of a schedule made by of_plan
+        self._fixed: dict[str, LevelPlan] | None = None  # the plans of a schedule made by of_plan, by direction
         self._what = "the graph"
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ScheduleError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
@@ -248,9 +270,10 @@ class Schedule:
         return level
 
     @classmethod
-    def of_plan(cls, plan: LevelPlan, what: str = "a padded batch") -> Schedule:
+    def of_plan(cls, plan: LevelPlan, what: str = "a padded batch", top_down: LevelPlan | None = None) -> Schedule:
         """The schedule of a graph given by its static-shape bottom-up plan alone (:meth:`LevelPlan.static`),
-        with no edges: every pass bottom-up runs on ``plan`` itself, and a top-down one raises
+        with no edges: every pass bottom-up runs on ``plan`` itself, and every pass top-down on ``top_down``, a
+        static-shape plan over the same rows; without one a top-down pass raises
         :class:`~graphtree.errors.HostValueError` (its levels and counts change from batch to batch).
         ``what``: the graph, in errors."""
         device = plan.order.device
@@ -259,7 +282,9 @@ class Schedule:
         schedule.edge_index = schedule.edge_index.to(device)
         schedule.edge_pos = schedule.edge_pos.to(device)
         schedule.height = schedule.depth = None  # a padded batch's levels are its plan's, not heights
-        schedule._fixed, schedule._what = plan, what
+        schedule._fixed, schedule._what = {"bottom_up": plan}, what
+        if top_down is not None:
+            schedule._fixed["top_down"] = top_down
         return schedule
 
     @classmethod
@@ -317,10 +342,12 @@ class Schedule:
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
         if self._fixed is not None:  # levels fixed by the plan, split or not
-            if direction != "bottom_up":
+            if direction not in self._fixed:
                 raise HostValueError(f"{self._what} has a static-shape bottom-up plan only; a {direction} pass "
-                                     "groups its rows by counts that change from batch to batch")
-            return self._fixed
+                                     "groups its rows by counts that change from batch to batch (pad the batch "
+                                     "with its top-down plan: graphtree.replay.pad, padded_batch(..., "
+                                     "top_down=True))")
+            return self._fixed[direction]
         key = (direction, split_cost)
         if key not in self._plans:
             if direction == "bottom_up":
@@ -365,7 +392,8 @@ class Schedule:
 
     def __repr__(self) -> str:
         if self._fixed is not None:
-            return f"{self.__class__.__name__}(num_nodes={self.num_nodes}, {self._fixed.num_levels} static levels)"
+            levels = self._fixed["bottom_up"].num_levels
+            return f"{self.__class__.__name__}(num_nodes={self.num_nodes}, {levels} static levels)"
         return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, num_edges={self.edge_index.size(1)}, "
                 f"height={int(self.height.max()) + 1 if self.num_nodes else 0} levels)")
 

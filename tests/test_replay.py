@@ -22,6 +22,7 @@ from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_poo
 from trees import chain_ptb, random_ptb
 
 from graphtree.data import from_ptb
+from graphtree.engine import propagate
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
 from graphtree.nn import (
     LSTMRNN,
@@ -32,7 +33,7 @@ from graphtree.nn import (
     NaryTreeLSTM,
     TreeCell,
 )
-from graphtree.replay import Buckets, PaddedBatch, ReplayedStep, ReplayError, pad, padded_batch
+from graphtree.replay import Buckets, BucketShape, PaddedBatch, ReplayedStep, ReplayError, pad, padded_batch
 from graphtree.train import CapturableAdagrad, make_optimizer
 
 D = 5
@@ -199,7 +200,7 @@ def _sentences(count: int, seed: int, vocab: int = 30) -> list[Data]:
     return trees
 
 
-MODELS = ("nary", "child_sum", "slstm", "lstm_rnn", "contree", "contree_lex", "own")
+MODELS = ("nary", "child_sum", "slstm", "lstm_rnn", "contree", "contree_lex", "own", "top_down", "bicontree")
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -223,9 +224,22 @@ def test_the_padded_step_equals_the_plain_step(model):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_a_model_with_a_top_down_pass_runs_eagerly_and_says_so():
+class _HiddenTopDown(torch.nn.Module):
+    """A top-down pass that no module declares (a bottom-up cell run top-down through the engine): its padded
+    batches carry no top-down plan."""
+
+    def __init__(self, vocab: int = 30) -> None:
+        super().__init__()
+        self.embedding, self.cell, self.out = NodeEmbedding(vocab, D), Averaged(D), torch.nn.Linear(D, 5)
+
+    def forward(self, batch):
+        (h,) = propagate(self.cell, {"x": self.embedding(batch.word)}, batch, direction="top_down")
+        return self.out(h)
+
+
+def test_a_top_down_pass_that_no_module_declares_runs_eagerly_and_says_so():
     torch.manual_seed(0)
-    plain = _classifier("bicontree").double()
+    plain = _HiddenTopDown().double()
     model = copy.deepcopy(plain)
     step = ReplayedStep(model, make_optimizer("adagrad", list(model.parameters()), 0.1, capturable=True))
     plain_opt = CapturableAdagrad(plain.parameters(), lr=0.1)
@@ -281,7 +295,7 @@ def test_the_padded_step_asks_the_host_for_nothing(model):
     net = _classifier(model)
     step = ReplayedStep(net, make_optimizer("adagrad", list(net.parameters()), 0.1, capturable=True))
     batch = Batch.from_data_list(_sentences(6, seed=3))
-    shape, tensors = padded_batch(batch, step.buckets)
+    shape, tensors = padded_batch(batch, step.buckets, top_down=True)  # a top-down plan too, whatever the model
     bucket = step._bucket(shape, tensors, batch.num_graphs)
     step._fill(bucket, tensors)
     # The first step runs eagerly before any capture (and may check a cell of one's own on the host, once): the
@@ -298,18 +312,25 @@ def test_few_shapes_serve_an_epoch_of_sst_sized_trees():
     rng = random.Random(0)
     lengths = [rng.randint(deciles[k], deciles[k + 1]) for k in (rng.randrange(10) for _ in range(8544))]
     trees = [from_ptb(random_ptb(n, 2, rng)) for n in lengths]
-    for B, most_shapes in ((25, 64), (256, 16)):
-        shapes, nodes, rows = set(), 0, 0
+    # With the top-down plan too (a model with a top-down pass): both plans' shapes, 56 at 25 (14 bottom-up), 9
+    # at 256. Its rows pad more than the bottom-up ones (2.2 a node at 25 against 1.6): a batch's nodes spread
+    # over more depths than heights, and a segment's levels take its widest depth's groups.
+    for B, most_shapes, most_both, most_down_rows in ((25, 64, 64, 2.5), (256, 16, 12, 2.25)):
+        shapes, both, nodes, rows, down_rows = set(), set(), 0, 0, 0
         buckets = Buckets()
         for start in range(0, len(trees), B):
             batch = Batch.from_data_list(trees[start:start + B])
-            shape, _ = padded_batch(batch, buckets)
-            shapes.add(shape)
+            shape, _ = padded_batch(batch, buckets, top_down=True)
+            both.add(shape)
+            shapes.add(BucketShape(shape.widths, shape.slots))  # the shape without the top-down plan
             nodes += batch.num_nodes
             rows += shape.num_nodes
+            down_rows += sum(shape.down_widths)
         assert len(shapes) <= most_shapes, (B, len(shapes))
         assert rows / nodes <= 2.0, (B, rows / nodes)
         assert len(shapes) < math.ceil(len(lengths) / B) / 2  # a shape serves two batches or more on average
+        assert len(both) <= most_both and down_rows / nodes <= most_down_rows, (B, len(both), down_rows / nodes)
+    assert padded_batch(batch, buckets)[0] == BucketShape(shape.widths, shape.slots)
 
 
 def test_capturable_adagrad_is_pytorchs_adagrad():
@@ -618,8 +639,8 @@ def test_the_gpu_benchmark_runs_in_a_short_form_on_the_cpu(tmp_path):
                    env={**os.environ, "GRAPHTREE_NATIVE": "0"})  # never a kernel build inside this test
     results = json.loads(out.read_text())
     rows = {(r["model"], r["mode"]) for r in results["rows"]}
-    # BiConTree has a top-down pass: its replayed contender runs eagerly, so only its eager row is reported.
-    assert rows == {("nary", "eager"), ("nary", "replayed"), ("bicontree", "eager"), ("plain", "eager"),
-                    ("lstm", "eager")}
+    # BiConTree, top-down pass and all, replays too.
+    assert rows == {("nary", "eager"), ("nary", "replayed"), ("bicontree", "eager"), ("bicontree", "replayed"),
+                    ("plain", "eager"), ("lstm", "eager")}
     assert {(r["model"], r["mode"], r["epoch"]) for r in results["epochs"]} == {
         ("nary", "replayed", 1), ("nary", "replayed", 2), ("nary", "eager", 1)}
