@@ -231,3 +231,31 @@ def test_code_model_shapes_and_preorder_states(model):
         states = net.encode(batch)
         alone = torch.cat([net.encode(Batch.from_data_list([g])) for g in graphs])
         assert torch.allclose(states, alone, atol=1e-6)
+
+
+def test_graph_files_node_fields(tmp_path):
+    from graphtree.datasets import GraphFiles
+    from graphtree.errors import TreeFormatError
+
+    path = tmp_path / "ast.jsonl"
+    path.write_text(
+        '{"nodes": [{"token": "FunctionDef"}, {"token": "Name", "fields": {"sub": ["get", "value"], "kind": "id"}}],'
+        ' "parents": [-1, 0], "y": 1}\n'
+        '{"nodes": [{"token": "Return"}, {"token": "Name"}, {"token": "Attr", "fields": {"sub": ["data"]}}],'
+        ' "parents": [-1, 0, 0], "y": 0}\n')
+    graphs = GraphFiles(tmp_path / "data", "all", files=path, log=False)
+    first, second = graphs[0], graphs[1]
+    assert (first.sub_tokens, first.sub_index.tolist(), first.kind_tokens, first.kind_index.tolist()) == (
+        ["get", "value"], [1, 1], ["id"], [1])
+    assert (second.sub_tokens, second.sub_index.tolist(), second.kind_tokens, second.kind_index.tolist()) == (
+        ["data"], [2], [], [])
+    batch = Batch.from_data_list([first, second])
+    assert batch.sub_index.tolist() == [1, 1, 4]  # the second graph's node 2 is the batch's node 4
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"nodes": [{"token": "a"}, {"token": "b"}], "parents": [-1, 0], "y": 1}\n' * 2)
+    assert not any(key.endswith("_index") and key != "edge_index"
+                   for key in GraphFiles(tmp_path / "data", "all", files=plain, log=False)[0].keys())
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"nodes": [{"token": "a", "fields": {"sub": [1]}}], "parents": [-1], "y": 1}\n')
+    with pytest.raises(TreeFormatError, match=r"nodes\[0\]\.fields\.sub"):
+        GraphFiles(tmp_path / "data", "all", files=bad, log=False)
