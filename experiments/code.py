@@ -102,6 +102,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help=f"functions of up to this many nodes (at most the dataset's {MAX_NODES})")
     p.add_argument("--train-size", type=int, default=TRAIN_SIZE, help="training functions (a fixed sample)")
     p.add_argument("--hidden", type=int, default=HIDDEN)
+    p.add_argument("--dropout", type=float, default=DROPOUT, help="on the pooled vector")
+    p.add_argument("--input-dropout", type=float, default=0.0, help="on the node inputs")
     add_run_arguments(p, REPO, EPOCHS, quick_sample="2000 / 300 / 300 functions")
     return p.parse_args(argv)
 
@@ -153,14 +155,14 @@ def main(argv: list[str]) -> None:
                quick=args.quick, epochs=exp.epochs, outputs=outputs, classes=len(classes))
     if args.model == "tfidf":
         return tfidf_runs(args, argv, exp, cfg, splits, train_set, targets, classes, names, corpus)
-    cfg.update(dim=DIM, hidden=args.hidden, dropout=DROPOUT, optimizer=OPTIMIZER.as_dict(), min_count=MIN_COUNT,
+    cfg.update(dim=DIM, hidden=args.hidden, dropout=args.dropout, optimizer=OPTIMIZER.as_dict(), min_count=MIN_COUNT,
                fields="type + mean of sub-tokens", pooling="root, mean, max")
     vocab = InputVocab(splits["train"], len(train_set.node_types), len(train_set.subtokens), MIN_COUNT)
     data = {s: prepare(splits[s], vocab, targets[s], args.model) for s in SPLITS}
 
     def build_trainer(run: SeedRun) -> CodeTrainer:
         model = CodeModel(args.model, vocab.num_types, vocab.num_subtokens, DIM, args.hidden, outputs, len(classes),
-                          DROPOUT)
+                          args.dropout, args.input_dropout)
         return run.trainer(model, None, OPTIMIZER, exp.epochs, CodeTrainer, task=args.task,
                            dev_names=names["dev"], name_words=classes)
 
@@ -172,7 +174,15 @@ def main(argv: list[str]) -> None:
                        dict(corpus=corpus, num_parameters=count_parameters(trainer.model)))
 
     identity = dict(sizes={s: len(d) for s, d in data.items()}, vocab=[vocab.num_types, vocab.num_subtokens])
-    exp.train_seeds(cfg, exp.run_names(f"{args.task}_{args.model}"), build_trainer, score, data, identity)
+    stem = f"{args.task}_{args.model}"
+    if args.hidden != HIDDEN:
+        stem += f"_h{args.hidden}"
+    if args.dropout != DROPOUT:
+        stem += f"_do{args.dropout:g}"
+    if args.input_dropout:
+        cfg["input_dropout"] = args.input_dropout
+        stem += f"_in{args.input_dropout:g}"
+    exp.train_seeds(cfg, exp.run_names(stem), build_trainer, score, data, identity)
 
 
 def tfidf_runs(args, argv, exp, cfg, splits, train_set, targets, classes, names, corpus) -> None:

@@ -259,3 +259,32 @@ def test_graph_files_node_fields(tmp_path):
     bad.write_text('{"nodes": [{"token": "a", "fields": {"sub": [1]}}], "parents": [-1], "y": 1}\n')
     with pytest.raises(TreeFormatError, match=r"nodes\[0\]\.fields\.sub"):
         GraphFiles(tmp_path / "data", "all", files=bad, log=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task, model", [("name", "childsum"), ("kind", "nary"), ("kind", "bilstm"),
+                                         ("name", "tfidf")])
+def test_code_experiment_short_run(tmp_path, task, model):
+    """experiments/code.py end to end on a folder of ten small packages, one quick epoch."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    prefixes = ["get", "set", "is", "to", "make", "check", "load", "save", "add", "remove"]
+    for k in range(10):
+        lines = [f"def {prefixes[(k + j) % 10]}_item{j}(self, value):\n    return self.items[value] + {j}\n"
+                 for j in range(8)]
+        (tmp_path / "src" / f"pkg{k}").mkdir(parents=True)
+        (tmp_path / "src" / f"pkg{k}" / "mod.py").write_text("\n".join(lines))
+    out = tmp_path / "runs"
+    command = [sys.executable, str(repo / "experiments" / "code.py"), "--task", task, "--model", model,
+               "--source", str(tmp_path / "src"), "--packages", *(f"pkg{k}" for k in range(10)),
+               "--data-root", str(tmp_path / "data"), "--out", str(out), "--quick", "--epochs", "1",
+               "--threads", "1", "--no-progress"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record_path,) = (out / "quick" / "code").glob("*.json")
+    record = json.loads(record_path.read_text())
+    metric = "f1" if task == "name" else "accuracy"
+    assert 0 <= record["test"][metric] <= 100 and record["corpus"]["functions"]["train"] > 0

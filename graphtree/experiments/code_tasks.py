@@ -152,14 +152,16 @@ class CodeModel(torch.nn.Module):
         hidden: Memory size (the BiLSTM's per direction is half of it, so that every state has ``hidden``).
         outputs, classes: Output positions and classes per position.
         dropout: Dropout on the pooled vector.
+        input_dropout: Dropout on the node inputs (the fields' vectors).
     """
 
     def __init__(self, model: str, num_types: int, num_subtokens: int, dim: int, hidden: int, outputs: int,
-                 classes: int, dropout: float = 0.0) -> None:
+                 classes: int, dropout: float = 0.0, input_dropout: float = 0.0) -> None:
         super().__init__()
         if model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
         self.model, self.outputs, self.classes, self.dropout = model, outputs, classes, dropout
+        self.input_dropout = input_dropout
         self.fields = NodeFields(num_types, num_subtokens, dim)
         if model == "childsum":
             self.encoder: torch.nn.Module = ChildSumTreeLSTM(dim, hidden)
@@ -171,7 +173,8 @@ class CodeModel(torch.nn.Module):
 
     def encode(self, batch: Batch) -> Tensor:
         """The node states ``[N, hidden]``."""
-        x = self.fields(batch.node_type, batch.subtoken, batch.subtoken_index)
+        x = dropout(self.fields(batch.node_type, batch.subtoken, batch.subtoken_index), self.input_dropout,
+                    self.training)
         if self.model != "bilstm":
             return self.encoder(x, batch)[0]
         lengths = torch.bincount(batch.batch, minlength=batch.num_graphs).cpu()
