@@ -86,7 +86,8 @@ TRAIN_SIZE = 12_000                 # training functions, a fixed sample (seed 0
 DIM, HIDDEN, DROPOUT, EPOCHS = 128, 128, 0.2, 5
 OPTIMIZER = OptimizerSpec("adam", 2e-3, "adam", 2e-3, 0.0, 64)  # Adam, minibatches of 64: fewer, fuller levels
 MIN_COUNT = 2                       # input sub-tokens seen fewer times in training read __UNK__
-TFIDF_LR, TFIDF_BATCH = 0.01, 128   # the logistic regression: Adam on minibatches, the epoch chosen on dev
+TFIDF_LR, TFIDF_BATCH = 0.01, 256   # the logistic regression: Adam on minibatches, the epoch chosen on dev
+TFIDF_NAME_FEATURES = 20_000       # name: 5 x 1,002 scores per feature, so the commonest n-grams only
 TFIDF_EPOCHS = 40                   # seconds each: enough for the linear model to converge on dev
 QUICK = dict(train=2000, dev=300, test=300)
 REPO = Path(__file__).resolve().parent.parent
@@ -188,10 +189,11 @@ def main(argv: list[str]) -> None:
 def tfidf_runs(args, argv, exp, cfg, splits, train_set, targets, classes, names, corpus) -> None:
     """Logistic regression on TF-IDF n-grams, per seed: Adam on shuffled minibatches, the epoch best on dev."""
     texts = {s: [preorder_text(g, train_set.node_types, train_set.subtokens) for g in gs] for s, gs in splits.items()}
-    features = tfidf_features(texts)
+    features = tfidf_features(texts, max_features=TFIDF_NAME_FEATURES if args.task == "name" else None)
     y = {s: torch.tensor(t, dtype=torch.long) for s, t in targets.items()}
     epochs = args.epochs or (QUICK_EPOCHS if args.quick else TFIDF_EPOCHS)
-    cfg.update(epochs=epochs, features="tf-idf uni+bigrams of pre-order type and sub-tokens, min_df 2, sublinear tf",
+    cfg.update(epochs=epochs, features="tf-idf uni+bigrams of pre-order type and sub-tokens, min_df 2, sublinear tf"
+               + (f", the {TFIDF_NAME_FEATURES:,} commonest" if args.task == "name" else ""),
                optimizer=dict(name="adam", lr=TFIDF_LR, batch_size=TFIDF_BATCH), num_features=features["train"].size(1))
     paths = RunPaths.under(args.out, "code", args.quick)
     outputs, width = cfg["outputs"], len(classes)

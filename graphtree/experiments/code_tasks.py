@@ -249,13 +249,14 @@ def preorder_text(graph: Data, node_types: Sequence[str], subtokens: Sequence[st
     return " ".join(w for node in words for w in node)
 
 
-def tfidf_features(texts: dict[str, list[str]], min_df: int = 2) -> dict[str, Tensor]:
-    """TF-IDF of word uni- and bigrams (sublinear tf, l2 rows; fitted on ``texts["train"]``), each split as a
-    sparse CSR tensor."""
+def tfidf_features(texts: dict[str, list[str]], min_df: int = 2, max_features: int | None = None) -> dict[str, Tensor]:
+    """TF-IDF of word uni- and bigrams (sublinear tf, l2 rows; the n-grams of ``min_df`` training functions or more,
+    the ``max_features`` commonest of them with a limit; fitted on ``texts["train"]``), each split as a sparse CSR
+    tensor."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     vectorizer = TfidfVectorizer(token_pattern=r"\S+", lowercase=False, ngram_range=(1, 2), min_df=min_df,
-                                 sublinear_tf=True, dtype=np.float32)
+                                 max_features=max_features, sublinear_tf=True, dtype=np.float32)
     fitted = {"train": vectorizer.fit_transform(texts["train"])}
     fitted.update({s: vectorizer.transform(t) for s, t in texts.items() if s != "train"})
     out = {}
