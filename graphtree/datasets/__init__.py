@@ -17,6 +17,7 @@ see :mod:`graphtree.datasets.download` and ``datasets/README.md``).
 
 from .base import DEFAULT_ROOT, CorpusDataset
 from .circuits import BooleanCircuits
+from .code import CodeTrees
 from .download import MIRROR_ENV, CorruptFileError, DatasetError, DownloadError, RemoteFile
 from .files import GraphFiles
 from .listops import ListOps
@@ -31,6 +32,7 @@ __all__ = [
     "SST",
     "TREC",
     "BooleanCircuits",
+    "CodeTrees",
     "CorpusDataset",
     "CorruptFileError",
     "DatasetError",

@@ -52,7 +52,7 @@ _FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 _LABEL_COMMENT = re.compile(r"#\s*label\s*=(.*)")
 _CONLLU_COLUMNS = ("ID", "FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS", "MISC")
 _JSON_GRAPH_KEYS = ("nodes", "parents", "edges", "positions", "y")
-_JSON_NODE_KEYS = ("token", "x", "y")
+_JSON_NODE_KEYS = ("token", "fields", "x", "y")
 
 
 def default_files_root() -> Path:
@@ -258,6 +258,7 @@ def _read_graphs(path: Path, fmt: str, labels: Path | None, target: str, vocab: 
         _side_labels(records, str(path), _lines(labels, contents.get(labels)), str(labels))
     _graph_targets(records, target)
     _same_features(records, str(path))
+    _attach_fields(records)
     for record in records:
         record.data.line = torch.tensor([record.line])
     return [record.data for record in records]
@@ -275,6 +276,7 @@ class _Record:
     label: int | float | None = None
     label_is_int: bool = False
     label_at: tuple[str, int, str] | None = None  # (file, line, field) of the label, for errors
+    fields: list[dict[str, list[str]]] | None = None  # JSON Lines: each node's named token lists
 
 
 def _located(path: str, line: int, field: str, reason: str, position: int | None = None,
@@ -604,7 +606,7 @@ def _json_graph(obj: Any, path: str, line: int, vocab: Vocabulary | None) -> _Re
     if not isinstance(nodes, list) or not nodes:
         raise error("nodes", f"'nodes' must be a non-empty list of node objects, got {_kind(nodes)}"
                     + (" (empty)" if nodes == [] else ""))
-    tokens, features, node_labels = [], [], []
+    tokens, features, node_labels, node_fields = [], [], [], []
     for k, node in enumerate(nodes):
         field = f"nodes[{k}]"
         if not isinstance(node, dict):
@@ -617,6 +619,7 @@ def _json_graph(obj: Any, path: str, line: int, vocab: Vocabulary | None) -> _Re
         if token is not None and not isinstance(token, str):
             raise error(f"{field}.token", f"token must be a string, got {_kind(token)} {token!r}")
         tokens.append(token)
+        node_fields.append(_node_fields(node.get("fields"), f"{field}.fields", error))
         features.append(_node_features(node, k, features, error))
         node_labels.append(_node_label(node.get("y"), f"{field}.y", error))
 
@@ -637,7 +640,7 @@ def _json_graph(obj: Any, path: str, line: int, vocab: Vocabulary | None) -> _Re
     _attach_tokens(data, tokens, vocab)
     if features[0] is not None:
         data.x = torch.tensor(features, dtype=torch.float)
-    record = _Record(data, line)
+    record = _Record(data, line, fields=node_fields)
     label = obj.get("y")
     if label is not None:
         if not _is_number(label):
@@ -645,6 +648,32 @@ def _json_graph(obj: Any, path: str, line: int, vocab: Vocabulary | None) -> _Re
                         f"null, got {_kind(label)} {label!r}")
         record.label, record.label_is_int, record.label_at = label, _is_int(label), (path, line, "y")
     return record
+
+
+def _node_fields(value: Any, field: str, error: Callable) -> dict[str, list[str]]:
+    """A node's ``"fields"``: an object of named token lists (a string counts as a list of one)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise error(field, f"fields must be an object like {{\"subtokens\": [\"get\", \"value\"]}}, got {_kind(value)}")
+    out = {}
+    for name, tokens in value.items():
+        tokens = [tokens] if isinstance(tokens, str) else tokens
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise error(f"{field}.{name}", f"a field is a string or a list of strings, got {_kind(tokens)}")
+        out[name] = tokens
+    return out
+
+
+def _attach_fields(records: list[_Record]) -> None:
+    """Every field named by any node of the file, on every graph: ``<name>_tokens`` (the tokens, node by node)
+    and ``<name>_index`` (the node of each; PyG's batching offsets it), empty where a graph's nodes have none."""
+    names = sorted({name for r in records for node in r.fields or () for name in node})
+    for record in records:
+        for name in names:
+            pairs = [(k, t) for k, node in enumerate(record.fields or ()) for t in node.get(name, ())]
+            record.data[f"{name}_tokens"] = [t for _, t in pairs]
+            record.data[f"{name}_index"] = torch.tensor([k for k, _ in pairs], dtype=torch.long)
 
 
 def _node_features(node: dict, k: int, previous: list, error: Callable) -> list[float] | None:
