@@ -20,8 +20,8 @@ from __future__ import annotations
 import copy
 import random
 import warnings
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -245,3 +245,37 @@ def test_what_cannot_replay_trains_plainly_and_says_why():
         assert record["path"] == "eager" and why in record["fallback"], record
     with pytest.raises(ValueError, match="sparse_adam"):
         PaperOptimizer.for_model(model, emb, PRESETS["teng_code"], capturable=True)
+
+
+# -- the scripts: --replay, and the results file says which path ran -----------------------------------------
+
+@pytest.mark.parametrize(("data", "model", "seed"), [("example.jsonl", "childsum", "0"), ("example.ptb", "nary", "1")],
+                         ids=["graph-classes", "node-classes"])
+def test_a_script_replays_with_replay_on_and_records_the_path(data, model, seed, tmp_path, capsys):
+    import json
+
+    from graphtree.experiments.scripts import load_script
+    from graphtree.train.runs import main_guard
+
+    repo = Path(__file__).resolve().parent.parent
+    train = load_script(repo / "experiments" / "train.py")
+    records = {}
+    for replay in ("off", "on"):
+        out = tmp_path / replay
+        argv = ["--data", str(repo / "tests" / "data" / data), "--model", model, "--split", "0.6", "0.2", "0.2",
+                "--split-seed", seed, "--epochs", "2", "--dim", "8", "--hidden", "8", "--no-progress",
+                "--replay", replay, "--out", str(out), "--data-root", str(out / "data")]
+        main_guard(lambda argv=argv: train.main(argv), "train.py")
+        capsys.readouterr()
+        (path,) = (out / "train").glob("*.json")
+        records[replay] = json.loads(path.read_text())
+    off, on = records["off"], records["on"]
+    assert off["replay"] == {"mode": "off", "path": "eager", "fallback": None}
+    assert on["replay"]["mode"] == "on" and on["replay"]["path"] == "padded", on["replay"]
+    assert on["replay"]["evaluation"]["path"] == "padded"
+    assert all("capture_seconds" in row for row in on["history"])
+    assert on["config"] == off["config"]  # the same run: a finished one is not trained again under the other path
+    # float32, in another order: the same predictions, losses to rounding.
+    assert on["test"] == off["test"] and on["dev"] == off["dev"]
+    for a, b in zip(on["history"], off["history"], strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
