@@ -484,9 +484,11 @@ class Trainer:
             self._save(epoch + 1, history, best, seconds)
             self._write_csv(history, best["epoch"])
             if self.verbose and distributed.is_main():  # one line per epoch stays above the progress bar
+                captures = history[-1].get("capture_seconds")
                 tqdm.write(f"{self.desc + ' ' if self.desc else ''}epoch {epoch + 1}/{self.epochs}: loss "
                            f"{train_loss:.4f}, {self._dev_summary(columns)}{' (best)' if improved else ''}, "
-                           f"{took:.1f} s", file=sys.stderr)
+                           f"{took:.1f} s{f' ({captures:.1f} s capturing graphs)' if captures else ''}",
+                           file=sys.stderr)
         if start == self.epochs:  # finished before: the CSV may predate a kill right after the last save
             self._write_csv(history, best["epoch"])
         self.model.load_state_dict(best["model"])
