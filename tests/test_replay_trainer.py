@@ -60,12 +60,12 @@ def _sentences(count: int, seed: int, max_arity: int = 2, graph_y: str | None = 
     return trees
 
 
-def _train_both(make, spec, kind=Trainer, train=None, dev=None, epochs=2, batch_size=4, **options):
-    """Fit one float64 model plainly and a copy of it replayed (on the CPU: the padded step, eagerly); both fits
-    and trainers, and the replayed one's warnings."""
+def _train_both(make, spec, kind=Trainer, train=None, dev=None, epochs=2, batch_size=4, device="cpu", **options):
+    """Fit one float64 model plainly and a copy of it replayed (on the CPU: the padded step, eagerly; on a GPU:
+    captured graphs); both fits and trainers, and the replayed one's warnings."""
     torch.manual_seed(0)
     model, embedding = make()
-    model.double()
+    model.double().to(device)
     twin = copy.deepcopy(model)
     twin_embedding = next((m for m in twin.modules() if isinstance(m, NodeEmbedding)), None)
     out = []
@@ -279,3 +279,43 @@ def test_a_script_replays_with_replay_on_and_records_the_path(data, model, seed,
     assert on["test"] == off["test"] and on["dev"] == off["dev"]
     for a, b in zip(on["history"], off["history"], strict=True):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+
+
+# -- on a GPU: captured graphs ------------------------------------------------------------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+
+
+@cuda
+@pytest.mark.parametrize("case", ["sst-nary", "sst-childsum", "graph-class", "pairs"])
+def test_the_replayed_trainer_equals_the_plain_one_on_a_gpu(case):
+    """Steps and evaluation passes replayed from captured graphs (float64 on the GPU both; scatter sums in
+    another order are the only other difference: the same tolerance)."""
+    if case.startswith("sst"):
+        cfg = dict(model=case[4:], dim=DIM, hidden=HIDDEN, dropout=0.0)
+        plain, replayed = _train_both(lambda: sst_model(cfg, VOCAB, 5, None, mlp_channels=4), PRESETS["tai"],
+                                      train=_sentences(30, seed=1), dev=_sentences(9, seed=2), device="cuda")
+        _same_fits(plain, replayed, ("dev_root", "dev_phrase"))
+    elif case == "graph-class":
+        task = TASKS["graph-class"]
+        settings = model_settings("childsum", Structure(2, None, None, None), DIM, HIDDEN)
+
+        def make():
+            embedding = NodeEmbedding(VOCAB, DIM)
+            return build_model(settings, task, NodeInputs(embedding, 0), 0.0), embedding
+
+        plain, replayed = _train_both(make, PRESETS["teng"], kind=TaskTrainer, device="cuda", task=task,
+                                      train=_sentences(30, 10, graph_y="class"), dev=_sentences(9, 11, graph_y="class"))
+        _same_fits(plain, replayed, ("dev_accuracy",))
+    else:
+        def make():
+            embedding = NodeEmbedding(VOCAB, DIM)
+            return PairSimilarity(TreeEncoder(embedding, ChildSumTreeLSTM(DIM, HIDDEN)), 4, 5), embedding
+
+        plain, replayed = _train_both(make, PRESETS["tai"], kind=PairTrainer, train=_pairs(24, 7), dev=_pairs(8, 8),
+                                      device="cuda", loss_fn=similarity_loss)
+        _same_fits(plain, replayed, ("dev_pearson", "dev_spearman", "dev_mse"))
+    record = replayed[0].replay_path.record()
+    assert record["path"] == "replayed" and record["steps"]["replayed"] > 0 and record["captures"] > 0, record
+    assert record["evaluation"]["path"] == "replayed" and record["evaluation"]["passes"]["replayed"] > 0, record
+    assert sum(row["capture_seconds"] for row in replayed[1].history) > 0
