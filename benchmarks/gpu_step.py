@@ -125,7 +125,10 @@ def workload(trees: list[Data], B: int, count: int, device: torch.device) -> tup
     return host, [b.to(device) for b in host], [padded_words(g, device) for g in groups], stats
 
 
-def run_grid(args: argparse.Namespace, trees: list[Data], vocab_size: int, device: torch.device) -> list[dict]:
+def run_grid(args: argparse.Namespace, trees: list[Data], vocab_size: int, device: torch.device,
+             done: Any = lambda rows: None) -> list[dict]:
+    """Every contender at every batch size; ``done(rows)`` after each batch size (a run stopped later keeps
+    what finished)."""
     rows = []
     E = args.embedding
     for B in args.batch_sizes:
@@ -178,6 +181,7 @@ def run_grid(args: argparse.Namespace, trees: list[Data], vocab_size: int, devic
                            capture_s=s.capture_seconds, padding=s.padding)
             rows.append(row)
         print_rows([r for r in rows if r["batch"] == B])
+        done(rows)
     return rows
 
 
@@ -316,15 +320,20 @@ def main(argv: list[str] | None = None) -> None:
     trees, vocab_size = loaded if loaded is not None else random_trees(max(args.workload, 2000))
     data = f"SST train ({Path(args.sst).name})" if loaded is not None else "random trees with SST's lengths"
     print(f"{len(trees)} trees from {data}; buckets {Buckets()}", flush=True)
-    rows = run_grid(args, trees, vocab_size, device) if not args.no_grid else []
+
+    def write(rows: list[dict], epoch_rows: list[dict]) -> None:
+        if args.out:
+            out = Path(args.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(dict(command="python benchmarks/gpu_step.py " + " ".join(sys.argv[1:]),
+                                           data=data, machine=machine(device, 1), buckets=str(Buckets()),
+                                           rows=rows, epochs=epoch_rows, seconds=time.time() - started), indent=1))
+
+    rows = run_grid(args, trees, vocab_size, device, lambda rows: write(rows, [])) if not args.no_grid else []
     epoch_rows = epochs(args, trees, vocab_size, device) if args.epoch else []
+    write(rows, epoch_rows)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(dict(command="python benchmarks/gpu_step.py " + " ".join(sys.argv[1:]),
-                                       data=data, machine=machine(device, 1), buckets=str(Buckets()),
-                                       rows=rows, epochs=epoch_rows, seconds=time.time() - started), indent=1))
-        print(f"wrote {out}")
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

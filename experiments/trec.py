@@ -86,6 +86,7 @@ from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.models import BiTreeLSTM, NodeEmbedding
 from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
+from graphtree.replay import PaddedBatch
 from graphtree.train import Trainer, WordInputModel
 from graphtree.vocab import Vocab
 
@@ -100,7 +101,9 @@ def load_splits(args: argparse.Namespace, trees: str) -> dict[str, list]:
 class RootMLP(torch.nn.Module):
     """Teng & Zhang's output layer (eq 16) on a sentence encoder: logits at the roots, zeros elsewhere.
 
-    The trainer scores every node, but TREC labels only the roots, so the other rows never count.
+    The trainer scores every node, but TREC labels only the roots, so the other rows never count. On a padded
+    batch (a replayed step, :mod:`graphtree.replay`) each row takes its graph's logits and all but the roots are
+    zeroed, without asking the host where the roots are.
     """
 
     def __init__(self, encoder: torch.nn.Module, mlp_channels: int, num_classes: int) -> None:
@@ -111,6 +114,9 @@ class RootMLP(torch.nn.Module):
 
     def forward(self, batch: Any) -> Tensor:
         logits = self.W_lp(torch.relu(self.W_hl(self.encoder(batch))))
+        if isinstance(batch, PaddedBatch):  # replicas are in graph num_graphs, and never roots
+            rows = logits.index_select(0, batch.batch.clamp(max=batch.num_graphs - 1))
+            return rows * batch.is_root.unsqueeze(-1).to(rows.dtype)
         out = logits.new_zeros(batch.num_nodes, logits.size(-1))
         out[roots_of(batch)] = logits
         return out

@@ -703,6 +703,7 @@ class ReplayedStep:
         # Padded top-down plans only for a model with a top-down pass: their shapes would split the buckets of
         # one without.
         self._top_down = _has_top_down_pass(model)
+        self.reason: str | None = None  # why the step runs eagerly, once it does
         self._warm = False
         self._checked = False
         self._buckets: dict[tuple, _Bucket] = {}
@@ -737,7 +738,7 @@ class ReplayedStep:
                     unreplayable = error
             if unreplayable is not None:
                 warnings.warn(f"{type(self.model).__name__}'s step is not replayed: {unreplayable}", stacklevel=2)
-                self.replayable = False
+                self.replayable, self.reason = False, str(unreplayable)
                 self._buckets.clear()
                 return self._eager(batch)
             self.stats.padded_eager += 1
@@ -824,7 +825,8 @@ class ReplayedStep:
 
     def _eager(self, batch: Any) -> Tensor:
         self.stats.eager += 1
-        return self._step(batch)
+        # The batch as the check gets it: on the model's device (a caller keeps batches on the host for padding).
+        return self._step(_plain_batch(batch, self.device))
 
     def _padded_step(self, bucket: _Bucket) -> Tensor:
         # The padded plan's slot layouts are derived from its fixed tensors on first use: made anew here, never
@@ -854,7 +856,7 @@ class ReplayedStep:
             warnings.warn(f"{type(self.model).__name__}'s step could not be captured, it runs eagerly: {error}",
                           stacklevel=3)
             self.optimizer.zero_grad(set_to_none=True)
-            self.replayable = False
+            self.replayable, self.reason = False, f"the step could not be captured: {error}"
             self._buckets.clear()
             return
         bucket.graph, bucket.loss = graph, loss.detach()

@@ -1,7 +1,7 @@
 """Train a tiny tree classifier with graphtree.train.Trainer, in one process or under torchrun.
 
 usage: [torchrun --nproc_per_node N] tests/distributed_helper.py OUT_DIR [--preset P] [--dropout D]
-                                                                [--kill-at-step S] [--epochs E]
+                                                                [--kill-at-step S] [--epochs E] [--replay R]
 
 tests/test_distributed.py runs it with 1 and 2 processes and compares. Every
 rank writes ``OUT_DIR/rank<r>.json`` with a digest of its parameters after
@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--kill-at-step", type=int, default=None)
+    parser.add_argument("--replay", default="off", choices=["auto", "on", "off"])
     args = parser.parse_args()
     torch.set_num_threads(1)
     distributed.setup("cpu")
@@ -70,7 +71,8 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     spec = PRESETS[args.preset]
-    trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, spec), epochs=args.epochs, batch_size=BATCH,
+    optimizer = PaperOptimizer.for_model(model, embedding, spec, capturable=args.replay == "on")
+    trainer = Trainer(model, optimizer, epochs=args.epochs, batch_size=BATCH, replay=args.replay,
                       seed=7, checkpoint=args.out / "run.pt", metrics_csv=args.out / "run.csv",
                       config={"what": "distributed test", "preset": args.preset, "dropout": args.dropout},
                       progress=False, on_step=on_step, verbose=False)
@@ -81,7 +83,7 @@ def main() -> None:
         result = {"best_epoch": fit.best_epoch, "best_dev": fit.best_dev, "test": test.as_dict(),
                   "history": [{k: h[k] for k in ("epoch", "train_loss", "dev_root", "dev_phrase")}
                               for h in fit.history], "processes": ranks,
-                  "sparse_embedding": bool(embedding.embedding.sparse)}
+                  "sparse_embedding": bool(embedding.embedding.sparse), "replay": trainer.replay_path.record()}
         atomic_write_text(json.dumps(result), args.out / "result.json")
 
 

@@ -91,6 +91,23 @@ def test_two_processes_train_as_one(tmp_path, preset, request):
                                                                    "run.csv", "run.pt"]
 
 
+def test_two_processes_replayed_train_as_one_plain(tmp_path, one_process_tai):
+    # The replayed path under torchrun: no DDP, every gradient averaged by one all-reduce inside the step (on the
+    # CPU the padded step runs eagerly, with gloo; on GPUs the same step is captured, with NCCL). Against the plain
+    # single process: the same metrics up to the order of float sums and the capturable update (float64: 1e-9).
+    two_processes(tmp_path / "two", "--replay", "on")
+    one, two = one_process_tai, json.loads((tmp_path / "two" / "result.json").read_text())
+    assert two["replay"]["path"] == "padded" and two["replay"]["steps"]["eager"] == 0, two["replay"]
+    assert not two["sparse_embedding"]  # a capturable update takes dense embedding gradients
+    assert two["processes"] == 2 and two["best_epoch"] == one["best_epoch"]
+    for a, b in zip(one["history"], two["history"], strict=True):
+        assert a["dev_root"] == b["dev_root"] and a["dev_phrase"] == b["dev_phrase"]
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-9, abs=0)
+    assert two["test"]["root_correct"] == one["test"]["root_correct"]
+    ranks = rank_records(tmp_path / "two", 2)
+    assert len(ranks[0]["steps"]) == 4 * 8 and ranks[0]["steps"] == ranks[1]["steps"]
+
+
 def test_a_killed_job_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     # Dropout on: every rank's own random stream must come back from the checkpoint.
     flags = ("--dropout", "0.5", "--epochs", "3")

@@ -26,6 +26,7 @@ import torch
 from ..train import distributed
 from ..train.checkpoint import atomic_write_text, seed_everything
 from ..train.optim import OptimizerSpec, PaperOptimizer
+from ..train.replaying import replay_requested, unreplayable_reason
 from ..train.runs import RunPaths, finished_run, note, recorded_command, run_record
 from ..train.trainer import FitResult, Trainer
 
@@ -43,22 +44,29 @@ class SeedRun:
     config: dict[str, Any]   # stored in the checkpoint: a resumed run continues only on the same settings and data
     progress: bool
     device: torch.device
+    replay: str = "auto"     # --replay: the replayed path (graphtree.train.replaying) on a GPU, or on/off
 
     def trainer_options(self, **config: Any) -> dict[str, Any]:
         """The keyword arguments every trainer of an experiment takes; ``config`` adds to the checkpoint's."""
         return dict(seed=self.seed, checkpoint=self.checkpoint, metrics_csv=self.metrics_csv,
                     config={**self.config, **config, "seed": self.seed}, progress=self.progress, desc=self.name,
-                    device=self.device)
+                    device=self.device, replay=self.replay)
 
     def trainer(self, model: torch.nn.Module, embedding: torch.nn.Module | None, optimizer: OptimizerSpec,
                 epochs: int, kind: type[Trainer] = Trainer, config: dict[str, Any] | None = None,
                 **options: Any) -> Trainer:
         """The run's trainer (a ``kind``) of ``model``, moved to the run's device first: the paper optimizer
         ``optimizer`` (its minibatch size too; ``embedding`` gets the embedding update) for ``epochs``, with the
-        flags of :meth:`trainer_options` (``config`` adds to the checkpoint's) and ``options`` (e.g. ``extra=``)."""
+        flags of :meth:`trainer_options` (``config`` adds to the checkpoint's) and ``options`` (e.g. ``extra=``).
+
+        Where the run replays (``replay``, :mod:`graphtree.train.replaying`) and the model can, the update is
+        built in its capturable form, and the checkpoint says so (``"replay": True``): its optimizer state is
+        that form's, which the plain update does not resume from."""
         model.to(self.device)
-        return kind(model, PaperOptimizer.for_model(model, embedding, optimizer), epochs=epochs,
-                    batch_size=optimizer.batch_size, **self.trainer_options(**(config or {})), **options)
+        capturable = replay_requested(self.replay, self.device) and unreplayable_reason(model, optimizer) is None
+        config = {**(config or {}), **({"replay": True} if capturable else {})}
+        return kind(model, PaperOptimizer.for_model(model, embedding, optimizer, capturable=capturable),
+                    epochs=epochs, batch_size=optimizer.batch_size, **self.trainer_options(**config), **options)
 
 
 @dataclass
@@ -106,7 +114,8 @@ def train_seeds(experiment: str, args: argparse.Namespace, argv: Sequence[str], 
             continue
         seed_everything(seed)
         run = SeedRun(seed, name, paths.checkpoints / f"{name}.pt", paths.results / f"{name}.csv",
-                      {**config, **(checkpoint_config or {})}, not args.no_progress, torch.device(device))
+                      {**config, **(checkpoint_config or {})}, not args.no_progress, torch.device(device),
+                      getattr(args, "replay", "auto"))
         trainer = build(run)
         fit = trainer.fit(train, dev)
         outcome = score(trainer, fit)
@@ -121,6 +130,8 @@ def train_seeds(experiment: str, args: argparse.Namespace, argv: Sequence[str], 
             "train_seconds_per_epoch": sum(h["train_seconds"] for h in fit.history) / epochs,
             **outcome.fields, **run_record(args.threads, device),
         }
+        if trainer.replay_path is not None:  # which path trained and evaluated, and what capturing cost
+            record["replay"] = trainer.replay_path.record()
         atomic_write_text(json.dumps(record, indent=1) + "\n", results)
         written.append(results)
         resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"

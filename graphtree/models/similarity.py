@@ -30,7 +30,7 @@ from ..nn.functional import dropout
 from .classifier import NodeEmbedding
 
 __all__ = ["MeanEncoder", "PairSimilarity", "SequenceEncoder", "SimilarityHead", "TreeEncoder",
-           "padded_words", "roots_of", "similarity_loss"]
+           "padded_words", "root_states", "roots_of", "similarity_loss"]
 
 
 def _num_graphs(batch: Any) -> int:
@@ -56,6 +56,24 @@ def roots_of(batch: Any) -> Tensor:
     if roots.numel() != _num_graphs(batch):
         raise ValueError(f"expected one root per tree, got {roots.numel()} roots for {_num_graphs(batch)} trees")
     return roots
+
+
+def _padded(batch: Any) -> bool:
+    from ..replay import PaddedBatch  # here: graphtree.replay imports the training code, which imports the models
+
+    return isinstance(batch, PaddedBatch)
+
+
+def root_states(h: Tensor, batch: Any) -> Tensor:
+    """Each tree's root row of ``h``, in graph order: ``h[roots_of(batch)]``, and on a padded batch
+    (:class:`graphtree.replay.PaddedBatch`, whose rows are sorted by level and hold replicas that are never
+    roots) the rows summed per graph with all but the roots zeroed, the replicas' graph dropped: the same
+    numbers (a root's row plus exact zeros), without asking the host how many roots there are."""
+    if not _padded(batch):
+        return h[roots_of(batch)]
+    roots = h * batch.is_root.unsqueeze(-1).to(h.dtype)
+    size = batch.num_graphs
+    return h.new_zeros(size + 1, *h.shape[1:]).index_add_(0, batch.batch, roots)[:size]
 
 
 def padded_words(x: Tensor, batch: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
@@ -101,7 +119,7 @@ class TreeEncoder(torch.nn.Module):
 
     def forward(self, batch: Any) -> Tensor:
         x = dropout(self.embedding(batch.word), self.input_dropout, self.training)
-        return first_state(self.cell(x, batch))[roots_of(batch)]
+        return root_states(first_state(self.cell(x, batch)), batch)
 
 
 class SequenceEncoder(torch.nn.Module):
@@ -254,7 +272,12 @@ class PairSimilarity(torch.nn.Module):
 
     def forward(self, pairs: Any) -> Tensor:
         # Both sides as one batch of 2B trees: one level schedule for the whole minibatch.
-        h = self.encoder(pair_side(pairs, "both"))
+        return self.forward_trees(pair_side(pairs, "both"))
+
+    def forward_trees(self, trees: Any) -> Tensor:
+        """The log-probabilities of the pairs whose sides are ``trees`` (``pair_side(pairs, "both")``:
+        the a sides, then the b sides; or such a batch padded, :mod:`graphtree.replay`)."""
+        h = self.encoder(trees)
         half = h.size(0) // 2
         return self.head(h[:half], h[half:])
 

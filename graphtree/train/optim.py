@@ -202,8 +202,9 @@ class PaperOptimizer:
         spec: The settings, e.g. ``PRESETS["tai"]``.
     """
 
-    def __init__(self, params: Iterable[Tensor], embedding_params: Iterable[Tensor], spec: OptimizerSpec) -> None:
-        self.spec = spec
+    def __init__(self, params: Iterable[Tensor], embedding_params: Iterable[Tensor], spec: OptimizerSpec,
+                 capturable: bool = False) -> None:
+        self.spec, self.capturable = spec, capturable
         self.params = [p for p in params if p.requires_grad]
         self.embedding_params = [p for p in embedding_params if p.requires_grad]
         if not self.params:
@@ -211,15 +212,20 @@ class PaperOptimizer:
         shared = {id(p) for p in self.params} & {id(p) for p in self.embedding_params}
         if shared:
             raise ValueError("a parameter is both a model and an embedding parameter; pass each once")
-        self.model_optimizer = make_optimizer(spec.name, self.params, spec.lr)
+        if capturable and spec.embedding == "sparse_adam" and self.embedding_params and spec.embedding_lr > 0:
+            raise ValueError("lazy Adam (sparse_adam) moves only the rows a minibatch used, which no update of "
+                             "fixed shape can do: it has no capturable form")
+        self.model_optimizer = make_optimizer(spec.name, self.params, spec.lr, capturable=capturable)
         # AdaGrad, SGD and lazy-Adam embeddings may get sparse gradients (for_model); Adam's are always dense.
+        # A capturable update takes dense gradients: AdaGrad and SGD move a row without gradient by exactly 0.
         self.embedding_optimizer = (make_optimizer(spec.embedding, self.embedding_params, spec.embedding_lr,
-                                                   dense=spec.embedding not in SPARSE_EXACT)
+                                                   dense=capturable or spec.embedding not in SPARSE_EXACT,
+                                                   capturable=capturable)
                                     if self.embedding_params and spec.embedding_lr > 0 else None)
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, embedding: torch.nn.Module | None, spec: OptimizerSpec,
-                  sparse_embeddings: bool = True) -> PaperOptimizer:
+                  sparse_embeddings: bool = True, capturable: bool = False) -> PaperOptimizer:
         """Split ``model``'s parameters into ``embedding``'s and the rest.
 
         With ``sparse_embeddings`` and an AdaGrad, SGD or lazy-Adam embedding update, the
@@ -231,8 +237,14 @@ class PaperOptimizer:
         Adam moves every row at every step (its moments decay), so its
         embeddings stay dense. Lazy Adam (``"sparse_adam"``) works on sparse
         gradients only, so its embeddings always get them.
+
+        ``capturable=True``: both updates in a form a CUDA graph can hold (:func:`make_optimizer`'s), for a
+        replayed step (:mod:`graphtree.train.replaying`); the embeddings keep dense gradients (a sparse one's
+        size follows the batch), and lazy Adam, which has no such form, is refused (``ValueError``).
         """
-        if spec.embedding == "sparse_adam":
+        if capturable:
+            sparse_embeddings = False
+        elif spec.embedding == "sparse_adam":
             sparse_embeddings = True
         if sparse_embeddings and embedding is not None and spec.embedding in SPARSE_EXACT and spec.embedding_lr > 0:
             for module in embedding.modules():
@@ -240,7 +252,7 @@ class PaperOptimizer:
                     module.sparse = True
         emb = list(embedding.parameters()) if embedding is not None else []
         emb_ids = {id(p) for p in emb}
-        return cls([p for p in model.parameters() if id(p) not in emb_ids], emb, spec)
+        return cls([p for p in model.parameters() if id(p) not in emb_ids], emb, spec, capturable=capturable)
 
     def zero_grad(self) -> None:
         for p in self.params + self.embedding_params:

@@ -21,8 +21,12 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
+from ..data.loader import with_schedule
+from ..data.pairs import pair_side
+from ..models.similarity import similarity_loss
 from .optim import PaperOptimizer
-from .trainer import Trainer, collate
+from .replaying import unreplayable_reason
+from .trainer import Trainer
 
 __all__ = ["PAIR_CHECKPOINT_FORMAT", "PairTrainer", "pearson", "predict_pairs", "relatedness", "spearman"]
 
@@ -135,14 +139,39 @@ class PairTrainer(Trainer):
                  checkpoint: str | os.PathLike | None = None, metrics_csv: str | os.PathLike | None = None,
                  config: dict[str, Any] | None = None, eval_batch_size: int = 256, progress: bool = True,
                  desc: str = "", extra: dict[str, Any] | None = None,
-                 device: str | torch.device | None = None, verbose: bool = True) -> None:
+                 device: str | torch.device | None = None, verbose: bool = True, replay: str = "auto") -> None:
         super().__init__(model, optimizer, epochs=epochs, batch_size=batch_size, seed=seed, checkpoint=checkpoint,
                          metrics_csv=metrics_csv, config=config, loss_fn=loss_fn,
                          eval_batch_size=eval_batch_size, progress=progress, desc=desc, extra=extra, device=device,
-                         verbose=verbose)
+                         verbose=verbose, replay=replay)
 
     def _batch_loss(self, model: torch.nn.Module, batch: Batch) -> Tensor:
         return self.loss_fn(model(batch), batch.target)
+
+    # The replayed path pads both sides of a minibatch's pairs as one batch of 2B trees, each tree carrying its
+    # pair's target (a graph attribute: a row per tree), and runs the encoder and the head on it.
+
+    _node_outputs = False
+
+    def _unreplayable(self) -> str | None:
+        if self.loss_fn is not similarity_loss:
+            return "a loss function of its own (the replayed pair step knows similarity_loss)"
+        if not hasattr(self.model, "forward_trees"):
+            return f"{type(self.model).__name__} has no forward_trees (PairSimilarity's pass over both sides)"
+        return unreplayable_reason(self.model, self.optimizer.spec)
+
+    def _replay_trees(self, batch: Any) -> Any:
+        trees = pair_side(batch, "both")
+        trees.target = torch.cat([batch.target, batch.target])
+        return with_schedule(trees)
+
+    def _replay_loss(self, model: torch.nn.Module, batch: Any) -> Tensor:
+        log_probs = model.forward_trees(batch)
+        loss = self.loss_fn(log_probs, batch.target[:log_probs.size(0)])
+        return loss * batch.loss_weight.to(loss.dtype)
+
+    def _replay_output(self, model: torch.nn.Module, batch: Any) -> Tensor:
+        return model.forward_trees(batch)
 
     def _validate(self, model: torch.nn.Module, dev_batches: list[Batch]) -> tuple[dict[str, float], dict[str, Any]]:
         metrics = relatedness(*predict_pairs(model, dev_batches))
@@ -163,6 +192,6 @@ class PairTrainer(Trainer):
 
     def evaluate(self, data: Sequence[Data]) -> tuple[dict[str, float], list[float], list[float]]:
         """Metrics, predictions and gold ratings of the current model on ``data`` (in order)."""
-        batches = [self.to_device(b) for b in collate(data, self.eval_batch_size)]
+        batches = self._eval_batches(data)
         pred, gold = predict_pairs(self._scoring_model(batches), batches)
         return relatedness(pred, gold), pred, gold

@@ -193,6 +193,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, default_epoch
                              "(default: runs/ beside the experiments, ignored by git)")
     parser.add_argument("--threads", type=at_least_one, default=1, help="CPU threads per process (default 1)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the same code runs on either)")
+    parser.add_argument("--replay", choices=["auto", "on", "off"], default="auto",
+                        help="training steps and dev/test passes replayed as CUDA graphs on padded batches: auto "
+                             "(default) on a GPU, not on the CPU; on (on the CPU: the padded step, eagerly); off. "
+                             "The results file's replay says which path ran (graphtree.train.replaying)")
     parser.add_argument("--data-root", default=str(repo / "datasets"),
                         help="folder of the data: <root>/<corpus>/raw the fetched files, <root>/<corpus>/processed "
                              "the caches (default: datasets/ beside the experiments)")

@@ -28,6 +28,7 @@ from . import distributed
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
 from .metrics import Tally, evaluate
 from .optim import PaperOptimizer
+from .replaying import ReplayedForward, ReplayPath, StepOptimizer, replay_requested, unreplayable_reason
 
 __all__ = ["CHECKPOINT_FORMAT", "PHASES", "FitResult", "Trainer", "collate", "denormals_flushed", "epoch_order"]
 
@@ -40,7 +41,9 @@ PHASES = ("batches", "forward", "backward", "optimizer", "embeddings")
 """Where a training pass's time goes (each epoch's ``phases`` in the history, with ``dev`` for the evaluation):
 building the minibatches (and moving them to the device), the forward pass and loss, the backward pass (and,
 under ``torchrun``, the gradient all-reduce), the update of the model's parameters, and that of the word
-embeddings. On a GPU, which runs asynchronously, a phase may be charged to a later one."""
+embeddings. On a GPU, which runs asynchronously, a phase may be charged to a later one. A replayed epoch
+(:mod:`graphtree.train.replaying`) has ``batches`` and ``step``: the whole step (padding, forward, backward and
+both updates, captures included) is one launch."""
 
 
 _NOT_YET = object()  # Trainer._cutter before the first epoch of a fit has made it
@@ -182,6 +185,12 @@ class Trainer:
             first parameter). Each batch's level schedule is built on the CPU
             before the batch moves, so the level loop never waits on the device
             to learn the shape of the tree.
+        replay: ``"auto"`` (replayed steps and evaluation on a GPU, the plain
+            level loop on the CPU), ``"on"`` (replayed; on the CPU the padded
+            step runs eagerly) or ``"off"`` (:mod:`graphtree.train.replaying`).
+            The replayed path needs the optimizer built with ``capturable=True``
+            (:meth:`PaperOptimizer.for_model`); what cannot replay trains plainly
+            and :attr:`replay_path` says why.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: PaperOptimizer, *, epochs: int, batch_size: int,
@@ -190,7 +199,7 @@ class Trainer:
                  loss_fn: Callable[[Tensor, Tensor], Tensor] = node_loss, eval_batch_size: int = 256,
                  progress: bool = True, desc: str = "", extra: dict[str, Any] | None = None,
                  on_step: Callable[[int], None] | None = None, device: str | torch.device | None = None,
-                 verbose: bool = True) -> None:
+                 verbose: bool = True, replay: str = "auto") -> None:
         if epochs < 1 or batch_size < 1:
             raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
         self.model, self.optimizer = model, optimizer
@@ -207,6 +216,9 @@ class Trainer:
         if device is None:
             device = next((p.device for p in model.parameters()), torch.device("cpu"))
         self.device = torch.device(device)
+        replay_requested(replay, self.device)  # a ValueError for a mode that is not one
+        self.replay = replay
+        self.replay_path: ReplayPath | None = None  # made by fit
 
     def to_device(self, batch: Batch) -> Batch:
         """``batch`` carrying its schedule (built on the host, where it is cheap, unless it came with one), on
@@ -222,6 +234,30 @@ class Trainer:
     def _batch_loss(self, model: torch.nn.Module, batch: Batch) -> Tensor:
         """The summed loss of one minibatch under ``model`` (the model, or its data-parallel wrapper)."""
         return self.loss_fn(model(batch), batch.y)
+
+    def _unreplayable(self) -> str | None:
+        """Why this trainer's model and loss cannot take the replayed path (``None``: they can try)."""
+        if self.loss_fn is not node_loss:
+            return "a loss function of its own (the replayed step weighs graphtree's node loss by node_weight)"
+        return unreplayable_reason(self.model, self.optimizer.spec)
+
+    def _replay_trees(self, batch: Any) -> Any:
+        """The host batch of trees a replayed step pads for ``batch`` (a pair trainer's: both sides)."""
+        return batch
+
+    def _replay_loss(self, model: torch.nn.Module, batch: Any) -> Tensor:
+        """The minibatch loss on a padded batch (or a plain one, with ``node_weight``) of
+        :meth:`_replay_trees`, times its ``loss_weight``: :meth:`_batch_loss` without the replicas."""
+        from ..replay import weighted_node_loss
+
+        loss = weighted_node_loss(model(batch), batch.y, batch.node_weight)
+        return loss * batch.loss_weight.to(loss.dtype)
+
+    def _replay_output(self, model: torch.nn.Module, batch: Any) -> Tensor:
+        """The evaluation outputs on a padded batch of :meth:`_replay_trees` (per row; see :attr:`_node_outputs`)."""
+        return model(batch)
+
+    _node_outputs = True  # whether _replay_output gives a row per node (put back in node order) or one per graph
 
     def _validate(self, model: torch.nn.Module, dev_batches: list[Batch]) -> tuple[dict[str, float], dict[str, Any]]:
         """Dev metrics after an epoch, ``model`` run on ``dev_batches`` in order: the history columns, and the
@@ -240,11 +276,71 @@ class Trainer:
         """The dev metrics of one epoch, for its line on screen."""
         return f"dev root {columns['dev_root']:.2f}, dev phrase {columns['dev_phrase']:.2f}"
 
+    # -- the replayed path (graphtree.train.replaying) ---------------------------------------------------
+
+    def _start_replay(self) -> ReplayPath:
+        """The run's path: the replayed step and evaluation where asked for and possible, else why not."""
+        path = ReplayPath(self.replay, replay_requested(self.replay, self.device))
+        if path.requested:
+            path.fallback = self._unreplayable()
+            if path.fallback is None and not getattr(self.optimizer, "capturable", False):
+                path.fallback = ("the optimizer was not built capturable "
+                                 "(PaperOptimizer.for_model(..., capturable=True))")
+        if path.active:
+            from ..replay import ReplayedStep
+
+            path.graphs = self.device.type == "cuda"
+            path.step = ReplayedStep(self.model, StepOptimizer(self.optimizer), loss=self._replay_loss)
+            path.forward = ReplayedForward(self.model, self._replay_output, lambda model, batch: model(batch),
+                                           prepare=self._replay_trees, node_level=self._node_outputs)
+        elif path.requested and self.verbose and distributed.is_main():
+            tqdm.write(f"{self.desc + ': ' if self.desc else ''}not replayed: {path.fallback}", file=sys.stderr)
+        return path
+
+    def _replaying(self) -> bool:
+        return self.replay_path is not None and self.replay_path.active
+
+    def _prepare(self, batch: Batch) -> Batch:
+        """A training minibatch as the epoch's path takes it: on the host with its schedule (replayed: the step
+        pads it there), else on the device (:meth:`to_device`)."""
+        return with_schedule(batch) if self._replaying() else self.to_device(batch)
+
+    def _eval_batches(self, data: Sequence[Data]) -> list[Batch]:
+        """``data`` in evaluation batches: on the host with their schedules where evaluation replays, else on
+        the device."""
+        replayed = self.replay_path is not None and self.replay_path.forward is not None
+        return [with_schedule(b) if replayed else self.to_device(b) for b in collate(data, self.eval_batch_size)]
+
+    def _replayed_step(self, batch: Batch, weight: float) -> Tensor:
+        """One replayed training step on the host ``batch``, its loss weighed by ``weight``: the summed loss."""
+        trees = self._replay_trees(batch)
+        trees.loss_weight = torch.tensor(weight, dtype=torch.float64)
+        loss = self.replay_path.step(trees)
+        return loss.detach() / weight if weight else loss.detach() * 0.0
+
+    def _broadcast_parameters(self) -> None:
+        """Under ``torchrun`` without DDP (the replayed path): every rank starts from rank 0's weights."""
+        if distributed.world_size() == 1:
+            return
+        with torch.no_grad():
+            for tensor in [*self.model.parameters(), *self.model.buffers()]:
+                torch.distributed.broadcast(tensor.data, src=0)
+
     # -- checkpoints -------------------------------------------------------------------------------
 
     def _scoring_model(self, batches: Sequence[Batch]) -> torch.nn.Module:
         """What metric code runs on ``batches``: the model itself in one process; under ``torchrun``, a stand-in
-        replaying the outputs that each rank computed for its share and every rank gathered."""
+        replaying the outputs that each rank computed for its share and every rank gathered. On the replayed
+        path, a stand-in replaying the outputs of the padded forward pass (:class:`ReplayedForward`)."""
+        forward = self.replay_path.forward if self.replay_path is not None else None
+        if forward is not None:
+            was_training = self.model.training
+            self.model.eval()
+            try:
+                outputs = distributed.gather_outputs(forward, batches)
+            finally:
+                self.model.train(was_training)
+            return _Replay(outputs)
         if distributed.world_size() == 1:
             return self.model
         was_training = self.model.training
@@ -357,13 +453,20 @@ class Trainer:
             history, best, seconds, start = state["history"], state["best"], state["seconds"], state["epoch"]
         elif distributed.world_size() > 1:  # a dropout stream of each rank's own
             seed_everything(self.seed * 1_000_003 + 7_919 * (distributed.rank() + 1))
-        model = self._data_parallel()
-        dev_batches = [self.to_device(b) for b in collate(dev, self.eval_batch_size)]
+        self.replay_path = self._start_replay()
+        if self._replaying():  # gradients averaged inside the step (StepOptimizer), not by DDP's hooks
+            self._sparse_params, self._ddp_params = [], []
+            self._broadcast_parameters()
+            model = self.model
+        else:
+            model = self._data_parallel()
+        dev_batches = self._eval_batches(dev)
         steps_per_epoch = math.ceil(len(train) / self.batch_size)
         for epoch in range(start, self.epochs):
             # A first use of the compiled kernels builds them (minutes, once per install): that is set-up, not
             # training, so it is left out of the epoch's recorded time.
             began, building = time.perf_counter(), native.build_seconds()
+            captured = self.replay_path.capture_seconds()
             train_loss, phases = self._train_epoch(model, train, epoch, epoch * steps_per_epoch, history)
             trained = time.perf_counter() - began - (native.build_seconds() - building)
             columns, dev_metrics = self._validate(self._scoring_model(dev_batches), dev_batches)
@@ -372,6 +475,8 @@ class Trainer:
             phases["dev"] = took - trained
             history.append({"epoch": epoch + 1, "train_loss": train_loss, **columns,
                             "train_seconds": trained, "seconds": took, "phases": phases})
+            if self.replay_path.requested:  # what capturing the graphs cost in this epoch, training and dev
+                history[-1]["capture_seconds"] = self.replay_path.capture_seconds() - captured
             improved = self._improves(dev_metrics, best["dev"])
             if improved:
                 best = {"epoch": epoch + 1, "dev": dev_metrics,
@@ -379,9 +484,11 @@ class Trainer:
             self._save(epoch + 1, history, best, seconds)
             self._write_csv(history, best["epoch"])
             if self.verbose and distributed.is_main():  # one line per epoch stays above the progress bar
+                captures = history[-1].get("capture_seconds")
                 tqdm.write(f"{self.desc + ' ' if self.desc else ''}epoch {epoch + 1}/{self.epochs}: loss "
                            f"{train_loss:.4f}, {self._dev_summary(columns)}{' (best)' if improved else ''}, "
-                           f"{took:.1f} s", file=sys.stderr)
+                           f"{took:.1f} s{f' ({captures:.1f} s capturing graphs)' if captures else ''}",
+                           file=sys.stderr)
         if start == self.epochs:  # finished before: the CSV may predate a kill right after the last save
             self._write_csv(history, best["epoch"])
         self.model.load_state_dict(best["model"])
@@ -394,7 +501,7 @@ class Trainer:
         zero."""
         minibatch = order[start:start + self.batch_size]
         mine = distributed.shard(minibatch)
-        return minibatch, mine, self.to_device(collate_graphs([train[i] for i in mine or minibatch[:1]]))
+        return minibatch, mine, self._prepare(collate_graphs([train[i] for i in mine or minibatch[:1]]))
 
     def _minibatches(self, train: Sequence[Data], order: list[int]) -> Iterator[tuple[list[int], list[int], Batch]]:
         """The epoch's minibatches, as :meth:`_minibatch` gives them. In one process, from plain ``Data``
@@ -412,7 +519,7 @@ class Trainer:
             return
         for start, batch in zip(starts, cutter.batches(order, self.batch_size)):
             minibatch = order[start:start + self.batch_size]
-            yield minibatch, minibatch, self.to_device(batch)
+            yield minibatch, minibatch, self._prepare(batch)
 
     def _train_epoch(self, model: torch.nn.Module, train: Sequence[Data], epoch: int, step: int,
                      history: list[dict]) -> tuple[float, dict[str, float]]:
@@ -431,6 +538,8 @@ class Trainer:
             return time.perf_counter() - native.build_seconds()
 
         minibatches = self._minibatches(train, order)
+        if self._replaying():
+            return self._train_replayed(minibatches, bar, step, last_dev)
         for _ in bar:
             began = clock()
             minibatch, mine, batch = next(minibatches)
@@ -463,8 +572,36 @@ class Trainer:
             loss_sum, examples = (sum(part) for part in zip(*distributed.all_gather_objects((loss_sum, examples))))
         return loss_sum / examples, phases
 
+    def _train_replayed(self, minibatches: Iterator[tuple[list[int], list[int], Batch]], bar: Any, step: int,
+                        last_dev: str) -> tuple[float, dict[str, float]]:
+        """:meth:`_train_epoch` on the replayed path: one replayed step per minibatch, the losses summed on the
+        device (read once per epoch, and every 50 steps for the bar)."""
+        ranks = distributed.world_size()
+        phases = {"batches": 0.0, "step": 0.0}
+        total, examples = None, 0
+        for k in bar:
+            began = time.perf_counter()
+            minibatch, mine, batch = next(minibatches)
+            built = time.perf_counter()
+            loss = self._replayed_step(batch, ranks / len(minibatch) if mine else 0.0)
+            phases["batches"] += built - began
+            phases["step"] += time.perf_counter() - built
+            total = loss if total is None else total + loss
+            examples += len(mine)
+            step += 1
+            if self.on_step is not None:
+                self.on_step(step)
+            if self.progress and k % 50 == 0 and examples:
+                bar.set_postfix(loss=f"{float(total) / examples:.3f}", dev=last_dev, refresh=False)
+        bar.close()
+        loss_sum = float(total) if total is not None else 0.0
+        self.replay_path.note_fallback()
+        if ranks > 1:
+            loss_sum, examples = (sum(part) for part in zip(*distributed.all_gather_objects((loss_sum, examples))))
+        return loss_sum / examples, phases
+
     def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
         """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``, subnormals flushed."""
-        batches = [self.to_device(b) for b in collate(data, self.eval_batch_size)]
+        batches = self._eval_batches(data)
         with denormals_flushed():
             return evaluate(self._scoring_model(batches), batches, breakdown=breakdown)

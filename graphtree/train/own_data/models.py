@@ -105,7 +105,19 @@ class CellOutput(torch.nn.Module):
 
 
 def root_mean(out: Tensor, batch: Any) -> Tensor:
-    """The mean of ``out`` over each graph's roots (a tree has one; a DAG may have several): ``[num_graphs, C]``."""
+    """The mean of ``out`` over each graph's roots (a tree has one; a DAG may have several): ``[num_graphs, C]``.
+
+    On a padded batch (:mod:`graphtree.replay`: rows sorted by level, replicas never roots and in a graph of
+    their own, one past the batch's) the rows are summed per graph with all but the roots zeroed and divided by
+    the roots' count, without asking the host how many roots there are."""
+    from ...replay import PaddedBatch  # here: graphtree.replay imports the training code
+
+    if isinstance(batch, PaddedBatch):
+        is_root = batch.is_root.to(out.dtype)
+        size = batch.num_graphs
+        total = out.new_zeros(size + 1, out.size(-1)).index_add_(0, batch.batch, out * is_root.unsqueeze(-1))
+        count = out.new_zeros(size + 1).index_add_(0, batch.batch, is_root)
+        return (total / count.clamp(min=1).unsqueeze(-1))[:size]
     roots = batch.is_root
     graph = getattr(batch, "batch", None)
     graph = graph[roots] if graph is not None else torch.zeros(int(roots.sum()), dtype=torch.long,

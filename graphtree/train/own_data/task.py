@@ -78,6 +78,20 @@ class Task:
             return F.cross_entropy(out[keep], gold[keep], reduction="sum")
         return F.mse_loss(out[keep, 0], gold[keep].to(out.dtype), reduction="sum")
 
+    def weighted_loss(self, out: Tensor, batch: Any) -> Tensor:
+        """:meth:`loss` without asking the host which rows are labelled (a replayed step's, on a padded batch):
+        every row's loss, times 0 where it has no label (and, node level, on a padded batch's replicas:
+        ``batch.node_weight``), summed."""
+        gold = self.gold(batch)
+        weight = self.labelled(gold).to(out.dtype)
+        if self.level == "node" and "node_weight" in batch:
+            weight = weight * batch.node_weight.to(out.dtype)
+        if self.kind == "class":
+            per_row = F.cross_entropy(out, gold.clamp(min=0), reduction="none")
+        else:
+            per_row = (out[:, 0] - torch.where(self.labelled(gold), gold, 0.0).to(out.dtype)).square()
+        return (per_row * weight).sum()
+
     def predict(self, out: Tensor) -> Tensor:
         """The predicted class (or number) of each row of ``out``."""
         return out.argmax(-1) if self.kind == "class" else out[:, 0]

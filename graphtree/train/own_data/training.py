@@ -14,8 +14,9 @@ from torch_geometric.data import Batch, Data
 from ...errors import GraphtreeError
 from ..optim import PaperOptimizer
 from ..pairs import relatedness
+from ..replaying import unreplayable_reason
 from ..runs import RunError
-from ..trainer import Trainer, collate
+from ..trainer import Trainer
 from .task import Task
 
 __all__ = ["Prediction", "TaskTrainer"]
@@ -63,6 +64,17 @@ class TaskTrainer(Trainer):
 
     def _batch_loss(self, model: torch.nn.Module, batch: Batch) -> Tensor:
         return self.task.loss(model(batch), batch)
+
+    @property
+    def _node_outputs(self) -> bool:  # the replayed evaluation: a row per node, or one per graph
+        return self.task.level == "node"
+
+    def _unreplayable(self) -> str | None:
+        return unreplayable_reason(self.model, self.optimizer.spec)
+
+    def _replay_loss(self, model: torch.nn.Module, batch: Any) -> Tensor:
+        loss = self.task.weighted_loss(model(batch), batch)
+        return loss * batch.loss_weight.to(loss.dtype)
 
     def _validate(self, model: torch.nn.Module, dev_batches: list[Batch]) -> tuple[dict[str, float], dict[str, Any]]:
         metrics = self.metrics(self._predict(model, dev_batches))
@@ -121,7 +133,7 @@ class TaskTrainer(Trainer):
 
     def evaluate(self, data: Sequence[Data]) -> tuple[dict[str, Any], list[Prediction]]:
         """Metrics and per-graph predictions of the current model (after :meth:`fit`, the best-dev one) on ``data``."""
-        batches = [self.to_device(b) for b in collate(data, self.eval_batch_size)]
+        batches = self._eval_batches(data)
         predictions = self._predict(self._scoring_model(batches), batches)
         return self.metrics(predictions), predictions
 
