@@ -277,6 +277,8 @@ class GraphStore(OnDiskDataset):
             values (see the module docstring).
     """
 
+    reads_from_disk = True  # trainers read it a batch at a time, in loader workers
+
     def __init__(self, path: str | os.PathLike, *, expect: Mapping[str, Any] | None = None,
                  transform: Callable | None = None) -> None:
         self.path = Path(path)

@@ -15,7 +15,7 @@ from ...errors import GraphtreeError
 from ..optim import PaperOptimizer
 from ..pairs import relatedness
 from ..runs import RunError
-from ..trainer import Trainer, collate
+from ..trainer import Trainer
 from .task import Task
 
 __all__ = ["Prediction", "TaskTrainer"]
@@ -121,7 +121,7 @@ class TaskTrainer(Trainer):
 
     def evaluate(self, data: Sequence[Data]) -> tuple[dict[str, Any], list[Prediction]]:
         """Metrics and per-graph predictions of the current model (after :meth:`fit`, the best-dev one) on ``data``."""
-        batches = [self.to_device(b) for b in collate(data, self.eval_batch_size)]
+        batches = self.eval_batches(data)
         predictions = self._predict(self._scoring_model(batches), batches)
         return self.metrics(predictions), predictions
 
