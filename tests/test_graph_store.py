@@ -261,3 +261,26 @@ def test_a_store_is_read_from_a_read_only_folder_and_not_written(tmp_path, store
             write_store(folder / "x.sqlite", [], {})
     finally:
         folder.chmod(stat.S_IRWXU)
+
+
+def test_a_batch_collated_from_the_bytes_is_pyg_s(store, tmp_path):
+    from torch_geometric.data import Batch
+
+    opened = GraphStore(store)
+    picked = [5, 0, 299, 17]
+    encoded = opened.read_encoded(picked)
+    reference = Batch.from_data_list([opened[i] for i in picked])
+    batch = encoded.collate_encoded()
+    assert set(batch.keys()) == set(reference.keys())
+    for key in reference.keys():
+        assert (torch.equal(batch[key], reference[key]) if isinstance(reference[key], torch.Tensor)
+                else batch[key] == reference[key]), key
+    assert batch.to_data_list()[2].y.tolist() == [299, 300]
+    # Graphs with different attributes: collated graph by graph, as PyG does.
+    mixed = tmp_path / "mixed.sqlite"
+    write_store(mixed, [[encode_graph(Data(y=torch.zeros(2), num_nodes=2)),
+                         encode_graph(Data(y=torch.ones(1), num_nodes=1, extra=torch.ones(1)))]], {})
+    mixed_store = GraphStore(mixed)
+    both = mixed_store.read_encoded([0, 1]).collate_encoded()
+    reference = Batch.from_data_list(mixed_store.multi_get([0, 1]))
+    assert set(both.keys()) == set(reference.keys()) and torch.equal(both.y, reference.y)

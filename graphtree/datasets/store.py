@@ -40,7 +40,8 @@ from torch_geometric.data import Data, OnDiskDataset, SQLiteDatabase
 
 from .download import DatasetError
 
-__all__ = ["STORE_FORMAT", "GraphStore", "OnDiskMixin", "StoreError", "decode_graph", "encode_graph", "write_store"]
+__all__ = ["STORE_FORMAT", "EncodedGraphs", "GraphStore", "OnDiskMixin", "StoreError", "decode_graph", "encode_graph",
+           "write_store"]
 
 STORE_FORMAT = 1
 """Version of the store's layout (tables, and the bytes of a graph: :func:`encode_graph`)."""
@@ -100,7 +101,15 @@ def decode_graph(blob: bytes) -> Data:
     Raises:
         ValueError: bytes that are not an encoded graph (corrupt), with the reason.
     """
-    if not isinstance(blob, (bytes, bytearray, memoryview)) or bytes(blob[:4]) != _MAGIC:
+    data = Data()
+    # The attributes straight into the storage: Data's __setattr__ checks cost more than reading the graph.
+    data._store._mapping.update(_decoded_fields(blob))
+    return data
+
+
+def _decoded_fields(blob: bytes) -> list[tuple[str, Any]]:
+    """The ``(name, value)`` pairs of an encoded graph, its tensors views of one writable copy of its bytes."""
+    if not isinstance(blob, (bytes, bytearray, memoryview)) or bytes(blob[:4]) != _MAGIC or len(blob) < 8:
         raise ValueError("not an encoded graph (bad leading bytes)")
     (size,) = struct.unpack_from("<I", blob, 4)
     try:
@@ -108,10 +117,10 @@ def decode_graph(blob: bytes) -> Data:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"unreadable header ({err})") from None
     buffer = bytearray(blob[8 + size:])  # writable, so tensors are views of it, not copies
-    out, offset = {}, 0
+    out, offset = [], 0
     for field in fields:
         if len(field) == 2:
-            out[field[0]] = field[1]
+            out.append((field[0], field[1]))
             continue
         key, dtype_name, shape, nbytes = field
         dtype = getattr(torch, dtype_name, None)
@@ -125,11 +134,59 @@ def decode_graph(blob: bytes) -> Data:
             tensor = torch.empty(0, dtype=dtype)
         if tensor.numel() != _numel(shape):
             raise ValueError(f"attribute {key!r}: {tensor.numel()} values for shape {shape}")
-        out[key] = tensor.view(shape)
+        out.append((key, tensor.view(shape) if len(shape) != 1 else tensor))
         offset += nbytes
     if offset != len(buffer):
         raise ValueError(f"{len(buffer) - offset} stray bytes after the last tensor")
-    return Data.from_dict(out)
+    return out
+
+
+class EncodedGraphs:
+    """A batch of graphs as read from a store, still bytes: what a loader worker fetches. :meth:`collate_encoded`
+    makes their ``Batch`` straight from the bytes, an attribute at a time (the batch of
+    :func:`~graphtree.data.batching.collate_graphs`), never a ``Data`` per graph; :meth:`graphs` decodes them.
+
+    Raises (both methods):
+        StoreError: a corrupt graph, naming the store and the graph.
+    """
+
+    def __init__(self, blobs: list[bytes], path: Path, positions: Sequence[int]) -> None:
+        self.blobs, self.path, self.positions = blobs, path, list(positions)
+
+    def __len__(self) -> int:
+        return len(self.blobs)
+
+    def _fields(self) -> list[list[tuple[str, Any]]]:
+        out = []
+        for position, blob in zip(self.positions, self.blobs):
+            try:
+                out.append(_decoded_fields(blob))
+            except ValueError as err:
+                raise StoreError(self.path, f"graph {position} is corrupt ({err}); delete the file to rebuild") \
+                    from None
+        return out
+
+    def graphs(self) -> list[Data]:
+        graphs = []
+        for fields in self._fields():
+            data = Data()
+            data._store._mapping.update(fields)
+            graphs.append(data)
+        return graphs
+
+    def collate_encoded(self, follow_batch: Sequence[str] = (), exclude_keys: Sequence[str] = ()) -> Any:
+        from ..data.batching import batch_of_columns, collate_graphs
+
+        decoded = self._fields()
+        keys = [key for key, _ in decoded[0]]
+        kinds = [(type(v), v.dtype, v.dim()) if isinstance(v, Tensor) else type(v) for _, v in decoded[0]]
+        same = all([key for key, _ in fields] == keys and [
+            (type(v), v.dtype, v.dim()) if isinstance(v, Tensor) else type(v) for _, v in fields] == kinds
+            for fields in decoded[1:])
+        if not same or exclude_keys or "num_nodes" not in keys or {"ptr", "schedule", "batch"} & set(keys):
+            return collate_graphs(self.graphs(), follow_batch, exclude_keys)  # PyG's rules, graph by graph
+        columns = {key: [fields[k][1] for fields in decoded] for k, key in enumerate(keys)}
+        return batch_of_columns(columns, len(decoded), follow_batch)
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -329,12 +386,25 @@ class GraphStore(OnDiskDataset):
             indices = [int(mapped[int(i)]) for i in indices]
         return self.multi_get(indices)
 
+    def read_encoded(self, indices: Sequence[int]) -> EncodedGraphs | list[Data]:
+        """The graphs at positions ``indices`` of this dataset (or view), still encoded (decoded and transformed
+        where there is a ``transform``): a loader's fetch."""
+        if self.transform is not None:
+            return self.__getitems__(indices)
+        mapped = self.indices()
+        positions = [int(mapped[int(i)]) for i in indices]
+        return EncodedGraphs(self._rows(positions), self.path, positions)
+
     def __iter__(self) -> Iterator[Data]:
         mapped = self.indices()
         for begin in range(0, len(mapped), 1024):
             yield from self.multi_get([int(i) for i in mapped[begin:begin + 1024]])
 
     def _read(self, indices: list[int]) -> list[Data]:
+        return EncodedGraphs(self._rows(indices), self.path, indices).graphs()
+
+    def _rows(self, indices: list[int]) -> list[bytes]:
+        """The encoded graphs at store positions ``indices``, one query; a missing one is an error."""
         bad = [i for i in indices if not 0 <= i < self._numel]
         if bad:
             raise IndexError(f"{self.path}: graph {bad[0]} is outside 0..{self._numel - 1}")
@@ -342,16 +412,11 @@ class GraphStore(OnDiskDataset):
             rows = self.db.multi_get(indices)
         except sqlite3.DatabaseError as err:
             raise StoreError(self.path, f"corrupt graph store ({err}); delete it to rebuild it") from None
-        out = []
         for index, row in zip(indices, rows):
             if row is None:
                 raise StoreError(self.path, f"graph {index} is missing from a store of {self._numel}: the file is "
                                  "damaged; delete it to rebuild it")
-            try:
-                out.append(decode_graph(row))
-            except ValueError as err:
-                raise StoreError(self.path, f"graph {index} is corrupt ({err}); delete the file to rebuild") from None
-        return out
+        return rows
 
     def __repr__(self) -> str:
         return f"GraphStore({self.path.name}, {len(self)} graphs)"
@@ -471,6 +536,13 @@ class OnDiskMixin:
         graphs = self._store.multi_get([int(mapped[int(i)]) for i in indices])
         transform = self.transform  # type: ignore[attr-defined]
         return [transform(g) for g in graphs] if transform is not None else graphs
+
+    def read_encoded(self, indices: Sequence[int]) -> EncodedGraphs | list[Data]:
+        """As :meth:`GraphStore.read_encoded`, by positions in this dataset (or view)."""
+        if self.transform is not None:  # type: ignore[attr-defined]
+            return self.__getitems__(indices)
+        mapped = self.indices()  # type: ignore[attr-defined]
+        return self._store.read_encoded([int(mapped[int(i)]) for i in indices])
 
     def __iter__(self) -> Iterator[Data]:
         if not self.on_disk:

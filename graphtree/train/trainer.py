@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from .. import settings
 from ..backend import native, threads
 from ..data.batching import BatchCutter, collate_graphs
-from ..data.loader import ScheduleCollater, with_schedule
+from ..data.loader import ScheduleCollater, unpacked, with_schedule
 from ..models.classifier import node_loss
 from . import distributed
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
@@ -122,6 +122,20 @@ class _MinibatchShares(torch.utils.data.Sampler):
             yield distributed.shard(minibatch) or minibatch[:1]
 
 
+class _EncodedReads(torch.utils.data.Dataset):
+    """A dataset on disk as a loader fetches it: each batch read as bytes in one query and collated from them
+    (:meth:`~graphtree.datasets.store.GraphStore.read_encoded`), not a ``Data`` per graph."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitems__(self, indices: Sequence[int]) -> Any:
+        return self.data.read_encoded(indices)
+
+
 class StoredBatches(Sequence):
     """The evaluation batches of a dataset on disk, read when used (never all held): ``batches[k]`` reads batch
     ``k`` in this process; iterating reads them in ``workers`` loader processes, which collate and schedule them.
@@ -140,15 +154,17 @@ class StoredBatches(Sequence):
     def __getitem__(self, k: int) -> Batch:  # type: ignore[override]
         if not 0 <= k < len(self):
             raise IndexError(k)
-        return self.finish(ScheduleCollater(self.data)(self.data.__getitems__(self._indices(k))))
+        return self.finish(ScheduleCollater(self.data)(_EncodedReads(self.data).__getitems__(self._indices(k))))
 
     def __iter__(self) -> Iterator[Batch]:
         if self.workers == 0:
             yield from (self[k] for k in range(len(self)))
             return
-        loader = torch.utils.data.DataLoader(self.data, batch_sampler=[self._indices(k) for k in range(len(self))],
-                                             collate_fn=ScheduleCollater(self.data), num_workers=self.workers)
-        for batch in loader:
+        loader = torch.utils.data.DataLoader(_EncodedReads(self.data),
+                                             batch_sampler=[self._indices(k) for k in range(len(self))],
+                                             collate_fn=ScheduleCollater(self.data, packed=True),
+                                             num_workers=self.workers)
+        for batch in unpacked(loader):
             yield self.finish(batch)
 
 
@@ -487,10 +503,11 @@ class Trainer:
         minibatch in one query, collate it and build its schedule (:class:`~graphtree.data.ScheduleCollater`);
         under ``torchrun`` each rank reads its own shares only, so the ranks read disjoint parts of the store."""
         shares = _MinibatchShares(order, self.batch_size)
-        loader = torch.utils.data.DataLoader(train, batch_sampler=shares, collate_fn=ScheduleCollater(train),
+        loader = torch.utils.data.DataLoader(_EncodedReads(train), batch_sampler=shares,
+                                             collate_fn=ScheduleCollater(train, packed=self.loader_workers > 0),
                                              num_workers=self.loader_workers,
                                              prefetch_factor=4 if self.loader_workers else None)
-        for start, batch in zip(range(0, len(order), self.batch_size), loader):
+        for start, batch in zip(range(0, len(order), self.batch_size), unpacked(loader)):
             minibatch = order[start:start + self.batch_size].tolist()
             yield minibatch, distributed.shard(minibatch), self.to_device(batch)
 
