@@ -45,12 +45,12 @@ class LoggedStore(GraphStore):
 
     log_dir: Path | None = None
 
-    def _read(self, indices: list[int]) -> list:
+    def _rows(self, indices: list[int]) -> list:
         if self.log_dir is not None:
             name = f"reads-{os.environ.get('RANK', '0')}-{os.getpid()}.txt"
             with open(self.log_dir / name, "a") as handle:
                 handle.write("".join(f"{i}\n" for i in indices))
-        return super()._read(indices)
+        return super()._rows(indices)
 
 
 def on_disk(graphs: list, path: Path, log_dir: Path | None) -> LoggedStore:
