@@ -76,6 +76,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--split", type=float, nargs=3, default=[0.8, 0.1, 0.1], metavar=("TRAIN", "DEV", "TEST"),
                    help="fractions of one file for train, dev and test (default 0.8 0.1 0.1)")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the split of one file (default 0)")
+    p.add_argument("--on-disk", action="store_true",
+                   help="keep the graphs in an SQLite store under the data root and read them a batch at a time, "
+                        "in 2 loader processes, for corpora larger than memory (default: in memory)")
     add_run_arguments(p, REPO, EPOCHS, quick_sample="at most 200 / 50 / 50 graphs")
     args = p.parse_args(argv)
     check_embeddings(args.embeddings, ("random", "glove50"))
@@ -103,7 +106,8 @@ def main(argv: list[str]) -> None:
     exp = Experiment.start("train", args, argv, REPO, EPOCHS)
     with exp.main_first():  # the first run converts the files into datasets/ for the others
         splits = own.load_graph_splits(args.data, format=args.format, labels=args.labels, target=args.target,
-                                       ratios=args.split, seed=args.split_seed, root=args.data_root)
+                                       ratios=args.split, seed=args.split_seed, root=args.data_root,
+                                       on_disk=args.on_disk)
     task = own.find_task(splits, args.task)
     if args.quick:
         splits = splits.sample(QUICK)

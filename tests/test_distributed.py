@@ -121,6 +121,39 @@ def test_a_killed_job_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
                                                                        rank_records(tmp_path / "full", 2)]
 
 
+def store_reads(out: Path, rank: int) -> list[int]:
+    """The training-store positions every process of ``rank`` read (its loader workers)."""
+    return [int(line) for path in sorted(out.glob(f"reads-{rank}-*.txt")) for line in path.read_text().split()]
+
+
+def test_on_disk_trains_as_in_memory_in_one_process_and_two(tmp_path, one_process_tai):
+    # One process: the store's minibatches, read by loader workers, are the in-memory ones, bit for bit.
+    disk_one = one_process(tmp_path / "disk1", "--on-disk")
+    assert disk_one == one_process_tai
+    two_processes(tmp_path / "disk2", "--on-disk")
+    disk_two = json.loads((tmp_path / "disk2" / "result.json").read_text())
+    assert_same_metrics(one_process_tai, disk_two)
+    ranks = rank_records(tmp_path / "disk2", 2)
+    assert ranks[0]["steps"] == ranks[1]["steps"]
+    # Each rank read its own shares only: together one epoch's reads 4 times over (43 graphs, plus the one example
+    # the rank without a share of the last minibatch of 1 reads), each rank about half.
+    reads = [store_reads(tmp_path / "disk2", r) for r in range(2)]
+    assert len(reads[0]) + len(reads[1]) == 4 * (43 + 1)
+    assert all(len(r) <= 4 * 22 for r in reads)
+    assert sorted(store_reads(tmp_path / "disk1", 0)) == sorted(list(range(43)) * 4)
+
+
+@pytest.mark.slow  # the checkpoints are the in-memory path's (tested above); here only the batches' source differs
+def test_an_on_disk_job_killed_resumes_as_an_uninterrupted_one(tmp_path):
+    flags = ("--dropout", "0.5", "--epochs", "2", "--on-disk")
+    two_processes(tmp_path / "full", *flags)
+    killed = two_processes(tmp_path / "run", *flags, "--kill-at-step", "10", check=False)  # in epoch 2 of 2
+    assert killed.returncode != 0 and not (tmp_path / "run" / "result.json").exists()
+    two_processes(tmp_path / "run", *flags)
+    full, resumed = (json.loads((tmp_path / d / "result.json").read_text()) for d in ("full", "run"))
+    assert resumed == full
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

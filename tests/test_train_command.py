@@ -222,3 +222,16 @@ def test_a_file_of_fewer_graphs_than_splits_trains_on_the_whole_file_and_says_so
     _, rows, err = run(["--data", str(REPO / "examples" / "trees.conllu"), "--epochs", "1"], tmp_path, capsys)
     assert "2 graph(s), too few to split into train, dev and test: each of the three is the whole file" in err
     assert [r["graph"] for r in rows] == ["0", "1"]  # the test split: both graphs
+
+
+@pytest.mark.parametrize("data", [["--data", str(REPO / "examples" / "graphs.jsonl"), "--model", "childsum"],
+                                  ["--data", str(DATA / "example.ptb"), "--model", "nary", *PTB_SPLIT]])
+def test_on_disk_runs_as_in_memory(tmp_path, capsys, data):
+    # --on-disk: the graphs in a store, read by loader workers; the same run, epoch by epoch and graph by graph.
+    memory, memory_rows, _ = run([*data, "--epochs", "2"], tmp_path / "memory", capsys)
+    disk, disk_rows, _ = run([*data, "--epochs", "2", "--on-disk"], tmp_path / "disk", capsys)
+    assert list((tmp_path / "disk" / "data").rglob("*.sqlite"))
+    for a, b in zip(memory["history"], disk["history"], strict=True):
+        assert {k: v for k, v in a.items() if "seconds" not in k and k != "phases"} == {
+            k: v for k, v in b.items() if "seconds" not in k and k != "phases"}
+    assert memory["test"] == disk["test"] and memory_rows == disk_rows

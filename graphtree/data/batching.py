@@ -38,7 +38,7 @@ from torch.utils.data import get_worker_info
 from torch_geometric import EdgeIndex, Index
 from torch_geometric.data import Batch, Data, InMemoryDataset
 
-__all__ = ["BatchCutter", "collate_graphs", "separate_graphs"]
+__all__ = ["BatchCutter", "batch_of_columns", "collate_graphs", "separate_graphs"]
 
 # PyG's batch class for Data, looked up once: Batch(_base_cls=Data) resolves its metaclass and reads
 # Data.__init__'s signature on every call.
@@ -69,7 +69,14 @@ def collate_graphs(data_list: Sequence[Data], follow_batch: Iterable[str] | None
     if columns is None:
         _check_same_attributes(data_list, exclude_keys)
         return Batch.from_data_list(list(data_list), follow_batch, exclude_keys)
+    return batch_of_columns(columns, len(data_list), follow_batch)
 
+
+def batch_of_columns(columns: Mapping[str, list[Any]], num_graphs: int, follow_batch: Iterable[str] = ()) -> Batch:
+    """The ``Batch`` of :func:`collate_graphs` from each attribute's values over the graphs (in attribute order,
+    ``num_nodes`` among them; dense CPU tensors as plain ``Data`` holds them): for graphs read as columns, e.g.
+    from a graph store, never made into ``Data`` one by one."""
+    follow_batch = list(follow_batch)
     out = _new_batch()
     slice_dict: dict[str, Tensor] = {}
     inc_dict: dict[str, Tensor | None] = {}
@@ -90,7 +97,7 @@ def collate_graphs(data_list: Sequence[Data], follow_batch: Iterable[str] | None
             out[f"{key}_ptr"] = _cumsum(sizes)
     out.batch = _repeat_interleave(counts)
     out.ptr = _cumsum(counts)
-    out._num_graphs = len(data_list)
+    out._num_graphs = num_graphs
     out._slice_dict = slice_dict
     out._inc_dict = inc_dict
     return out

@@ -33,6 +33,7 @@ from ..data.tree import NO_LABEL, NO_WORD, Vocabulary, lookup_words
 from ..errors import CycleError, TreeFormatError
 from .base import CorpusDataset, code_fingerprint
 from .download import DatasetError
+from .store import OnDiskMixin, encode_graph
 
 __all__ = ["FORMATS", "GraphFiles", "default_files_root", "read_graph_file", "split_indices"]
 
@@ -61,7 +62,7 @@ def default_files_root() -> Path:
     return settings.current().cache / "datasets"
 
 
-class GraphFiles(CorpusDataset):
+class GraphFiles(OnDiskMixin, CorpusDataset):
     r"""Trees and DAGs of your own, read from CoNLL-U, PTB or JSON Lines files.
 
     One ``Data`` per record, laid out as the converters of :mod:`graphtree.data`
@@ -104,6 +105,11 @@ class GraphFiles(CorpusDataset):
             filling ``data.word``; the processed cache is named after it.
         transform, pre_transform, pre_filter, log, force_reload: As in
             :class:`torch_geometric.data.InMemoryDataset`.
+        on_disk: Keep the processed graphs in a :class:`~graphtree.datasets.store.GraphStore` (an SQLite
+            file beside the ``.pt`` caches) and read them from there a batch at a time, for corpora larger
+            than memory; the file is parsed in chunks by ``workers`` processes, never held whole. With one
+            file the store holds every graph and a split is a view of it.
+        workers: Processes parsing the file into the store (``on_disk``; default: the CPUs, at most 4).
 
     Raises:
         DatasetError: an unknown split, format or target, a missing file, bad
@@ -118,7 +124,8 @@ class GraphFiles(CorpusDataset):
                  name: str | None = None, split_ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  target: str = "auto", vocab: Any = None, transform: Callable | None = None,
                  pre_transform: Callable | None = None, pre_filter: Callable | None = None, log: bool = True,
-                 force_reload: bool = False) -> None:
+                 force_reload: bool = False, on_disk: bool = False, workers: int | None = None) -> None:
+        self.on_disk, self.workers = bool(on_disk), workers
         self.per_split = isinstance(files, Mapping)
         self.splits = _SPLITS if self.per_split else (*_SPLITS, "all")
         if split not in self.splits:
@@ -156,11 +163,15 @@ class GraphFiles(CorpusDataset):
         # The bytes are read once, here: the cache name holds their hash and processing parses these same
         # bytes, so a file edited in between can never be cached under the hash of its old content.
         self._contents = {path: path.read_bytes() for path in (self.data_path, self.labels_path) if path}
+        if self.on_disk and self.labels_path is None:  # parsed in chunks from the file: never held whole
+            self._contents = {}
         self._digest = self._options_digest()
         try:
             super().__init__(root, split, vocab, None, transform, pre_transform, pre_filter, log, force_reload)
         finally:
             self._contents = {}
+        if self.on_disk and not self.per_split and split != "all":  # the store holds the file; the split is a view
+            self._indices = split_indices(len(self), self.split_ratios, self.seed)[split]
 
     def _resolve(self, path: str | os.PathLike) -> Path:
         given = Path(path).expanduser()
@@ -176,7 +187,7 @@ class GraphFiles(CorpusDataset):
         options = {
             "code": code_fingerprint(sys.modules[__name__]),  # the reading's own code
             "format": self.format,
-            "data": hashlib.sha256(self._contents[self.data_path]).hexdigest(),
+            "data": _sha256(self.data_path, self._contents.get(self.data_path)),
             "labels": hashlib.sha256(self._contents[self.labels_path]).hexdigest() if self.labels_path else None,
             "target": self.target,
             # The split of one file depends on the ratios and seed; a file per split does not.
@@ -189,14 +200,22 @@ class GraphFiles(CorpusDataset):
         return f"{self.format}-{self._digest}"
 
     @property
+    def store_split(self) -> str:
+        return "all" if not self.per_split else self.split  # one file: one store of every graph (see on_disk)
+
+    @property
     def raw_file_names(self) -> list[str]:
         # Absolute paths: os.path.join(raw_dir, path) is the path itself, so PyG sees the files where they are.
         return [str(p.resolve()) for p in (self.data_path, self.labels_path) if p is not None]
 
     def process(self) -> None:
+        if self.on_disk and self.labels_path is None:
+            chunks, finish = _graph_chunks(self)
+            self.write_graph_store(chunks, finish=finish)
+            return
         graphs = _read_graphs(self.data_path, self.format, self.labels_path, self.target, self.vocab,
                               self._contents)
-        if not self.per_split and self.split != "all":
+        if not self.per_split and self.split != "all" and not self.on_disk:
             keep = split_indices(len(graphs), self.split_ratios, self.seed)[self.split]
             graphs = [graphs[i] for i in keep]
         self.save_processed(graphs)
@@ -427,9 +446,9 @@ def _attach_tokens(data: Data, tokens: Sequence[str | None], vocab: Vocabulary |
 # --------------------------------------------------------------------------- CoNLL-U
 
 
-def _read_conllu(lines: list[str], path: str, vocab: Vocabulary | None) -> list[_Record]:
+def _read_conllu(lines: list[str], path: str, vocab: Vocabulary | None, first_line: int = 1) -> list[_Record]:
     records, block = [], []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first_line):
         if line.strip():
             block.append((number, line))
         elif block:
@@ -502,9 +521,9 @@ def _conllu_sentence(block: list[tuple[int, str]], path: str, vocab: Vocabulary 
 # --------------------------------------------------------------------------- PTB
 
 
-def _read_ptb(lines: list[str], path: str, vocab: Vocabulary | None) -> list[_Record]:
+def _read_ptb(lines: list[str], path: str, vocab: Vocabulary | None, first_line: int = 1) -> list[_Record]:
     records = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
         text, unlabelled = _blank_labels(line)
@@ -554,9 +573,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def _read_jsonl(lines: list[str], path: str, vocab: Vocabulary | None) -> list[_Record]:
+def _read_jsonl(lines: list[str], path: str, vocab: Vocabulary | None, first_line: int = 1) -> list[_Record]:
     records = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
         try:
@@ -756,3 +775,184 @@ def _json_dag(edges: Any, positions: Any, num_nodes: int, error: Callable) -> Da
     except TreeFormatError as err:  # only positions can be wrong now: no node attributes were given
         raise error("positions", err.reason) from None
     return data
+
+
+# --------------------------------------------------------------------------- on disk: the file in chunks
+
+
+_CHUNK_LINES = 20_000  # lines a worker parses at a time: a few MB of graphs in flight per worker
+
+
+def _sha256(path: Path, raw: bytes | None) -> str:
+    """The file's SHA-256: of ``raw`` where read already, else read a MiB at a time (a corpus on disk is not
+    held whole to be hashed)."""
+    if raw is not None:
+        return hashlib.sha256(raw).hexdigest()
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        raise DatasetError(f"no such file: {path}") from None
+    return digest.hexdigest()
+
+
+def _line_chunks(path: Path, fmt: str, digest: Any) -> Any:
+    """``(first line number, raw lines)`` of ``path``, about :data:`_CHUNK_LINES` lines each, cut where a record
+    ends (any line in JSON Lines and PTB, a blank line in CoNLL-U); ``digest`` is fed every byte."""
+    chunk: list[bytes] = []
+    first = 1
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            digest.update(raw)
+            chunk.append(raw)
+            if len(chunk) >= _CHUNK_LINES and (fmt != "conllu" or not raw.strip()):
+                yield first, chunk
+                first, chunk = number + 1, []
+    if chunk:
+        yield first, chunk
+
+
+_CHUNK_CONTEXT: tuple = ()  # (path, format, target, vocab, pre_filter, pre_transform) of the file being parsed
+
+
+def _parse_chunk(job: tuple[int, list[bytes]]) -> tuple[list[bytes], dict[str, Any]]:
+    """Parse one chunk of lines as :func:`_read_graphs` parses a file, in a worker process: the encoded graphs,
+    and what the checks across the whole file need (graph labels, feature widths). The file's settings come in
+    :data:`_CHUNK_CONTEXT`, inherited through ``fork`` (a ``pre_filter`` may be a lambda, which cannot be sent)."""
+    path, fmt, target, vocab, pre_filter, pre_transform = _CHUNK_CONTEXT
+    first, raw_lines = job
+    lines = []
+    for k, raw in enumerate(raw_lines):
+        try:
+            text = raw.decode("utf-8-sig" if first + k == 1 else "utf-8")
+        except UnicodeDecodeError as err:
+            raise _located(path, first + k, "encoding", f"byte {raw[err.start]:#04x} is not UTF-8; save the file "
+                           "as UTF-8") from None
+        lines.append(text.removesuffix("\n").removesuffix("\r"))
+    readers = {"conllu": _read_conllu, "ptb": _read_ptb, "jsonl": _read_jsonl}
+    records = readers[fmt](lines, path, vocab, first)
+    labelled = [r for r in records if r.label_at is not None]
+    all_int = all(r.label_is_int for r in labelled)
+    deferred, chunk_target = None, target
+    if target != "auto":
+        _graph_targets(records, target)
+    elif labelled:
+        # The whole file decides "auto" (classes only if every label is an integer): a chunk decides for itself,
+        # and the store is fixed at the end where the file's decision differs (see _graph_chunks).
+        chunk_target = "class" if all_int else "regression"
+        if chunk_target == "class":
+            try:
+                _graph_targets(records, "class")
+            except TreeFormatError as err:  # an error only if the whole file turns out to be classes
+                deferred, chunk_target = str(err), "regression"
+        if chunk_target == "regression":
+            _graph_targets(records, "regression")
+    _same_features(records, path)
+    with_x = next((r for r in records if getattr(r.data, "x", None) is not None), None)
+    blobs = []
+    for record in records:
+        record.data.line = torch.tensor([record.line])
+        if pre_filter is not None and not pre_filter(record.data):
+            continue
+        blobs.append(encode_graph(pre_transform(record.data) if pre_transform is not None else record.data))
+    summary = {"first_line": records[0].line if records else first, "labelled": bool(labelled), "all_int": all_int,
+               "target": chunk_target if labelled else None, "deferred": deferred, "count": len(blobs),
+               "width": None if with_x is None else int(with_x.data.x.size(1))}
+    return blobs, summary
+
+
+def _graph_chunks(dataset: GraphFiles) -> tuple[Any, Callable]:
+    """What :meth:`OnDiskMixin.write_graph_store` takes to write ``dataset``'s store from its file parsed in
+    chunks by worker processes: the chunks, and a ``finish`` that checks the whole file (feature widths, the
+    graph-label target) and fixes the rows of chunks whose own decision of the target was not the file's."""
+    import concurrent.futures
+    import multiprocessing
+
+    path, fmt = dataset.data_path, dataset.format
+    summaries: list[dict[str, Any]] = []
+    digest = hashlib.sha256()
+    workers = dataset.workers or min(4, os.cpu_count() or 1)
+    jobs = _line_chunks(path, fmt, digest)
+
+    def chunks() -> Any:
+        global _CHUNK_CONTEXT
+        _CHUNK_CONTEXT = (str(path), fmt, dataset.target, dataset.vocab, dataset.pre_filter, dataset.pre_transform)
+        if workers <= 1:
+            results = map(_parse_chunk, jobs)
+            for blobs, summary in results:
+                summaries.append(summary)
+                yield blobs
+            return
+        # fork: the workers need no imports of their own; a bounded number of chunks in flight keeps memory flat.
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            pending: list[Any] = []
+            for job in jobs:
+                pending.append(pool.submit(_parse_chunk, job))
+                if len(pending) > 2 * workers:
+                    blobs, summary = pending.pop(0).result()
+                    summaries.append(summary)
+                    yield blobs
+            for future in pending:
+                blobs, summary = future.result()
+                summaries.append(summary)
+                yield blobs
+
+    def finish(connection: Any) -> dict[str, Any]:
+        if digest.hexdigest() != _sha256(path, None):
+            raise DatasetError(f"{path} changed while it was being read; run again")
+        _check_chunk_features(summaries, str(path))
+        labelled = [s for s in summaries if s["labelled"]]
+        if not labelled:
+            return {}
+        target = dataset.target
+        if target == "auto":
+            target = "class" if all(s["all_int"] for s in labelled) else "regression"
+        deferred = next((s["deferred"] for s in labelled if s["deferred"]), None)
+        if target == "class" and deferred:
+            raise TreeFormatError(deferred)
+        first = 0
+        for summary in summaries:
+            if summary["target"] != target:  # unlabelled chunk (no graph_y yet), or classes where the file has numbers
+                _fix_graph_y(connection, range(first, first + summary["count"]), target)
+            first += summary["count"]
+        return {}
+
+    return chunks(), finish
+
+
+def _check_chunk_features(summaries: list[dict[str, Any]], path: str) -> None:
+    """:func:`_same_features` across chunks (each chunk checked itself already)."""
+    first = next((s for s in summaries if s["width"] is not None), None)
+    if first is None:
+        return
+    for summary in summaries:
+        if not summary["count"] or summary["width"] == first["width"]:
+            continue
+        if summary["width"] is None:
+            raise _located(path, summary["first_line"], "x", f"this graph's nodes have no 'x' but those of the "
+                           f"graph at line {first['first_line']} do; give every node of every graph features, or none")
+        raise _located(path, summary["first_line"], "x", f"node features have {summary['width']} values here but "
+                       f"{first['width']} in the graph at line {first['first_line']}; every node needs the same number")
+
+
+def _fix_graph_y(connection: Any, rows: range, target: str) -> None:
+    """Give the stored graphs of ``rows`` the file's ``graph_y``: unlabelled where they have none, numbers where
+    their chunk read classes."""
+    from .store import _TABLE, decode_graph
+
+    for begin in range(0, len(rows), 1024):
+        ids = list(rows[begin:begin + 1024])
+        found = connection.execute(f"SELECT id, COL_graph FROM {_TABLE} WHERE id IN ({','.join('?' * len(ids))})",
+                                   ids).fetchall()
+        updates = []
+        for index, blob in found:
+            data = decode_graph(blob)
+            old = getattr(data, "graph_y", None)
+            if old is None:
+                data.graph_y = (torch.tensor([NO_LABEL]) if target == "class" else torch.tensor([math.nan]))
+            else:
+                data.graph_y = torch.where(old == NO_LABEL, math.nan, old.double()).float()
+            updates.append((encode_graph(data), index))
+        connection.executemany(f"UPDATE {_TABLE} SET COL_graph = ? WHERE id = ?", updates)

@@ -192,6 +192,6 @@ class PairTrainer(Trainer):
 
     def evaluate(self, data: Sequence[Data]) -> tuple[dict[str, float], list[float], list[float]]:
         """Metrics, predictions and gold ratings of the current model on ``data`` (in order)."""
-        batches = self._eval_batches(data)
+        batches = self.eval_batches(data)
         pred, gold = predict_pairs(self._scoring_model(batches), batches)
         return relatedness(pred, gold), pred, gold

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from .. import settings
 from ..backend import native, threads
 from ..data.batching import BatchCutter, collate_graphs
-from ..data.loader import with_schedule
+from ..data.loader import ScheduleCollater, unpacked, with_schedule
 from ..models.classifier import node_loss
 from . import distributed
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
@@ -100,6 +100,75 @@ def epoch_order(num_examples: int, seed: int, epoch: int) -> Tensor:
 def collate(examples: Sequence[Data], batch_size: int) -> list[Batch]:
     """Consecutive ``Batch`` es of ``batch_size`` examples (for evaluation, where order does not matter)."""
     return [collate_graphs(examples[k:k + batch_size]) for k in range(0, len(examples), batch_size)]
+
+
+def reads_from_disk(data: Any) -> bool:
+    """Whether ``data`` is a dataset read from a graph store (:class:`~graphtree.datasets.store.GraphStore`, or a
+    dataset with ``on_disk=True``): held a batch at a time, never whole."""
+    return bool(getattr(data, "reads_from_disk", False))
+
+
+class _MinibatchShares(torch.utils.data.Sampler):
+    """The epoch's minibatches of ``order`` (a tensor), each as this rank's share (:func:`distributed.shard`; a rank
+    without one gets the minibatch's first example, weighted zero by the trainer): the batches a loader's workers
+    read from disk. The order stays a tensor: a list of a million Python ints would be most of a reader's memory."""
+
+    def __init__(self, order: Tensor, batch_size: int) -> None:
+        self.order, self.batch_size = order, batch_size
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.order) / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for start in range(0, len(self.order), self.batch_size):
+            minibatch = self.order[start:start + self.batch_size].tolist()
+            yield distributed.shard(minibatch) or minibatch[:1]
+
+
+class _EncodedReads(torch.utils.data.Dataset):
+    """A dataset on disk as a loader fetches it: each batch read as bytes in one query and collated from them
+    (:meth:`~graphtree.datasets.store.GraphStore.read_encoded`), not a ``Data`` per graph."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitems__(self, indices: Sequence[int]) -> Any:
+        return self.data.read_encoded(indices)
+
+
+class StoredBatches(Sequence):
+    """The evaluation batches of a dataset on disk, read when used (never all held): ``batches[k]`` reads batch
+    ``k`` in this process; iterating reads them in ``workers`` loader processes, which collate and schedule them.
+    ``finish`` (e.g. moving to the device) is applied to each."""
+
+    def __init__(self, data: Sequence[Data], batch_size: int, finish: Callable[[Batch], Batch],
+                 workers: int = 0) -> None:
+        self.data, self.batch_size, self.finish, self.workers = data, batch_size, finish, workers
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.data) / self.batch_size)
+
+    def _indices(self, k: int) -> range:
+        return range(k * self.batch_size, min((k + 1) * self.batch_size, len(self.data)))
+
+    def __getitem__(self, k: int) -> Batch:  # type: ignore[override]
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        return self.finish(ScheduleCollater(self.data)(_EncodedReads(self.data).__getitems__(self._indices(k))))
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.workers == 0:
+            yield from (self[k] for k in range(len(self)))
+            return
+        loader = torch.utils.data.DataLoader(_EncodedReads(self.data),
+                                             batch_sampler=[self._indices(k) for k in range(len(self))],
+                                             collate_fn=ScheduleCollater(self.data, packed=True),
+                                             num_workers=self.workers)
+        for batch in unpacked(loader):
+            yield self.finish(batch)
 
 
 @dataclass
@@ -191,6 +260,10 @@ class Trainer:
             The replayed path needs the optimizer built with ``capturable=True``
             (:meth:`PaperOptimizer.for_model`); what cannot replay trains plainly
             and :attr:`replay_path` says why.
+        loader_workers: Processes reading, collating and scheduling the
+            minibatches of a dataset on disk (:func:`reads_from_disk`), as
+            :class:`~graphtree.data.TreeLoader` does, a batch a query; graphs
+            in memory are batched in this process.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: PaperOptimizer, *, epochs: int, batch_size: int,
@@ -199,7 +272,8 @@ class Trainer:
                  loss_fn: Callable[[Tensor, Tensor], Tensor] = node_loss, eval_batch_size: int = 256,
                  progress: bool = True, desc: str = "", extra: dict[str, Any] | None = None,
                  on_step: Callable[[int], None] | None = None, device: str | torch.device | None = None,
-                 verbose: bool = True, replay: str = "auto") -> None:
+                 verbose: bool = True, replay: str = "auto",
+                 loader_workers: int = 2) -> None:
         if epochs < 1 or batch_size < 1:
             raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
         self.model, self.optimizer = model, optimizer
@@ -210,6 +284,7 @@ class Trainer:
         self.loss_fn, self.eval_batch_size = loss_fn, eval_batch_size
         self.progress, self.desc, self.extra, self.on_step = progress, desc, extra or {}, on_step
         self.verbose = verbose
+        self.loader_workers = loader_workers
         self._sparse_params: list[torch.nn.Parameter] = []  # synchronized outside DDP (see _data_parallel)
         self._ddp_params: list[torch.nn.Parameter] = []  # synchronized by DDP
         self._cutter: BatchCutter | object | None = _NOT_YET  # see _minibatches
@@ -219,6 +294,16 @@ class Trainer:
         replay_requested(replay, self.device)  # a ValueError for a mode that is not one
         self.replay = replay
         self.replay_path: ReplayPath | None = None  # made by fit
+
+    def eval_batches(self, data: Sequence[Data]) -> Sequence[Batch]:
+        """``data`` in evaluation batches with their schedules, on the device: all made now, or, for a dataset on
+        disk, each read when used (:class:`StoredBatches`)."""
+        # Where evaluation replays, batches stay on the host with their schedules (the replayed pass pads them there).
+        replayed = self.replay_path is not None and self.replay_path.forward is not None
+        place = with_schedule if replayed else self.to_device
+        if reads_from_disk(data):
+            return StoredBatches(data, self.eval_batch_size, place, self.loader_workers)
+        return [place(b) for b in collate(data, self.eval_batch_size)]
 
     def to_device(self, batch: Batch) -> Batch:
         """``batch`` carrying its schedule (built on the host, where it is cheap, unless it came with one), on
@@ -304,12 +389,6 @@ class Trainer:
         """A training minibatch as the epoch's path takes it: on the host with its schedule (replayed: the step
         pads it there), else on the device (:meth:`to_device`)."""
         return with_schedule(batch) if self._replaying() else self.to_device(batch)
-
-    def _eval_batches(self, data: Sequence[Data]) -> list[Batch]:
-        """``data`` in evaluation batches: on the host with their schedules where evaluation replays, else on
-        the device."""
-        replayed = self.replay_path is not None and self.replay_path.forward is not None
-        return [with_schedule(b) if replayed else self.to_device(b) for b in collate(data, self.eval_batch_size)]
 
     def _replayed_step(self, batch: Batch, weight: float) -> Tensor:
         """One replayed training step on the host ``batch``, its loss weighed by ``weight``: the summed loss."""
@@ -460,7 +539,7 @@ class Trainer:
             model = self.model
         else:
             model = self._data_parallel()
-        dev_batches = self._eval_batches(dev)
+        dev_batches = self.eval_batches(dev)
         steps_per_epoch = math.ceil(len(train) / self.batch_size)
         for epoch in range(start, self.epochs):
             # A first use of the compiled kernels builds them (minutes, once per install): that is set-up, not
@@ -508,6 +587,9 @@ class Trainer:
         graphs, they are cut from the training graphs concatenated once per :meth:`fit` (:class:`BatchCutter`,
         built here, in the first epoch's time): the same batches for a fraction of the work. Not for a dataset
         with a ``transform``, which may give other graphs at every access."""
+        if reads_from_disk(train):
+            yield from self._disk_minibatches(train, order)
+            return
         if self._cutter is _NOT_YET:
             cuttable = distributed.world_size() == 1 and getattr(train, "transform", None) is None
             self._cutter = BatchCutter.of(train) if cuttable else None
@@ -521,11 +603,25 @@ class Trainer:
             minibatch = order[start:start + self.batch_size]
             yield minibatch, minibatch, self._prepare(batch)
 
+    def _disk_minibatches(self, train: Sequence[Data], order: Tensor) -> Iterator[tuple[list[int], list[int], Batch]]:
+        """:meth:`_minibatches` of a dataset on disk: ``loader_workers`` processes each read a share of a
+        minibatch in one query, collate it and build its schedule (:class:`~graphtree.data.ScheduleCollater`);
+        under ``torchrun`` each rank reads its own shares only, so the ranks read disjoint parts of the store."""
+        shares = _MinibatchShares(order, self.batch_size)
+        loader = torch.utils.data.DataLoader(_EncodedReads(train), batch_sampler=shares,
+                                             collate_fn=ScheduleCollater(train, packed=self.loader_workers > 0),
+                                             num_workers=self.loader_workers,
+                                             prefetch_factor=4 if self.loader_workers else None)
+        for start, batch in zip(range(0, len(order), self.batch_size), unpacked(loader)):
+            minibatch = order[start:start + self.batch_size].tolist()
+            yield minibatch, distributed.shard(minibatch), self._prepare(batch)
+
     def _train_epoch(self, model: torch.nn.Module, train: Sequence[Data], epoch: int, step: int,
                      history: list[dict]) -> tuple[float, dict[str, float]]:
         """One pass over ``train``; returns the summed loss per example and the seconds of each of :data:`PHASES`."""
         self.model.train()
-        order = epoch_order(len(train), self.seed, epoch).tolist()
+        order = epoch_order(len(train), self.seed, epoch)
+        order = order if reads_from_disk(train) else order.tolist()
         last_dev = self._last_dev(history)
         bar = tqdm(range(math.ceil(len(order) / self.batch_size)), desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}",
                    disable=not self.progress or not distributed.is_main(), leave=False, file=sys.stderr,
@@ -602,6 +698,6 @@ class Trainer:
 
     def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
         """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``, subnormals flushed."""
-        batches = self._eval_batches(data)
+        batches = self.eval_batches(data)
         with denormals_flushed():
             return evaluate(self._scoring_model(batches), batches, breakdown=breakdown)

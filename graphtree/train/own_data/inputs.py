@@ -32,9 +32,24 @@ def attach_words(splits: GraphSplits, vectors: Any = None) -> Vocab | None:
     else:
         vocab = Vocab.build([g for s in SPLITS for g in splits.graphs[s]], pretrained=vectors)
     for split in SPLITS:
+        if getattr(splits.graphs[split], "reads_from_disk", False):  # looked up as each graph is read
+            splits.graphs[split].transform = WordIds(vocab)
+            continue
         for graph in splits.graphs[split]:
             graph.word = lookup_words(graph.tokens, graph.word_pos.tolist(), vocab)
     return vocab
+
+
+class WordIds:
+    """A transform giving a graph read from disk its word ids (``word``) in ``vocab``; picklable, for the
+    loader's worker processes."""
+
+    def __init__(self, vocab: Vocab) -> None:
+        self.vocab = vocab
+
+    def __call__(self, graph: Any) -> Any:
+        graph.word = lookup_words(graph.tokens, graph.word_pos.tolist(), self.vocab)
+        return graph
 
 
 def word_embedding(vocab: Vocab | None, vectors: Any, dim: int) -> NodeEmbedding | None:

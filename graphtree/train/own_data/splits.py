@@ -55,6 +55,11 @@ class GraphSplits:
         """A fixed random subset of each split (:func:`~graphtree.train.runs.quick_sample`), for ``--quick``."""
         graphs, indices = {}, {}
         for split in SPLITS:
+            if getattr(self.graphs[split], "reads_from_disk", False):  # a view of the store: nothing read
+                kept = quick_sample(list(range(len(self.graphs[split]))), sizes[split])
+                indices[split] = [self.indices[split][k] for k in kept]
+                graphs[split] = self.graphs[split].index_select(kept)
+                continue
             kept = quick_sample(list(zip(self.indices[split], self.graphs[split])), sizes[split])
             indices[split], graphs[split] = [k for k, _ in kept], [g for _, g in kept]
         return GraphSplits(self.name, self.format, self.files, graphs, indices, self.tags)
@@ -89,7 +94,7 @@ def _split_files(folder: Path, format: str | None) -> dict[str, Path]:
 def load_graph_splits(data: str | os.PathLike, *, format: str | None = None,
                       labels: str | os.PathLike | None = None, target: str = "auto",
                       ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
-                      root: str | os.PathLike | None = None) -> GraphSplits:
+                      root: str | os.PathLike | None = None, on_disk: bool = False) -> GraphSplits:
     """Train, dev and test graphs of ``data``: a file (split by a seeded shuffle) or a folder of split files.
 
     A folder holds one ``train.*``, ``dev.*`` and ``test.*`` file each (the
@@ -106,6 +111,8 @@ def load_graph_splits(data: str | os.PathLike, *, format: str | None = None,
             (where every fraction is positive).
         seed: Seed of the split of one file.
         root: Data root of the processed caches (default: :func:`~graphtree.datasets.files.default_files_root`).
+        on_disk: Keep the graphs in graph stores (:class:`GraphFiles` ``on_disk``) and give each split as a
+            dataset read from there, a batch at a time, instead of a list in memory.
 
     Raises:
         RunError: no such file or folder, a folder without its split files, labels with a folder.
@@ -122,8 +129,8 @@ def load_graph_splits(data: str | os.PathLike, *, format: str | None = None,
         # The whole file once, split here as GraphFiles splits it (split_indices): an empty split is told in
         # terms of the file and --split.
         dataset = GraphFiles(root, "all", files=path, format=format, labels=labels, target=target, name=name,
-                             log=False)
-        graphs = list(dataset)
+                             log=False, on_disk=on_disk)
+        graphs = dataset if on_disk else list(dataset)
         indices = split_indices(len(graphs), ratios, seed)
         if 0 < len(graphs) < len(SPLITS) and min(ratios) > 0:
             # Too few graphs for one in each split, whatever the fractions (examples/trees.conllu has two): every
@@ -138,13 +145,15 @@ def load_graph_splits(data: str | os.PathLike, *, format: str | None = None,
                      f"{' '.join(f'{r:g}' for r in ratios)}; give more graphs, other fractions, or a folder with "
                      "train, dev and test files")
         return GraphSplits(name, dataset.format, dict.fromkeys(SPLITS, path),
-                           {s: [graphs[k] for k in indices[s]] for s in SPLITS}, indices,
+                           {s: dataset.index_select(indices[s]) if on_disk else [graphs[k] for k in indices[s]]
+                            for s in SPLITS}, indices,
                            dict.fromkeys(SPLITS, dataset.options_tag()))
     files = _split_files(path, format)
     graphs, tags = {}, {}
     for split in SPLITS:
-        dataset = GraphFiles(root, split, files=files, format=format, target=target, name=name, log=False)
-        graphs[split], tags[split] = list(dataset), dataset.options_tag()
+        dataset = GraphFiles(root, split, files=files, format=format, target=target, name=name, log=False,
+                             on_disk=on_disk)
+        graphs[split], tags[split] = dataset if on_disk else list(dataset), dataset.options_tag()
         if split == "train" and target == "auto" and graphs[split]:
             graph_y = getattr(graphs[split][0], "graph_y", None)
             if graph_y is not None:  # dev and test read their labels as the training file has them

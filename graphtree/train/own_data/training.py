@@ -133,7 +133,7 @@ class TaskTrainer(Trainer):
 
     def evaluate(self, data: Sequence[Data]) -> tuple[dict[str, Any], list[Prediction]]:
         """Metrics and per-graph predictions of the current model (after :meth:`fit`, the best-dev one) on ``data``."""
-        batches = self._eval_batches(data)
+        batches = self.eval_batches(data)
         predictions = self._predict(self._scoring_model(batches), batches)
         return self.metrics(predictions), predictions
 

@@ -1,0 +1,281 @@
+"""Corpora larger than memory: a graph store on disk against the in-memory dataset, from 10^4 to 10^6 graphs.
+
+The corpus: the abstract syntax trees of the Python standard library's small functions (at most ``--max-nodes``
+AST nodes; a node per AST node, its token the node's type, its children in order; node label: whether it is a
+``Name``), repeated in order until there are ``N`` training graphs, written as JSON Lines (a train file of
+``N`` graphs, dev and test files of ``--eval`` graphs each), read by :class:`graphtree.datasets.GraphFiles`,
+in memory or with ``on_disk=True``.
+
+For each ``N`` of ``--sizes``, each in a fresh process (so that its peak RSS is its own):
+
+* **build**: ``GraphFiles(on_disk=True)`` from the file, parsed by 2 worker processes, written in one
+  transaction: seconds and the store's bytes (and the in-memory ``.pt`` cache's, up to ``--memory-up-to``);
+* **train**: :class:`graphtree.train.Trainer` (Child-Sum, 32 channels, Adam, minibatches of 25, one thread a
+  process) on the training split; graphs/s over minibatches 20 to ``--steps`` of the first epoch (the first
+  20 left out: forking the loader workers, a first batch, the in-memory path's one-off concatenation); on
+  disk with 2 loader workers a process reading each minibatch in one query and building its schedule, in
+  memory batched in the process; in 1 process and in 2 ``torchrun`` processes (each rank training its share
+  of every minibatch); the peak RSS of each training process (``ru_maxrss``), and of its largest loader
+  worker. The in-memory path stops at ``--memory-up-to`` graphs: beyond, its processing holds the whole
+  corpus as Python objects several times over.
+
+    python benchmarks/on_disk.py --quick                                  # 10^3 and 10^4 graphs, minutes
+    python benchmarks/on_disk.py --out runs/on-disk.json                  # the table of docs/performance.md
+    python benchmarks/on_disk.py --table benchmarks/results/on-disk-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import resource
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --------------------------------------------------------------------------- the corpus
+
+
+def small_function_records(max_nodes: int) -> list[str]:
+    """JSON Lines records of the standard library's functions of at most ``max_nodes`` AST nodes (files in name
+    order, functions in source order)."""
+    records = []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        try:
+            module = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(module):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                record = ast_record(node, max_nodes)
+                if record is not None:
+                    records.append(record)
+    return records
+
+
+def ast_record(root: ast.AST, max_nodes: int) -> str | None:
+    """The tree of ``root`` as a GraphFiles JSON Lines record (pre-order ids), or ``None`` past ``max_nodes``."""
+    nodes, parents = [], []
+    stack: list[tuple[ast.AST, int]] = [(root, -1)]
+    while stack:
+        node, parent = stack.pop()
+        me = len(nodes)
+        if me == max_nodes:
+            return None
+        name = type(node).__name__
+        nodes.append({"token": name, "y": int(name == "Name")})
+        parents.append(parent)
+        stack.extend((child, me) for child in reversed(list(ast.iter_child_nodes(node))))
+    return json.dumps({"nodes": nodes, "parents": parents}, separators=(",", ":"))
+
+
+def write_corpus(folder: Path, size: int, evaluation: int, max_nodes: int) -> Path:
+    """``folder/n<size>/{train,dev,test}.jsonl``: the records repeated to ``size`` training graphs; dev and test
+    the first ``evaluation`` records."""
+    out = folder / f"n{size}"
+    if (out / "test.jsonl").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    records = small_function_records(max_nodes)
+    with open(out / "train.jsonl.part", "w") as handle:
+        for k in range(size):
+            handle.write(records[k % len(records)] + "\n")
+    for split in ("dev", "test"):
+        (out / f"{split}.jsonl").write_text("".join(r + "\n" for r in records[:evaluation]))
+    os.replace(out / "train.jsonl.part", out / "train.jsonl")
+    return out
+
+
+def vocabulary() -> dict[str, int]:
+    """Every AST node type of this Python: the corpus's tokens (id 0 is never used)."""
+    names = sorted(name for name in dir(ast) if isinstance(getattr(ast, name), type)
+                   and issubclass(getattr(ast, name), ast.AST))
+    return {name: k + 1 for k, name in enumerate(names)}
+
+
+# --------------------------------------------------------------------------- one measurement, in its own process
+
+
+def dataset(corpus: Path, root: Path, split: str, on_disk: bool, rebuild: bool = False):
+    from graphtree.datasets import GraphFiles
+
+    files = {s: corpus / f"{s}.jsonl" for s in ("train", "dev", "test")}
+    return GraphFiles(root, split, files=files, name=corpus.name, vocab=vocabulary(), log=False, on_disk=on_disk,
+                      workers=2, force_reload=rebuild)
+
+
+class _Enough(Exception):
+    pass
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """One build or one training run (``--measure``): its numbers, as JSON on the last line of stdout."""
+    import torch
+
+    from graphtree.train import distributed
+
+    torch.set_num_threads(1)
+    corpus, root = Path(args.corpus), Path(args.root)
+    on_disk = args.measure.endswith("disk")
+    if args.measure.startswith("build"):
+        began = time.perf_counter()
+        train = dataset(corpus, root, "train", on_disk, rebuild=True)
+        seconds = time.perf_counter() - began
+        (path,) = [p for p in Path(train.processed_dir).glob("train-*" if not on_disk else "train-*.sqlite")
+                   if p.suffix == (".sqlite" if on_disk else ".pt")]
+        return {"graphs": len(train), "seconds": seconds, "bytes": path.stat().st_size,
+                "peak_rss_mib": _peak_mib(resource.RUSAGE_SELF)}
+    distributed.setup("cpu")
+    from graphtree.models import NodeEmbedding, TreeClassifier
+    from graphtree.nn import ChildSumTreeLSTM
+    from graphtree.train import PRESETS, PaperOptimizer, Trainer
+
+    with distributed.main_first():
+        train, dev = dataset(corpus, root, "train", on_disk), dataset(corpus, root, "dev", on_disk)
+    torch.manual_seed(0)
+    embedding = NodeEmbedding(len(vocabulary()) + 1, 32)
+    model = TreeClassifier(embedding, ChildSumTreeLSTM(32, 32), 2, dropout=0.0)
+    marks: dict[int, float] = {}
+
+    def on_step(step: int) -> None:
+        marks[step] = time.perf_counter()
+        if step == args.steps:
+            raise _Enough
+
+    trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, PRESETS["teng"]), epochs=1, batch_size=25,
+                      seed=0, progress=False, verbose=False, on_step=on_step, loader_workers=2)
+    try:
+        trainer.fit(train, dev)
+    except _Enough:
+        pass
+    first = 20
+    graphs = (args.steps - first) * 25  # every rank's shares of these minibatches
+    rss = distributed.all_gather_objects((_peak_mib(resource.RUSAGE_SELF), _peak_mib(resource.RUSAGE_CHILDREN)))
+    return {"graphs": len(train), "steps": args.steps, "processes": distributed.world_size(),
+            "graphs_per_s": graphs / (marks[args.steps] - marks[first]),
+            "peak_rss_mib": [r[0] for r in rss], "worker_peak_rss_mib": [r[1] for r in rss]}
+
+
+def _peak_mib(who: int) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024  # KiB on Linux
+
+
+def run_measure(kind: str, corpus: Path, root: Path, steps: int, processes: int = 1) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+                if processes > 1 else [sys.executable])
+    argv = [*launcher, __file__, "--measure", kind, "--corpus", str(corpus), "--root", str(root), "--steps",
+            str(steps)]
+    result = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def table(result: dict) -> str:
+    lines = ["| graphs | store: build s | store MB | .pt MB | RSS MiB on disk, 1 proc (worker) | RSS MiB in memory | "
+             "graphs/s on disk, 1 proc | in memory | × | on disk, 2 procs | in memory | × |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in result["rows"]:
+        def cell(key: str, fmt: str, sub: str | None = None) -> str:
+            value = row.get(key)
+            if value is None:
+                return "—"
+            value = value[sub] if sub else value
+            return format(max(value) if isinstance(value, list) else value, fmt)
+        def ratio(disk: str, memory: str) -> str:
+            if row.get(memory) is None or row.get(disk) is None:
+                return "—"
+            return f"{row[disk]['graphs_per_s'] / row[memory]['graphs_per_s']:.2f}"
+        lines.append(
+            f"| {row['graphs']:,} | {cell('build_disk', '.1f', 'seconds')} | {row['build_disk']['bytes'] / 1e6:,.0f} | "
+            f"{row['build_memory']['bytes'] / 1e6:,.0f} |" if row.get("build_memory") else
+            f"| {row['graphs']:,} | {cell('build_disk', '.1f', 'seconds')} | {row['build_disk']['bytes'] / 1e6:,.0f} | "
+            "— |")
+        lines[-1] += (f" {cell('disk1', '.0f', 'peak_rss_mib')} ({cell('disk1', '.0f', 'worker_peak_rss_mib')}) | "
+                      f"{cell('memory1', '.0f', 'peak_rss_mib')} | {cell('disk1', '.0f', 'graphs_per_s')} | "
+                      f"{cell('memory1', '.0f', 'graphs_per_s')} | {ratio('disk1', 'memory1')} | "
+                      f"{cell('disk2', '.0f', 'graphs_per_s')} | {cell('memory2', '.0f', 'graphs_per_s')} | "
+                      f"{ratio('disk2', 'memory2')} |")
+    rows = [r for r in result["rows"] if r.get("disk1")]
+    if len(rows) > 1:
+        low, high = rows[0], rows[-1]
+        lines += ["", f"Peak RSS of the training process on disk, {high['graphs']:,} against {low['graphs']:,} "
+                  f"graphs: {max(high['disk1']['peak_rss_mib']) / max(low['disk1']['peak_rss_mib']):.2f}×."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000],
+                        help="training graphs (default 10^4 10^5 10^6)")
+    parser.add_argument("--memory-up-to", type=int, default=100_000, help="largest size run in memory (10^5)")
+    parser.add_argument("--steps", type=int, default=200, help="minibatches of 25 trained (default 200)")
+    parser.add_argument("--eval", type=int, default=500, help="dev and test graphs (default 500)")
+    parser.add_argument("--max-nodes", type=int, default=40, help="largest function AST kept (default 40 nodes)")
+    parser.add_argument("--work", default="runs/on_disk", help="corpora and data root (default runs/on_disk)")
+    parser.add_argument("--no-torchrun", action="store_true", help="one process only")
+    parser.add_argument("--quick", action="store_true", help="10^3 and 10^4 graphs, 60 steps")
+    parser.add_argument("--out", help="write the results here as JSON (default: print only)")
+    parser.add_argument("--table", metavar="JSON", help="print the table of a results file and exit")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        out = measure(args)
+        from graphtree.train import distributed
+        if distributed.is_main():
+            print(json.dumps(out))
+        return
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return
+    if args.quick:
+        args.sizes, args.steps, args.memory_up_to = [1_000, 10_000], 60, 10_000
+    import torch
+
+    from graphtree.train.provenance import code_state, processor
+
+    work = Path(args.work)
+    rows = []
+    for size in args.sizes:
+        corpus = write_corpus(work / "corpora", size, args.eval, args.max_nodes)
+        root = work / "data"
+        row: dict = {"graphs": size}
+        row["build_disk"] = run_measure("build-disk", corpus, root, args.steps)
+        print(f"{size:,}: store built in {row['build_disk']['seconds']:.1f} s", file=sys.stderr)
+        if size <= args.memory_up_to:
+            row["build_memory"] = run_measure("build-memory", corpus, root, args.steps)
+        modes = ["disk"] + (["memory"] if size <= args.memory_up_to else [])
+        for processes in (1,) if args.no_torchrun else (1, 2):
+            for mode in modes:  # interleaved: disk, memory at each size and process count
+                row[f"{mode}{processes}"] = run_measure(f"train-{mode}", corpus, root, args.steps, processes)
+                print(f"{size:,} {mode} {processes} proc: {row[f'{mode}{processes}']}", file=sys.stderr)
+        rows.append(row)
+    command = "python benchmarks/on_disk.py " + " ".join(sys.argv[1:])
+    result = dict(command=command, code=code_state(), processor=processor(), torch=torch.__version__,
+                  cpus=os.cpu_count(), args={k: v for k, v in vars(args).items() if k not in ("out", "table")},
+                  rows=rows)
+    print(table(result))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
