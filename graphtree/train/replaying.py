@@ -179,7 +179,7 @@ class ReplayedForward:
     def __init__(self, model: torch.nn.Module, forward: Callable[[torch.nn.Module, Any], Tensor],
                  plain: Callable[[torch.nn.Module, Any], Tensor], prepare: Callable[[Any], Any] = lambda b: b,
                  node_level: bool = True, buckets: Any = None, graphs: bool | None = None) -> None:
-        from ..replay import Buckets
+        from ..replay import Buckets, _has_top_down_pass
 
         self.model, self.forward, self.plain, self.prepare, self.node_level = model, forward, plain, prepare, node_level
         self.buckets = buckets if buckets is not None else Buckets()
@@ -187,6 +187,7 @@ class ReplayedForward:
         self.graphs = self.device.type == "cuda" if graphs is None else graphs
         self.replayable = True
         self.fallback: str | None = None
+        self._top_down = _has_top_down_pass(model)  # its padded batches carry a top-down plan too
         self._buckets: dict[tuple, Any] = {}
         self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
         self.passes = dict(replayed=0, padded=0, eager=0)
@@ -214,7 +215,7 @@ class ReplayedForward:
         from ..replay import _bucket_key, _fill, _new_bucket, _num_graphs, padded_batch
 
         trees = self.prepare(batch)
-        shape, tensors = padded_batch(trees, self.buckets)
+        shape, tensors = padded_batch(trees, self.buckets, top_down=self._top_down)
         num_graphs = _num_graphs(trees)
         key = _bucket_key(shape, tensors, num_graphs)
         bucket = self._buckets.get(key)
@@ -228,7 +229,7 @@ class ReplayedForward:
             out = bucket.loss.clone()  # the bucket's output (its ``loss`` slot holds the captured output)
             self.passes["replayed"] += 1
         else:
-            bucket.plan.forget_derived()  # the layouts derived from another batch's fixed tensors: made anew
+            bucket.forget_derived()  # the layouts derived from another batch's fixed tensors: made anew
             with native.use_native(False):
                 out = self.forward(self.model, bucket.batch)
             self.passes["padded"] += 1
