@@ -14,7 +14,9 @@
 #            its captures, included) against the two-thread CPU epoch                    (epochs.json, epochs.log)
 #   tables   the step and epoch tables in docs/performance.md's form                     (tables.md)
 #
-# Every part's exit status, limit and seconds go to parts.jsonl. The whole run stays under about 8 minutes.
+# Every part's exit status, limit and seconds go to parts.jsonl. The limits add up to 9.4 minutes; the parts
+# take about 7 on an H200 (the models with a top-down pass, eager today, may not finish their SST epoch in time:
+# the summary says so).
 #
 #   bash benchmarks/gpu.sh [--dry] [--out DIR]
 #
@@ -74,21 +76,21 @@ torch_geometric.__version__, 'cuda', torch.cuda.is_available())"
         --out "$out/epochs.json"
 else
     sst=${SST:-}
-    part env 30 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv; python3 -c \
+    part env 20 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv; python3 -c \
 \"import torch, torch_geometric; print('torch', torch.__version__, 'pyg', torch_geometric.__version__)\""
     cp "$out/env.log" "$out/gpu.txt"
-    part tests 100 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py tests/test_cuda.py \
-        tests/test_replay_trainer.py -k "cuda or gpu or replay_reads or padded_step"
-    part step 130 python3 benchmarks/gpu_step.py --device cuda --reps 3 ${sst:+--sst "$sst"} --out "$out/step.json"
+    part tests 75 python3 -m pytest -q -p no:cacheprovider tests/test_replay.py tests/test_cuda.py \
+        tests/test_replay_trainer.py -k "(cuda or gpu or replay_reads or padded_step) and not short_form"
+    part step 110 python3 benchmarks/gpu_step.py --device cuda --reps 3 ${sst:+--sst "$sst"} --out "$out/step.json"
     emb=glove50
-    part data 150 python3 experiments/sst.py --model nary --quick --epochs 1 --device cpu --replay off \
+    part data 90 python3 experiments/sst.py --model nary --quick --epochs 1 --device cpu --replay off \
         --embeddings glove50 --no-progress --out "$out/data-run" || emb=random
     [ $emb = random ] && echo "no GloVe 50d here: the epochs use random vectors" | tee -a "$out/data.log"
     cpu=()
     [ "${EPOCHS_CPU:-0}" = 1 ] && cpu=(--cpu)
-    part epochs 250 python3 benchmarks/gpu_epochs.py --timeout 50 --embeddings $emb "${cpu[@]}" \
+    part epochs 210 python3 benchmarks/gpu_epochs.py --timeout 45 --embeddings $emb "${cpu[@]}" \
         --out "$out/epochs.json"
 fi
-part tables 30 python3 benchmarks/gpu_epochs.py --table "$out/epochs.json" --step "$out/step.json"
+part tables 60 python3 benchmarks/gpu_epochs.py --table "$out/epochs.json" --step "$out/step.json"
 cp "$out/tables.log" "$out/tables.md"
 echo "parts:"; cat "$out/parts.jsonl"

@@ -219,6 +219,31 @@ def test_replayed_task_training_equals_the_plain_one(task_name, model):
     _path_taken(replayed[0], model)
 
 
+# -- a resumed replayed run ----------------------------------------------------------------------------------------
+
+def test_a_resumed_replayed_run_ends_as_an_uninterrupted_one(tmp_path):
+    """The capturable update's state (CapturableAdagrad's sums, SGD's embeddings) comes back from the checkpoint."""
+    cfg = dict(model="nary", dim=DIM, hidden=HIDDEN, dropout=0.0)
+    train, dev = _sentences(14, seed=20), _sentences(5, seed=21)
+    finals = []
+    for stops in ([3], [1, 3]):  # one fit of 3 epochs; a fit of 1, then the same run resumed to 3
+        torch.manual_seed(0)
+        model, embedding = sst_model(cfg, VOCAB, 5, None, mlp_channels=4)
+        model.double()
+        for epochs in stops:
+            optimizer = PaperOptimizer.for_model(model, embedding, replace(PRESETS["tai"], batch_size=4),
+                                                 capturable=True)
+            trainer = Trainer(model, optimizer, epochs=epochs, batch_size=4, seed=3, progress=False, verbose=False,
+                              replay="on", checkpoint=tmp_path / f"run{len(stops)}.pt", config={"run": "resume"})
+            fit = trainer.fit(train, dev)
+        assert trainer.replay_path.record()["path"] == "padded"
+        finals.append(([h["train_loss"] for h in fit.history], {k: v.clone() for k, v in model.state_dict().items()}))
+    (losses, weights), (resumed_losses, resumed_weights) = finals
+    assert losses == resumed_losses
+    for name, value in weights.items():
+        assert torch.equal(resumed_weights[name], value), name
+
+
 # -- what falls back, and says so ---------------------------------------------------------------------------------
 
 def test_what_cannot_replay_trains_plainly_and_says_why():

@@ -8,6 +8,8 @@
 * :mod:`~graphtree.train.checkpoint` — atomic saves and RNG state capture.
 * :mod:`~graphtree.train.trainer` — :class:`Trainer`: epochs, early model
   selection on dev, resumable checkpoints, per-epoch CSV, progress bar.
+* :mod:`~graphtree.train.replaying` — the trainer's replayed path: padded steps
+  and evaluation passes, CUDA graphs on a GPU (``replay="auto"``), and what falls back.
 * :mod:`~graphtree.train.distributed` — data-parallel training under
   ``torchrun`` (``DistributedDataParallel``; the trainer finds the process group).
 * :mod:`~graphtree.train.transforms` — label restriction (root / root+leaf
