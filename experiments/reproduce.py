@@ -7,11 +7,15 @@
 The run's recorded command is run again for its seed (with ``--out`` a
 temporary folder, so nothing committed is touched), for all its epochs or the
 first ``--epochs N``; then every epoch's metrics (loss and dev metrics; not the
-times) are compared with the committed ones for equality, to the last bit. It
-prints the epochs that differ and exits 1 if any does, 0 if all agree. Bits
-agree only on the kind of processor the run was made on (its JSON records it
-since results files name the processor): where the processor differs, or the
-run does not name one, a difference is reported as such and not recorded.
+times) are compared with the committed ones. First it says what to expect here:
+bits agree only on the machine the run was made on, the same processor (vendor,
+model, vector flags) and the same PyTorch build (version, BLAS, MKL, oneDNN),
+with the same kernels and threads, as the run's ``provenance`` block records
+them. Where all of these match it expects identical numbers, prints the epochs
+that differ and exits 1 if any does. Where one differs, or the run predates its
+record ("not recorded"), it says so and expects agreement within
+``TOLERANCE`` (relative, every metric of every epoch compared): it prints the
+largest difference and exits 0 within the tolerance, 1 beyond it.
 
 ``--record`` adds the verdict to ``experiments/results/reproduced.json``, which
 the reports read: a row whose runs predate the current numerics version (see
@@ -28,12 +32,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphtree.train.provenance import NUMERICS_VERSION, code_state, processor
+from graphtree.train.provenance import NUMERICS_VERSION, code_state, rounding_differences
 from graphtree.train.report import Provenance
 from graphtree.train.runs import ArgumentParser, fail, main_guard
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = REPO / "experiments" / "results" / "reproduced.json"
+TOLERANCE = 0.02
+"""Where bits cannot be expected to agree: the largest relative difference, |now - committed| / |committed|, that
+any compared metric of any epoch may show. Rounding differences grow as training follows them: SICK's Dependency
+Tree-LSTM after one epoch on an AMD EPYC against the committed run's machine differs by about 0.5 %."""
 # Flags the check sets itself: they choose where and how long a run goes, not what it computes.
 OWN_FLAGS = {"--seeds": -1, "--epochs": 1, "--out": 1, "--threads": 1, "--no-progress": 0, "--quick": 0}
 
@@ -70,6 +78,21 @@ def differences(committed: list[dict], rerun: list[dict]) -> list[str]:
             if not key.endswith("seconds") and key != "phases" and old.get(key) != new.get(key):
                 lines.append(f"epoch {old.get('epoch')}: {key} {old.get(key)!r} committed, {new.get(key)!r} now")
     return lines
+
+
+def largest_difference(committed: list[dict], rerun: list[dict]) -> tuple[float, str]:
+    """The largest relative difference of a compared metric (times excepted), and a line naming it."""
+    worst, line = 0.0, "none"
+    for old, new in zip(committed, rerun):
+        for key in sorted(set(old) & set(new)):
+            then, now = old[key], new[key]
+            if key.endswith("seconds") or key in ("phases", "epoch") or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in (then, now)):
+                continue
+            gap = abs(now - then) / abs(then) if then else (0.0 if now == then else float("inf"))
+            if gap > worst:
+                worst, line = gap, f"epoch {old.get('epoch')}: {key} {then:.6g} committed, {now:.6g} now"
+    return worst, line
 
 
 def record_check(entry: dict) -> None:
@@ -113,21 +136,30 @@ def main(argv: list[str]) -> int:
         made = sorted((Path(out) / record["experiment"]).glob("*.json"))
         if len(made) != 1:
             fail(f"the rerun left {len(made)} results files instead of one")
-        rerun = json.loads(made[0].read_text())["history"]
+        made_record = json.loads(made[0].read_text())
+        rerun = made_record["history"]
     compared = committed[:len(rerun)]
     lines = differences(compared, rerun)
-    verdict = "identical" if not lines else "differs"
-    print(f"{record['run']}: {len(rerun)} epoch(s) compared, {verdict}")
-    for line in lines:
-        print(f"  {line}")
-    recorded = (record.get("provenance") or {}).get("processor")
-    elsewhere = recorded != processor()
-    if lines and elsewhere:  # across processors a difference says nothing about the code
-        print(f"  the run was made on {recorded or 'a processor it does not record'}; this machine is "
-              f"{processor()}: vector code rounds differently from one kind of processor to another, so this "
-              f"difference does not show a change of the code. Compare on the run's kind of processor.")
-    if args.record and lines and elsewhere:
-        print("not recorded: a difference across processors is no verdict on the code", file=sys.stderr)
+    # What to expect: bits agree only where processor, PyTorch build and kernels are the run's.
+    recorded = record.get("provenance") or {}
+    reasons = rounding_differences(recorded)
+    kernels = ((made_record.get("provenance") or {}).get("kernels"), recorded.get("kernels"))
+    if kernels[0] != kernels[1]:
+        reasons.append(f"kernels: {kernels[1] or 'not recorded'} for the run, {kernels[0]} here")
+    worst, where = largest_difference(compared, rerun)
+    print(f"{record['run']}: {len(rerun)} epoch(s) compared, {'identical' if not lines else 'differs'}")
+    if not reasons:
+        print("  expected: identical numbers (the run's processor, PyTorch build, kernels and threads)")
+        for line in lines:
+            print(f"  {line}")
+        passed = not lines
+    else:
+        print(f"  expected: agreement within {TOLERANCE:.0%}, not bit equality: "
+              + "; ".join(reasons))
+        passed = worst <= TOLERANCE
+        print(f"  {'within' if passed else 'beyond'} {TOLERANCE:.0%}: largest difference {worst:.2%} ({where})")
+    if args.record and lines and reasons:
+        print("not recorded: a difference on another machine is no verdict on the code", file=sys.stderr)
     elif args.record:
         commit, dirty = code_state()
         record_check({"task": record["experiment"], "run": record["run"], "numerics": NUMERICS_VERSION,
@@ -135,7 +167,7 @@ def main(argv: list[str]) -> int:
                       "commit": commit if not dirty else f"{commit}+dirty", "epochs_compared": len(rerun),
                       "identical": not lines, "command": "python experiments/reproduce.py " + shlex.join(argv)})
         print(f"recorded in {CHECKS.relative_to(REPO)}", file=sys.stderr)
-    return 0 if not lines else 1
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

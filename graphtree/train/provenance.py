@@ -27,8 +27,8 @@ from pathlib import Path
 
 # torch and the kernel build are imported where used: the report scripts read NUMERICS_VERSION without them.
 
-__all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "code_state", "git_state", "processor", "processor_name",
-           "provenance"]
+__all__ = ["NUMERICS_HISTORY", "NUMERICS_VERSION", "VECTOR_FLAGS", "build_record", "code_state", "git_state",
+           "processor", "processor_name", "processor_record", "provenance", "rounding_differences"]
 
 NUMERICS_VERSION = 1
 NUMERICS_HISTORY = {
@@ -84,6 +84,80 @@ def processor() -> str:
     return f"{processor_name()} ({torch.backends.cpu.get_cpu_capability()})"
 
 
+VECTOR_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
+                "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+"""The processor flags (``/proc/cpuinfo``) that choose vector code in PyTorch, MKL and oneDNN, and so rounding."""
+
+
+@cache
+def processor_record() -> dict:
+    """This processor as a results file records it: vendor, model name, the :data:`VECTOR_FLAGS` it has, and the
+    vector code PyTorch's CPU kernels chose on it (e.g. ``AVX512``). MKL also picks its code by vendor."""
+    import torch
+
+    from ..backend.native import cpu_description
+
+    described = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in cpu_description() if ":" in line)}
+    flags = set(described.get("flags", "").split())
+    return {"vendor": described.get("vendor_id") or platform.machine() or "unknown", "model": processor_name(),
+            "flags": [flag for flag in VECTOR_FLAGS if flag in flags],
+            "capability": torch.backends.cpu.get_cpu_capability()}
+
+
+@cache
+def build_record() -> dict:
+    """How this PyTorch was built, as far as it decides rounding: its version and commit, its BLAS and LAPACK,
+    the MKL and oneDNN (MKL-DNN) versions and OpenMP (from ``torch.__config__.show()``)."""
+    import torch
+
+    shown = torch.__config__.show()
+    settings = dict(item.strip().split("=", 1) for item in shown.split("Build settings:", 1)[-1].split(",")
+                    if "=" in item)
+    lines = [line.strip(" -") for line in shown.splitlines()]
+
+    def line_with(*words: str) -> str | None:
+        return next((line for line in lines if any(word in line for word in words)), None)
+
+    return {"torch": torch.__version__, "commit": settings.get("COMMIT_SHA"), "blas": settings.get("BLAS_INFO"),
+            "lapack": settings.get("LAPACK_INFO"), "mkl": line_with("Math Kernel Library"),
+            "onednn": line_with("MKL-DNN", "oneDNN"), "openmp": line_with("OpenMP")}
+
+
+def rounding_differences(recorded: dict, here_processor: dict | None = None,
+                         here_build: dict | None = None) -> list[str]:
+    """What differs between the machine a run's ``provenance`` block records and this one, as far as rounding
+    goes (processor and PyTorch build; threads and kernels are the rerun's own to match): one line each, or
+    ``"...: not recorded"`` for what the run predates. Empty: bit-identical numbers can be expected here."""
+    here_processor = here_processor if here_processor is not None else processor_record()
+    here_build = here_build if here_build is not None else build_record()
+    lines = []
+    cpu = recorded.get("cpu")
+    if cpu is None:
+        named = recorded.get("processor")  # results files before the record named the processor only
+        here_named = f"{here_processor['model']} ({here_processor['capability']})"
+        if named is None:
+            lines.append(f"processor: not recorded (this machine: {here_named})")
+        elif named != here_named:
+            lines.append(f"processor: {named} for the run, {here_named} here")
+        else:
+            lines.append(f"processor: {named} for the run and here, but its vendor and flags not recorded")
+    else:
+        for key in ("vendor", "model", "flags", "capability"):
+            if cpu.get(key) != here_processor.get(key):
+                lines.append(f"processor {key}: {cpu.get(key)} for the run, {here_processor.get(key)} here")
+    build = recorded.get("build")
+    if build is None:
+        torch_version = recorded.get("torch")
+        if torch_version is not None and torch_version != here_build["torch"]:
+            lines.append(f"torch: {torch_version} for the run, {here_build['torch']} here")
+        lines.append("BLAS / torch build: not recorded")
+    else:
+        for key in ("torch", "commit", "blas", "lapack", "mkl", "onednn", "openmp"):
+            if build.get(key) != here_build.get(key):
+                lines.append(f"torch build {key}: {build.get(key)} for the run, {here_build.get(key)} here")
+    return lines
+
+
 def provenance(threads: int, kernels: str) -> dict:
     """The provenance block of a results file.
 
@@ -96,4 +170,5 @@ def provenance(threads: int, kernels: str) -> dict:
 
     commit, dirty = code_state()
     return {"commit": commit, "dirty": dirty, "torch": torch.__version__, "threads": threads,
-            "kernels": kernels, "numerics": NUMERICS_VERSION, "processor": processor()}
+            "kernels": kernels, "numerics": NUMERICS_VERSION, "processor": processor(), "cpu": processor_record(),
+            "build": build_record()}
