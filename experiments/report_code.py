@@ -80,6 +80,29 @@ def sst_speeds(data_root: Path) -> list[list[str]]:
     return rows
 
 
+def corpus_table(data_root: Path, corpus: dict) -> list[str]:
+    """The whole corpus the runs read, per split, from the dataset itself (its processed cache under ``data_root``):
+    functions and nodes, those above the dataset's limit, and those within the experiment's."""
+    try:
+        from graphtree.datasets import CodeTrees
+        packages = sorted(p for ps in corpus["packages"].values() for p in ps)
+        sets = {s: CodeTrees(str(data_root), s, packages=packages, max_nodes=corpus["dataset_max_nodes"], log=False)
+                for s in ("train", "dev", "test")}
+    except Exception as err:  # the corpus may not be installed here: the table says so
+        return [f"(The corpus table needs the packages installed: {err}.)"]
+    manifest = sets["train"].manifest
+    limit = corpus["max_nodes"]
+    rows = []
+    for split, graphs in sets.items():
+        small = [g for g in graphs if g.num_nodes <= limit]
+        rows.append([split, str(len(corpus["packages"][split])), f"{len(graphs):,}",
+                     f"{manifest['nodes'][split]:,}", f"{manifest['too_large'][split]:,}", f"{len(small):,}",
+                     f"{sum(int(g.num_nodes) for g in small):,}", f"{sum(int(g.kind) >= 0 for g in small):,}"])
+    return markdown_table(["Split", "Packages", f"Functions (≤ {corpus['dataset_max_nodes']} nodes)", "Nodes",
+                           f"Functions above {corpus['dataset_max_nodes']} (left out)",
+                           f"Functions ≤ {limit} nodes", "Their nodes", "Of them with a kind"], rows)
+
+
 def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=str(COMMITTED), help="folder holding code/*.json")
@@ -100,6 +123,7 @@ def main(argv: list[str]) -> None:
                   f"{', '.join(corpus['packages']['dev'])}; test {', '.join(corpus['packages']['test'])}. "
                   f"Functions of up to {corpus['max_nodes']} nodes; training functions a fixed sample of "
                   f"{corpus['train_size']:,} where a task has more.", ""]
+        lines += corpus_table(Path(args.data_root), corpus) + ["", "What the runs train and test on:", ""]
         sizes = {(r["config"]["task"]): r["corpus"] for r in runs}
         lines += markdown_table(["Task", "Train functions", "Dev", "Test", "Train nodes", "Nodes / function"],
                                 [[t, f"{c['functions']['train']:,}", f"{c['functions']['dev']:,}",
