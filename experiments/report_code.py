@@ -3,8 +3,9 @@
     python experiments/report_code.py                          # the committed results -> experiments/results/code.md
     python experiments/report_code.py --results runs           # your own runs -> runs/code.md
 
-Every number comes from ``<results>/code/*.json`` (written by ``experiments/code.py``), and the SST speeds beside
-the code speeds from ``experiments/results/sst/*.json`` with the SST training split's sizes read from its dataset.
+Every number comes from ``<results>/code/*.json`` (written by ``experiments/code.py``), the corpus's sizes from the
+dataset itself, and the speeds beside SST's from ``benchmarks/results/code-speed-cpu.json``
+(``benchmarks/code_speed.py``).
 A row pools the runs of one task, model and setting: mean ± sample standard deviation (n - 1) over seeds of the
 dev-selected test score; minutes are wall time per run. Speeds are training trees (nodes) per second of training
 time, one thread, on the machine each run names.
@@ -13,6 +14,7 @@ time, one thread, on the machine each run names.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections.abc import Sequence
@@ -60,24 +62,45 @@ def speed(runs: Sequence[dict]) -> tuple[float, float] | None:
     return statistics.mean(trees), statistics.mean(nodes)
 
 
-def sst_speeds(data_root: Path) -> list[list[str]]:
-    """Rows of SST's committed Tree-LSTM runs' training speed, trees and nodes of its training split per second."""
+def benchmark_rows(path: Path) -> list[str]:
+    """The interleaved benchmark's table (``benchmarks/code_speed.py``), or that it has not been run."""
+    if not path.is_file():
+        where = path.relative_to(REPO)
+        return [f"(`{where}` not found: `python benchmarks/code_speed.py --out {where}`.)"]
+    record = json.loads(path.read_text())
+    settings = record["settings"]
+    lines = [f"Child-Sum Tree-LSTM, hidden {settings['hidden']}, minibatches of {settings['batch']} trees, forward and "
+             f"backward, one thread, the two corpora interleaved in one process (best of {settings['rounds']} rounds; "
+             f"{record['processor']}, code {record['code'][0][:7]}): `{record['command']}`", ""]
+    lines += markdown_table(["Trees", "Count", "Nodes", "Nodes / tree", "Widest node (children)", "Trees/s",
+                             "Nodes/s"],
+                            [[name, f"{r['trees']:,}", f"{r['nodes']:,}", f"{r['nodes'] / r['trees']:.1f}",
+                              str(r["widest_node"]), f"{r['trees_per_s']:.0f}", f"{r['nodes_per_s']:.0f}"]
+                             for name, r in record["results"].items()])
+    return lines
+
+
+def corpus_table(data_root: Path, corpus: dict) -> list[str]:
+    """The whole corpus the runs read, per split, from the dataset itself (its processed cache under ``data_root``):
+    functions and nodes, those above the dataset's limit, and those within the experiment's."""
     try:
-        from graphtree.datasets import SST
-        train = SST(str(data_root), "train", log=False)
-        trees, nodes = len(train), sum(int(g.num_nodes) for g in train)
-    except Exception as err:  # the dataset may be missing: the rows say so
-        print(f"SST speeds left out: {err}", file=sys.stderr)
-        return []
+        from graphtree.datasets import CodeTrees
+        packages = sorted(p for ps in corpus["packages"].values() for p in ps)
+        sets = {s: CodeTrees(str(data_root), s, packages=packages, max_nodes=corpus["dataset_max_nodes"], log=False)
+                for s in ("train", "dev", "test")}
+    except Exception as err:  # the corpus may not be installed here: the table says so
+        return [f"(The corpus table needs the packages installed: {err}.)"]
+    manifest = sets["train"].manifest
+    limit = corpus["max_nodes"]
     rows = []
-    for model in ("nary_glove50_fine", "bicontree_head-gated_glove50_fine"):
-        runs = [r for r in load_runs(COMMITTED / "sst", "sst") if r["run"].rsplit("_s", 1)[0] == model]
-        if runs:
-            seconds = statistics.mean(r["train_seconds_per_epoch"] for r in runs)
-            rows.append([f"SST {model} (hidden {runs[0]['config']['hidden']}, minibatch "
-                         f"{runs[0]['config']['optimizer']['batch_size']})", f"{trees / seconds:.0f}",
-                         f"{nodes / seconds:.0f}", f"{nodes / trees:.1f}"])
-    return rows
+    for split, graphs in sets.items():
+        small = [g for g in graphs if g.num_nodes <= limit]
+        rows.append([split, str(len(corpus["packages"][split])), f"{len(graphs):,}",
+                     f"{manifest['nodes'][split]:,}", f"{manifest['too_large'][split]:,}", f"{len(small):,}",
+                     f"{sum(int(g.num_nodes) for g in small):,}", f"{sum(int(g.kind) >= 0 for g in small):,}"])
+    return markdown_table(["Split", "Packages", f"Functions (≤ {corpus['dataset_max_nodes']} nodes)", "Nodes",
+                           f"Functions above {corpus['dataset_max_nodes']} (left out)",
+                           f"Functions ≤ {limit} nodes", "Their nodes", "Of them with a kind"], rows)
 
 
 def main(argv: list[str]) -> None:
@@ -100,6 +123,7 @@ def main(argv: list[str]) -> None:
                   f"{', '.join(corpus['packages']['dev'])}; test {', '.join(corpus['packages']['test'])}. "
                   f"Functions of up to {corpus['max_nodes']} nodes; training functions a fixed sample of "
                   f"{corpus['train_size']:,} where a task has more.", ""]
+        lines += corpus_table(Path(args.data_root), corpus) + ["", "What the runs train and test on:", ""]
         sizes = {(r["config"]["task"]): r["corpus"] for r in runs}
         lines += markdown_table(["Task", "Train functions", "Dev", "Test", "Train nodes", "Nodes / function"],
                                 [[t, f"{c['functions']['train']:,}", f"{c['functions']['dev']:,}",
@@ -107,6 +131,18 @@ def main(argv: list[str]) -> None:
                                   f"{c['nodes']['train'] / c['functions']['train']:.1f}"]
                                  for t, c in sorted(sizes.items())])
         lines.append("")
+    lines += ["## Settings", "",
+              "Every function's tree has its name, decorators and docstring removed, and any identifier equal to its "
+              "name reads `<self>` (`graphtree.datasets.CodeTrees`). Nodes carry two fields, the AST type and the "
+              "sub-tokens of their identifiers and literals; the neural models embed them with "
+              "`graphtree.models.NodeFields` (type vector + mean of the sub-token vectors; sub-tokens seen once in "
+              "training read `__UNK__`) and pool the node states as [root; mean; max] before a linear layer per "
+              "output; Adam, minibatches of 64, the epoch best on dev kept. Method kind: `__init__`, other dunders, "
+              "and the name's first sub-token (`test`, `get`, `set`, `is/has/can/should`, `to/as/from`, "
+              "`make/create/build/new`, `check/validate/verify/ensure/assert`, `read/load/parse`, `write/save/dump`, "
+              "`add/append/insert/update/register`, `remove/delete/clear/pop/discard`); functions with none of "
+              "these are not in the kind task. Name: OGB's F1 of the predicted sub-token set (first five, cut at "
+              "`__EOS__`) against the full name's.", ""]
     commands = []
     for task, (title, metric) in TASKS.items():
         lines += [f"## {title}", ""]
@@ -132,7 +168,6 @@ def main(argv: list[str]) -> None:
             lines += ["", f"Best tree model ({tree}) {tree_score:.1f} against the best bag of words ({bow}) "
                       f"{bow_score:.1f}: {gap:+.1f} points, which {verdict} the target of +{TARGET:.0f}."]
         lines.append("")
-    sst = sst_speeds(Path(args.data_root))
     code_rows = []
     for (task, model, variant), rs in sorted(by.items()):
         rate = speed(rs) if model != "tfidf" else None
@@ -141,9 +176,10 @@ def main(argv: list[str]) -> None:
             code_rows.append([f"code {task} {model} {variant} (hidden {rs[0]['config']['hidden']}, minibatch "
                               f"{rs[0]['config']['optimizer']['batch_size']})", f"{rate[0]:.0f}", f"{rate[1]:.0f}",
                               f"{c['nodes']['train'] / c['functions']['train']:.1f}"])
-    lines += ["## Speed beside SST", "", "Training trees and nodes per second of training time (forward, backward, "
-              "update), one thread; SST's from its committed runs.", ""]
-    lines += markdown_table(["Runs", "Trees/s", "Nodes/s", "Nodes / tree"], code_rows + sst)
+    lines += ["## Speed beside SST", ""] + benchmark_rows(REPO / "benchmarks" / "results" / "code-speed-cpu.json")
+    lines += ["", "The runs above, trees and nodes per second of their training time (forward, backward, update; "
+              "one thread, on a machine shared with other work, so slower than the benchmark):", ""]
+    lines += markdown_table(["Runs", "Trees/s", "Nodes/s", "Nodes / tree"], code_rows)
     lines += commands_section(commands, "python experiments/report_code.py"
                               + ("" if results == COMMITTED else f" --results {args.results}"))
     out = (COMMITTED if results == COMMITTED else results) / "code.md"

@@ -1,4 +1,5 @@
-"""Benchmark corpora as PyTorch Geometric ``InMemoryDataset`` s: SST, SICK and TREC.
+"""Benchmark corpora as PyTorch Geometric ``InMemoryDataset`` s: SST, SICK and TREC (and, read from any folder of
+Python files, one abstract syntax tree per function: :class:`CodeTrees`).
 
 Each dataset keeps its files under ``<root>/<corpus>/raw`` and its processed
 cache under ``<root>/<corpus>/processed`` (``root`` defaults to ``datasets``),
