@@ -9,7 +9,11 @@ in memory or with ``on_disk=True``.
 For each ``N`` of ``--sizes``, each in a fresh process (so that its peak RSS is its own):
 
 * **build**: ``GraphFiles(on_disk=True)`` from the file, parsed by 2 worker processes, written in one
-  transaction: seconds and the store's bytes (and the in-memory ``.pt`` cache's, up to ``--memory-up-to``);
+  transaction: seconds and the store's bytes (and the in-memory ``.pt`` cache's, up to ``--memory-up-to``).
+  Above ``--parse-up-to`` graphs the parse (about 3 ms a graph a worker here) would take most of an hour, so
+  the store is written by repeating the encoded graphs of the ``--parse-up-to`` store (the corpus repeats its
+  functions, so graph ``k`` is function ``k mod F`` with its own line number, patched in; a sample is checked
+  against the file parsed): its time is the writing alone, marked as such, not a build;
 * **train**: :class:`graphtree.train.Trainer` (Child-Sum, 32 channels, Adam, minibatches of 25, one thread a
   process) on the training split; graphs/s over minibatches 20 to ``--steps`` of the first epoch (the first
   20 left out: forking the loader workers, a first batch, the in-memory path's one-off concatenation); on
@@ -89,6 +93,7 @@ def write_corpus(folder: Path, size: int, evaluation: int, max_nodes: int) -> Pa
             handle.write(records[k % len(records)] + "\n")
     for split in ("dev", "test"):
         (out / f"{split}.jsonl").write_text("".join(r + "\n" for r in records[:evaluation]))
+    (out / "meta.json").write_text(json.dumps({"max_nodes": max_nodes, "functions": len(records)}))
     os.replace(out / "train.jsonl.part", out / "train.jsonl")
     return out
 
@@ -111,7 +116,7 @@ def dataset(corpus: Path, root: Path, split: str, on_disk: bool, rebuild: bool =
                       workers=2, force_reload=rebuild)
 
 
-class _Enough(Exception):
+class _EnoughStepsError(Exception):
     pass
 
 
@@ -124,6 +129,8 @@ def measure(args: argparse.Namespace) -> dict:
     torch.set_num_threads(1)
     corpus, root = Path(args.corpus), Path(args.root)
     on_disk = args.measure.endswith("disk")
+    if args.measure == "replicate-disk":
+        return replicate(corpus, root, Path(args.source))
     if args.measure.startswith("build"):
         began = time.perf_counter()
         train = dataset(corpus, root, "train", on_disk, rebuild=True)
@@ -147,13 +154,13 @@ def measure(args: argparse.Namespace) -> dict:
     def on_step(step: int) -> None:
         marks[step] = time.perf_counter()
         if step == args.steps:
-            raise _Enough
+            raise _EnoughStepsError
 
     trainer = Trainer(model, PaperOptimizer.for_model(model, embedding, PRESETS["teng"]), epochs=1, batch_size=25,
                       seed=0, progress=False, verbose=False, on_step=on_step, loader_workers=2)
     try:
         trainer.fit(train, dev)
-    except _Enough:
+    except _EnoughStepsError:
         pass
     first = 20
     graphs = (args.steps - first) * 25  # every rank's shares of these minibatches
@@ -163,18 +170,75 @@ def measure(args: argparse.Namespace) -> dict:
             "peak_rss_mib": [r[0] for r in rss], "worker_peak_rss_mib": [r[1] for r in rss]}
 
 
+def replicate(corpus: Path, root: Path, source: Path) -> dict:
+    """The store of ``corpus`` written from the encoded graphs of the store of ``source`` (a smaller corpus of
+    the same functions holding each at least once), graph ``k`` being graph ``k mod F`` of it with line ``k + 1``;
+    ``F`` graphs of it checked against the file parsed. See the module docstring."""
+    import random
+    import struct
+    import tempfile
+
+    import torch
+
+    from graphtree.datasets import GraphFiles
+    from graphtree.datasets.files import read_graph_file
+    from graphtree.datasets.store import GraphStore, decode_graph
+
+    functions = len(small_function_records(json.loads((corpus / "meta.json").read_text())["max_nodes"]))
+    source_dataset = dataset(source, root, "train", True)
+    base = source_dataset._store._rows(list(range(functions)))
+    last = decode_graph(base[-1])
+    assert list(last.to_dict())[-1] == "line" and int(last.line) == functions, (list(last.to_dict()), last.line)
+    assert struct.unpack("<q", base[-1][-8:])[0] == functions  # the last 8 bytes: the line
+    size = sum(1 for _ in open(corpus / "train.jsonl", "rb"))
+
+    def chunks():
+        for begin in range(0, size, 20_000):
+            yield [base[k % functions][:-8] + struct.pack("<q", k + 1) for k in range(begin, min(size, begin + 20_000))]
+
+    def process(self) -> None:
+        self.write_graph_store(chunks())
+
+    began = time.perf_counter()
+    original, GraphFiles.process = GraphFiles.process, process
+    try:
+        train = dataset(corpus, root, "train", True, rebuild=True)
+    finally:
+        GraphFiles.process = original
+    seconds = time.perf_counter() - began
+    rng = random.Random(0)
+    with open(corpus / "train.jsonl") as handle:
+        wanted = sorted(rng.sample(range(size), 20))
+        picked = {k: line for k, line in enumerate(handle) if k in wanted}
+    for k in wanted:
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as one:
+            one.write(picked[k])
+            one.flush()
+            (parsed,) = read_graph_file(one.name, vocab=vocabulary())
+        stored = train[k]
+        parsed.line = torch.tensor([k + 1])
+        for key in parsed.keys():
+            same = torch.equal(parsed[key], stored[key]) if isinstance(parsed[key], torch.Tensor) else (
+                parsed[key] == stored[key])
+            assert same, f"graph {k}: {key} differs from the file's"
+    path = GraphStore(train._store.path).path
+    return {"graphs": len(train), "seconds": seconds, "bytes": path.stat().st_size, "replicated_from": source.name,
+            "checked": len(wanted), "peak_rss_mib": _peak_mib(resource.RUSAGE_SELF)}
+
+
 def _peak_mib(who: int) -> float:
     return resource.getrusage(who).ru_maxrss / 1024  # KiB on Linux
 
 
-def run_measure(kind: str, corpus: Path, root: Path, steps: int, processes: int = 1) -> dict:
+def run_measure(kind: str, corpus: Path, root: Path, steps: int, processes: int = 1, source: Path | None = None
+                ) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
                 if processes > 1 else [sys.executable])
     argv = [*launcher, __file__, "--measure", kind, "--corpus", str(corpus), "--root", str(root), "--steps",
-            str(steps)]
+            str(steps), *(["--source", str(source)] if source is not None else [])]
     result = subprocess.run(argv, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed:\n{result.stderr[-3000:]}")
@@ -184,36 +248,44 @@ def run_measure(kind: str, corpus: Path, root: Path, steps: int, processes: int 
 # --------------------------------------------------------------------------- the table
 
 
+def _cell(row: dict, key: str, sub: str, fmt: str) -> str:
+    value = row.get(key)
+    if value is None:
+        return "—"
+    value = value[sub]
+    return format(max(value) if isinstance(value, list) else value, fmt)
+
+
+def _ratio(row: dict, disk: str, memory: str) -> str:
+    if row.get(memory) is None or row.get(disk) is None:
+        return "—"
+    return f"{row[disk]['graphs_per_s'] / row[memory]['graphs_per_s']:.2f}"
+
+
 def table(result: dict) -> str:
-    lines = ["| graphs | store: build s | store MB | .pt MB | RSS MiB on disk, 1 proc (worker) | RSS MiB in memory | "
-             "graphs/s on disk, 1 proc | in memory | × | on disk, 2 procs | in memory | × |",
+    lines = ["| graphs | store: build s | store MB | .pt MB | peak RSS MiB on disk (its loader worker) | in memory | "
+             "graphs/s on disk, 1 process | in memory | × | on disk, 2 processes | in memory | × |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in result["rows"]:
-        def cell(key: str, fmt: str, sub: str | None = None) -> str:
-            value = row.get(key)
-            if value is None:
-                return "—"
-            value = value[sub] if sub else value
-            return format(max(value) if isinstance(value, list) else value, fmt)
-        def ratio(disk: str, memory: str) -> str:
-            if row.get(memory) is None or row.get(disk) is None:
-                return "—"
-            return f"{row[disk]['graphs_per_s'] / row[memory]['graphs_per_s']:.2f}"
+        build = row["build_disk"]
+        seconds = f"{build['seconds']:.1f}" + (" (repeated)" if "replicated_from" in build else "")
+        memory_mb = f"{row['build_memory']['bytes'] / 1e6:,.0f}" if row.get("build_memory") else "—"
         lines.append(
-            f"| {row['graphs']:,} | {cell('build_disk', '.1f', 'seconds')} | {row['build_disk']['bytes'] / 1e6:,.0f} | "
-            f"{row['build_memory']['bytes'] / 1e6:,.0f} |" if row.get("build_memory") else
-            f"| {row['graphs']:,} | {cell('build_disk', '.1f', 'seconds')} | {row['build_disk']['bytes'] / 1e6:,.0f} | "
-            "— |")
-        lines[-1] += (f" {cell('disk1', '.0f', 'peak_rss_mib')} ({cell('disk1', '.0f', 'worker_peak_rss_mib')}) | "
-                      f"{cell('memory1', '.0f', 'peak_rss_mib')} | {cell('disk1', '.0f', 'graphs_per_s')} | "
-                      f"{cell('memory1', '.0f', 'graphs_per_s')} | {ratio('disk1', 'memory1')} | "
-                      f"{cell('disk2', '.0f', 'graphs_per_s')} | {cell('memory2', '.0f', 'graphs_per_s')} | "
-                      f"{ratio('disk2', 'memory2')} |")
+            f"| {row['graphs']:,} | {seconds} | {build['bytes'] / 1e6:,.0f} | {memory_mb} | "
+            f"{_cell(row, 'disk1', 'peak_rss_mib', '.0f')} ({_cell(row, 'disk1', 'worker_peak_rss_mib', '.0f')}) | "
+            f"{_cell(row, 'memory1', 'peak_rss_mib', '.0f')} | {_cell(row, 'disk1', 'graphs_per_s', '.0f')} | "
+            f"{_cell(row, 'memory1', 'graphs_per_s', '.0f')} | {_ratio(row, 'disk1', 'memory1')} | "
+            f"{_cell(row, 'disk2', 'graphs_per_s', '.0f')} | {_cell(row, 'memory2', 'graphs_per_s', '.0f')} | "
+            f"{_ratio(row, 'disk2', 'memory2')} |")
     rows = [r for r in result["rows"] if r.get("disk1")]
     if len(rows) > 1:
         low, high = rows[0], rows[-1]
-        lines += ["", f"Peak RSS of the training process on disk, {high['graphs']:,} against {low['graphs']:,} "
-                  f"graphs: {max(high['disk1']['peak_rss_mib']) / max(low['disk1']['peak_rss_mib']):.2f}×."]
+        lines += ["", f"Peak RSS of the training process on disk, {high['graphs']:,} graphs against {low['graphs']:,}: "
+                  f"{max(high['disk1']['peak_rss_mib']) / max(low['disk1']['peak_rss_mib']):.2f}×."]
+        both = [r for r in result["rows"] if r.get("memory1")]
+        if len(both) > 1:
+            lines[-1] += (f" In memory, {both[-1]['graphs']:,} against {both[0]['graphs']:,}: "
+                          f"{max(both[-1]['memory1']['peak_rss_mib']) / max(both[0]['memory1']['peak_rss_mib']):.2f}×.")
     return "\n".join(lines)
 
 
@@ -234,6 +306,9 @@ def main() -> None:
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--source", help=argparse.SUPPRESS)
+    parser.add_argument("--parse-up-to", type=int, default=100_000,
+                        help="largest store built by parsing its file; larger ones repeat its graphs (10^5)")
     args = parser.parse_args()
     if args.measure:
         out = measure(args)
@@ -245,7 +320,7 @@ def main() -> None:
         print(table(json.loads(Path(args.table).read_text())))
         return
     if args.quick:
-        args.sizes, args.steps, args.memory_up_to = [1_000, 10_000], 60, 10_000
+        args.sizes, args.steps, args.memory_up_to, args.parse_up_to = [1_000, 10_000], 60, 10_000, 10_000
     import torch
 
     from graphtree.train.provenance import code_state, processor
@@ -256,7 +331,12 @@ def main() -> None:
         corpus = write_corpus(work / "corpora", size, args.eval, args.max_nodes)
         root = work / "data"
         row: dict = {"graphs": size}
-        row["build_disk"] = run_measure("build-disk", corpus, root, args.steps)
+        parsed = [s for s in args.sizes if s <= args.parse_up_to]
+        if size <= args.parse_up_to or not parsed:
+            row["build_disk"] = run_measure("build-disk", corpus, root, args.steps)
+        else:
+            source = write_corpus(work / "corpora", max(parsed), args.eval, args.max_nodes)
+            row["build_disk"] = run_measure("replicate-disk", corpus, root, args.steps, source=source)
         print(f"{size:,}: store built in {row['build_disk']['seconds']:.1f} s", file=sys.stderr)
         if size <= args.memory_up_to:
             row["build_memory"] = run_measure("build-memory", corpus, root, args.steps)
