@@ -10,7 +10,7 @@ A row pools the full runs of its model: mean ± sample standard deviation
 (n - 1) over seeds of the dev-selected test Pearson r, Spearman ρ and MSE. Rows
 without runs say "not run"; the plot shows only models with runs. Each row names
 the commits its runs come from, and a row whose runs predate the current
-numerics (``graphtree.train.provenance``) carries a stale mark.
+numerics (``graphtree.experiments.provenance``) carries a stale mark.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from graphtree.experiments.scripts import load_script
-from graphtree.train.report import (
+from graphtree.experiments.report import (
     Provenance,
     code_cell,
     commands_section,
@@ -44,6 +43,7 @@ from graphtree.train.report import (
     target_line,
     wall_minutes,
 )
+from graphtree.experiments.scripts import load_script
 
 _SICK = load_script(Path(__file__).with_name("sick.py"))
 EPOCHS, MODELS = _SICK.EPOCHS, _SICK.MODELS  # the models and their default epochs

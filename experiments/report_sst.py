@@ -8,7 +8,7 @@ Every number of ours comes from ``<results>/sst/*.json`` (written by
 pools the runs whose config matches it: mean ± sample standard deviation
 (n - 1) over seeds of the dev-selected test accuracy. Rows without runs say
 "not run". Each row names the commits its runs come from, and a number whose
-runs predate the current numerics (``graphtree.train.provenance``) carries a
+runs predate the current numerics (``graphtree.experiments.provenance``) carries a
 stale mark.
 """
 
@@ -18,8 +18,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from graphtree.experiments.scripts import load_script
-from graphtree.train.report import (
+from graphtree.experiments.report import (
     Provenance,
     best_dev_run,
     commands_section,
@@ -48,6 +47,7 @@ from graphtree.train.report import (
     within,
     within_table,
 )
+from graphtree.experiments.scripts import load_script
 
 # experiments/sst.py's settings tables: the paper's epochs and optimizer per model
 _SST = load_script(Path(__file__).with_name("sst.py"))

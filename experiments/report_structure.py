@@ -20,9 +20,17 @@ import statistics
 import sys
 from pathlib import Path
 
+from graphtree.experiments.report import (
+    Provenance,
+    load_runs,
+    markdown_table,
+    mean_std,
+    minutes,
+    publish,
+    summary_label,
+)
+from graphtree.experiments.runs import ArgumentParser
 from graphtree.train import atomic_write_text
-from graphtree.train.report import Provenance, load_runs, markdown_table, mean_std, minutes, publish, summary_label
-from graphtree.train.runs import ArgumentParser
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL_NAMES = {"childsum": "Child-Sum Tree-LSTM", "nary": "N-ary Tree-LSTM", "slstm": "S-LSTM", "lstmrnn": "LSTM-RNN",

@@ -9,7 +9,7 @@ Every number of ours comes from ``<results>/trec/*.json`` (written by
 (Table 2). A row pools the full runs of its model: mean ± sample standard
 deviation (n - 1) over seeds of the dev-selected test accuracy. Rows without
 runs say "not run". Each row names the commits its runs come from, and a row
-whose runs predate the current numerics (``graphtree.train.provenance``)
+whose runs predate the current numerics (``graphtree.experiments.provenance``)
 carries a stale mark.
 """
 
@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from graphtree.experiments.scripts import load_script
-from graphtree.train.report import (
+from graphtree.experiments.report import (
     Provenance,
     code_cell,
     commands_section,
@@ -42,6 +41,7 @@ from graphtree.train.report import (
     target_line,
     wall_minutes,
 )
+from graphtree.experiments.scripts import load_script
 
 EPOCHS = load_script(Path(__file__).with_name("trec.py")).EPOCHS  # the default number of epochs
 

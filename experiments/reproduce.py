@@ -15,7 +15,7 @@ run does not name one, a difference is reported as such and not recorded.
 
 ``--record`` adds the verdict to ``experiments/results/reproduced.json``, which
 the reports read: a row whose runs predate the current numerics version (see
-:mod:`graphtree.train.provenance`) counts as current once one of its runs is
+:mod:`graphtree.experiments.provenance`) counts as current once one of its runs is
 shown to reproduce there.
 """
 
@@ -28,10 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from graphtree.experiments.provenance import NUMERICS_VERSION, code_state, processor
+from graphtree.experiments.report import Provenance
+from graphtree.experiments.runs import ArgumentParser, fail, main_guard
 from graphtree.train import atomic_write_text
-from graphtree.train.provenance import NUMERICS_VERSION, code_state, processor
-from graphtree.train.report import Provenance
-from graphtree.train.runs import ArgumentParser, fail, main_guard
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = REPO / "experiments" / "results" / "reproduced.json"

@@ -41,13 +41,13 @@ from graphtree.datasets import SICK
 from graphtree.datasets.sick import TREE_KEYS, make_pair
 from graphtree.embeddings import embedding_matrix
 from graphtree.experiments.harness import SPLITS, Experiment, split_sizes, vectors_name
+from graphtree.experiments.runs import ArgumentParser, add_run_arguments, check_embeddings, main_guard, note
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.models import NodeEmbedding
 from graphtree.models.similarity import MeanEncoder, PairSimilarity, SequenceEncoder, TreeEncoder, similarity_loss
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.train import PRESETS
 from graphtree.train.pairs import PairTrainer, pearson_by_length
-from graphtree.train.runs import ArgumentParser, add_run_arguments, check_embeddings, main_guard, note
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -37,12 +37,12 @@ from torch_geometric.data import Data
 from graphtree.datasets import SST
 from graphtree.experiments.baselines import single_process, sst_phrase_baseline
 from graphtree.experiments.harness import SPLITS, Experiment, initial_vectors, sample_splits, split_sizes
+from graphtree.experiments.runs import default_mirror, main_guard, note
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.experiments.sst_models import sst_model
 from graphtree.experiments.sst_options import SSTOptions
 from graphtree.experiments.sst_predict import predict
 from graphtree.train import PRESETS, OptimizerSpec, Trainer, recursive_tree, restrict_supervision
-from graphtree.train.runs import default_mirror, main_guard, note
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------

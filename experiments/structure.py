@@ -49,11 +49,11 @@ from pathlib import Path
 from graphtree.datasets import BooleanCircuits, ListOps
 from graphtree.datasets.listops import TREES
 from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
+from graphtree.experiments.own_data import MODELS, Task, TaskTrainer
+from graphtree.experiments.runs import ArgumentParser, add_run_arguments, main_guard, note
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.experiments.structure import accuracy_by, add_sequences, structure_model
 from graphtree.train import PRESETS
-from graphtree.train.own_data import MODELS, Task, TaskTrainer
-from graphtree.train.runs import ArgumentParser, add_run_arguments, main_guard, note
-from graphtree.train.structure import accuracy_by, add_sequences, structure_model
 
 # ----------------------------------------------------------------------------------------------------------------
 TASKS = {

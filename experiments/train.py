@@ -32,11 +32,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from graphtree.experiments import own_data as own
 from graphtree.experiments.harness import Experiment, check_training_flags, split_sizes, vectors_name
+from graphtree.experiments.runs import ArgumentParser, add_run_arguments, check_embeddings, fail, main_guard, note
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.train import PRESETS, distributed
-from graphtree.train import own_data as own
-from graphtree.train.runs import ArgumentParser, add_run_arguments, check_embeddings, fail, main_guard, note
 
 # ----------------------------------------------------------------------------------------------------------------
 # Defaults: word vectors of 100 (random) or GloVe's 50, memories of 100, no dropout, 10 epochs, and Teng & Zhang's

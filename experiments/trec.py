@@ -40,12 +40,19 @@ from graphtree.datasets import TREC
 from graphtree.embeddings import embedding_matrix
 from graphtree.experiments.baselines import single_process, trec_question_baseline
 from graphtree.experiments.harness import SPLITS, Experiment, sample_splits, split_sizes, vectors_name
+from graphtree.experiments.runs import (
+    ArgumentParser,
+    add_run_arguments,
+    check_embeddings,
+    default_mirror,
+    main_guard,
+    note,
+)
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.models import BiTreeLSTM, NodeEmbedding
 from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
 from graphtree.train import PRESETS, Trainer, WordInputModel
-from graphtree.train.runs import ArgumentParser, add_run_arguments, check_embeddings, default_mirror, main_guard, note
 from graphtree.vocab import Vocab
 
 # ----------------------------------------------------------------------------------------------------------------

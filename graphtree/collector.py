@@ -8,7 +8,7 @@ nothing. A dataset pauses the collector while it cuts a corpus
 (:func:`collection_paused`); a command leaves what its imports made out of the
 collections of its run (:func:`startup_frozen`) and collects nothing at exit
 (:func:`exit_without_collecting`), both in
-:func:`graphtree.train.runs.main_guard`. Importing graphtree changes nothing:
+:func:`graphtree.experiments.runs.main_guard`. Importing graphtree changes nothing:
 each of these is the choice of the code that runs them.
 """
 

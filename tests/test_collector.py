@@ -13,7 +13,7 @@ import pytest
 import graphtree
 from graphtree.collector import collection_paused, startup_frozen
 from graphtree.errors import GraphtreeError
-from graphtree.train.runs import main_guard
+from graphtree.experiments.runs import main_guard
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 The slow tests rerun one cheap committed run per task with its recorded command and require every epoch's
 metrics to equal the committed ones exactly: a change that alters the numbers without bumping
-``graphtree.train.provenance.NUMERICS_VERSION`` (and rerunning the results) fails here.
+``graphtree.experiments.provenance.NUMERICS_VERSION`` (and rerunning the results) fails here.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ CHEAP_RUNS = {"sick": ["experiments/results/sick/dependency_glove50_s1.json"],
 
 
 def cheap_run(task: str) -> str:
-    from graphtree.train.provenance import processor
+    from graphtree.experiments.provenance import processor
 
     def made_here(path: str) -> bool:
         block = json.loads((REPO / path).read_text()).get("provenance") or {}
@@ -85,7 +85,7 @@ def test_a_committed_run_reproduces_at_this_checkout(task):
 
 
 def test_results_name_the_processor_they_ran_on():
-    from graphtree.train.provenance import processor, provenance
+    from graphtree.experiments.provenance import processor, provenance
 
     name = processor()
     assert name.endswith(f"({torch.backends.cpu.get_cpu_capability()})")

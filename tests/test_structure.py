@@ -15,8 +15,14 @@ import pytest
 import torch
 
 from graphtree.datasets import BooleanCircuits, ListOps
-from graphtree.train.own_data import Task
-from graphtree.train.structure import SequenceLSTM, add_sequences, structure_model, token_sequence, topological_sequence
+from graphtree.experiments.own_data import Task
+from graphtree.experiments.structure import (
+    SequenceLSTM,
+    add_sequences,
+    structure_model,
+    token_sequence,
+    topological_sequence,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "experiments" / "structure.py"

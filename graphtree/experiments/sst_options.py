@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..train import OptimizerSpec
-from ..train.runs import ArgumentParser, add_run_arguments, at_least_one, check_embeddings, epochs_of
 from .harness import check_training_flags
+from .runs import ArgumentParser, add_run_arguments, at_least_one, check_embeddings, epochs_of
 from .sst_predict import PREDICT_USAGE
 
 __all__ = ["SSTOptions"]

@@ -16,7 +16,7 @@ one module per role.
   loss and dev selection (accuracy, or mean squared error);
   :func:`write_predictions` writes one line per test graph.
 
-A problem with the data or the settings is a :class:`~graphtree.train.runs.RunError`
+A problem with the data or the settings is a :class:`~graphtree.experiments.runs.RunError`
 (or the :class:`~graphtree.errors.TreeFormatError` of the malformed record)
 naming the file, the line and what to change.
 """

@@ -41,7 +41,7 @@ from ..collector import exit_without_collecting, startup_frozen
 from ..datasets import MIRROR_ENV
 from ..datasets.download import DatasetError, RemoteFile, fetch
 from ..errors import GraphtreeError
-from . import distributed
+from ..train import distributed
 from .provenance import code_state, provenance
 
 __all__ = ["QUICK_EPOCHS", "ArgumentParser", "RunError", "RunPaths", "add_run_arguments", "at_least_one",
@@ -91,7 +91,7 @@ def in_command_line_terms(message: str) -> str:
 def main_guard(main: Callable[[], T], prog: str) -> T:
     """Run ``main`` and return what it returns; a user error ends it with one line ``prog: error: ...`` and exit
     status 2, no traceback. The code's commit is read first, before the run (see
-    :func:`~graphtree.train.provenance.code_state`). What the imports made lives as long as the run and is left
+    :func:`~graphtree.experiments.provenance.code_state`). What the imports made lives as long as the run and is left
     out of garbage collection while it runs (:func:`~graphtree.collector.startup_frozen`), and the interpreter's
     exit collects nothing (:func:`~graphtree.collector.exit_without_collecting`)."""
     code_state()

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import atomic_write_text
+from ..train.checkpoint import atomic_write_text
 from .provenance import NUMERICS_VERSION
 from .runs import ArgumentParser
 
@@ -327,7 +327,7 @@ def provenance_lines(prov: Provenance, rows: Sequence[tuple[str, Sequence[dict],
              "Which code each number comes from. A run's JSON records the commit it ran at (*ran at*, `+dirty` where "
              "the work tree had uncommitted changes); for a JSON from before runs recorded it, the commit that added "
              "the file to git, which came after the run (*recorded in*). The numerics version counts the changes "
-             "that alter a run's numbers, rounding included (`graphtree.train.provenance`); this checkout is at "
+             "that alter a run's numbers, rounding included (`graphtree.experiments.provenance`); this checkout is at "
              f"version {NUMERICS_VERSION}. A row is current when all its runs ran at that version, or when one of "
              f"its runs, rerun at it, matched every compared epoch exactly (`{CHECKS_FILE}`); other rows' numbers "
              f"carry {STALE_MARK}.", ""]

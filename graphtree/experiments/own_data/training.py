@@ -12,10 +12,10 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 
 from ...errors import GraphtreeError
-from ..optim import PaperOptimizer
-from ..pairs import relatedness
+from ...train.optim import PaperOptimizer
+from ...train.pairs import relatedness
+from ...train.trainer import Trainer, collate
 from ..runs import RunError
-from ..trainer import Trainer, collate
 from .task import Task
 
 __all__ = ["Prediction", "TaskTrainer"]
