@@ -29,6 +29,7 @@ from graphtree.experiments.report import (
     markdown_table,
     mean_std,
     minutes,
+    no_runs,
     provenance_lines,
     publish,
     report_head,
@@ -203,6 +204,8 @@ def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[
 def main(argv: Sequence[str] | None = None) -> None:
     results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
     runs, others = full_runs(results), other_runs(results)
+    if not runs and not others:
+        no_runs("sick", results, [results / "sick"], "SICK runs")
     prov = Provenance.of(results, "sick")
     plotted = plot(runs, results)
     (results / "sick.md").write_text(report(runs, plotted, prov, shown(results, REPO), others))

@@ -28,6 +28,7 @@ from graphtree.experiments.report import (
     markdown_table,
     mean_std,
     minutes,
+    no_runs,
     orderings_table,
     pooled_counts,
     provenance_lines,
@@ -636,6 +637,8 @@ def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[
 def main(argv: Sequence[str] | None = None) -> None:
     results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
     runs = full_runs(results)
+    if not runs:
+        no_runs("sst", results, [results / "sst"], "full SST runs")
     prov = Provenance.of(results, "sst")
     (results / "sst.md").write_text(report(runs, prov, shown(results, REPO)))
     written = plots(runs, results)

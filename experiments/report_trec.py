@@ -27,6 +27,7 @@ from graphtree.experiments.report import (
     markdown_table,
     mean_std,
     minutes,
+    no_runs,
     provenance_lines,
     publish,
     report_head,
@@ -149,6 +150,8 @@ def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[
 def main(argv: Sequence[str] | None = None) -> None:
     results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
     runs = full_runs(results)
+    if not runs:
+        no_runs("trec", results, [results / "trec"], f"full TREC runs (at the default {EPOCHS} epochs)")
     prov = Provenance.of(results, "trec")
     (results / "trec.md").write_text(report(runs, prov, shown(results, REPO)))
     # Only the committed results speak for docs/results.md and README: a report on one's own runs stays in their folder.

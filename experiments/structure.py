@@ -9,7 +9,7 @@ bit), keep the epoch with the best dev accuracy, test it, and write
 breaks test accuracy down by depth (ListOps: nested lists; circuits: gates on
 the longest path) and, for circuits, by size (gates). Checkpoints go to
 ``runs/checkpoints/structure/<run>.pt``; the same command resumes a killed run and
-skips a finished one. ``python experiments/report_structure.py --results runs/structure``
+skips a finished one. ``python experiments/report_structure.py --results runs``
 tabulates the runs.
 
     python experiments/structure.py --task listops --model childsum --seeds 1 2 3

@@ -91,6 +91,35 @@ def test_a_report_on_a_missing_results_folder_is_refused(script, tmp_path, capsy
     assert f"--results {tmp_path / 'missing'}: no such folder" in err
 
 
+REPORTS = {"report_sst": "sst", "report_sick": "sick", "report_trec": "trec", "report_structure": "structure"}
+
+
+@pytest.mark.parametrize("script", sorted(REPORTS))
+@pytest.mark.parametrize("layout", ["empty", "task folder", "other runs"])
+def test_a_report_with_no_runs_to_report_is_refused_alike(script, layout, tmp_path, capsys):
+    """Every report script, given a folder without runs of its task (empty; with an empty task folder; with
+    another task's run), exits 2 with one line naming the folder, and writes nothing there."""
+    pytest.importorskip("scipy")
+    task = REPORTS[script]
+    if layout == "task folder":
+        (tmp_path / task).mkdir()
+    elif layout == "other runs":  # a run of another task, where this task's would be
+        other = "sick" if task != "sick" else "sst"
+        (tmp_path / task).mkdir()
+        (tmp_path / task / "run.json").write_text(json.dumps({"experiment": other, "config": {"epochs": 1}}))
+    before = sorted(tmp_path.rglob("*"))
+    report = load_script(REPO / "experiments" / f"{script}.py")
+    with pytest.raises(SystemExit) as exit_info:
+        report.main(["--results", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert err.startswith(f"{script}.py: error: --results {tmp_path}: no ") and err.count("\n") == 1, err
+    assert "nothing written" in err and f"experiments/{task}.py --out {tmp_path}" in err
+    where = tmp_path / task if layout != "empty" or task != "structure" else tmp_path
+    assert f"{where}/*.json" in err
+    assert sorted(tmp_path.rglob("*")) == before  # no empty report left behind
+
+
 def test_errors_name_the_flags_and_variables_not_python_arguments(tmp_path, capsys):
     train = load_script(REPO / "experiments" / "train.py")
     (tmp_path / "trees.txt").write_text("(1 (1 a) (1 film))\n")
