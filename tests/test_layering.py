@@ -20,7 +20,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "graphtree"
 LAB = "experiments"
 LAYERS = (
-    {"errors", "settings", "levels", "schedule", "collector"},  # the ground floor
+    {"errors", "settings", "levels", "schedule"},  # the ground floor
     {"data", "backend"},  # graphs as PyG data; the compiled kernels
     {"engine", "parse", "vocab"},
     {"nn", "datasets", "testing"},  # the cells; the corpora

@@ -37,11 +37,11 @@ from typing import NoReturn, TypeVar
 import torch
 
 from .. import settings
-from ..collector import exit_without_collecting, startup_frozen
 from ..datasets import MIRROR_ENV
 from ..datasets.download import DatasetError, RemoteFile, fetch
 from ..errors import GraphtreeError
 from ..train import distributed
+from . import process
 from .provenance import code_state, provenance
 
 __all__ = ["QUICK_EPOCHS", "ArgumentParser", "RunError", "RunPaths", "add_run_arguments", "at_least_one",
@@ -91,13 +91,12 @@ def in_command_line_terms(message: str) -> str:
 def main_guard(main: Callable[[], T], prog: str) -> T:
     """Run ``main`` and return what it returns; a user error ends it with one line ``prog: error: ...`` and exit
     status 2, no traceback. The code's commit is read first, before the run (see
-    :func:`~graphtree.experiments.provenance.code_state`). What the imports made lives as long as the run and is left
-    out of garbage collection while it runs (:func:`~graphtree.collector.startup_frozen`), and the interpreter's
-    exit collects nothing (:func:`~graphtree.collector.exit_without_collecting`)."""
+    :func:`~graphtree.experiments.provenance.code_state`). The run opts into what a script sets for its process
+    (:func:`graphtree.experiments.process.opted_in`: the garbage collector quieter, subnormal floats flushed),
+    all put back when it ends."""
     code_state()
-    exit_without_collecting()
     try:
-        with startup_frozen():
+        with process.opted_in():
             return main()
     except (GraphtreeError, FileNotFoundError) as error:
         text = str(error) if not isinstance(error, FileNotFoundError) or not error.filename else (
@@ -156,7 +155,7 @@ def epochs_of(args: argparse.Namespace, default: int) -> int:
 
 def start_process(args: argparse.Namespace) -> torch.device:
     """Threads and device of this process (one, or this one of ``torchrun``'s): the device it trains on."""
-    torch.set_num_threads(args.threads)
+    process.set_threads(args.threads)
     return distributed.setup(resolve_device(args.device))
 
 
@@ -252,11 +251,12 @@ def kernels_used(device: torch.device | str) -> str:
 
 
 def run_record(threads: int, device: torch.device | str = "cpu") -> dict:
-    """The fields every results file ends with: threads (per process), device, versions, machine and provenance;
-    ``processes`` too for a run trained by several (``torchrun``)."""
+    """The fields every results file ends with: threads (per process), device, versions, machine, provenance and
+    what the script set for its process (:func:`graphtree.experiments.process.record`); ``processes`` too for a
+    run trained by several (``torchrun``)."""
     record = {"threads": threads, "device": str(device), "torch": torch.__version__,
               "python": platform.python_version(), "machine": machine_description(device),
-              "provenance": provenance(threads, kernels_used(device))}
+              "provenance": provenance(threads, kernels_used(device)), "process": process.record()}
     if distributed.world_size() > 1:
         record["processes"] = distributed.world_size()
     return record
