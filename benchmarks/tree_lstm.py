@@ -749,7 +749,7 @@ def workload_batches(config: dict, trees: list[Data], B: int) -> tuple[list[list
 def native_kernels_ab(config: dict, trees: list[Data], vocab_size: int, device: torch.device) -> list[dict]:
     """Training and inference (E=300) of every cell, with and without its compiled level kernels.
 
-    The kernels (``graphtree/csrc``, :mod:`graphtree.backend.compiled`) replace a
+    The kernels (``graphtree/csrc``, :mod:`graphtree.backend.dispatch`) replace a
     cell's ``update`` and the engine's level loop; this is what they are worth here, at
     each batch size of the grid, as time ratios within one repetition.
     """

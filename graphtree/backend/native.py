@@ -4,7 +4,7 @@ A tree level has few rows, so between its matrix products the cost is not
 arithmetic but the dozen small operators, each a separate call. The kernels in
 ``graphtree/csrc`` hold the paper cells' level math (each cell's forward and
 derivatives, one pass over a level's rows) and the engine's level loop over it
-(see :mod:`graphtree.backend.compiled`). They are compiled with
+(see :mod:`graphtree.backend.dispatch`). They are compiled with
 :func:`torch.utils.cpp_extension.load` the first time one of these cells needs them (minutes on a small
 machine, once per install; one line on stderr says so when it starts and when it ends) and used for float32
 CPU tensors outside autograd. The build goes to a folder of its own under :func:`cache_root`, named by a
