@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO / "experiments"))
 
 from graphtree.data import with_schedule  # noqa: E402
 from graphtree.datasets import SST, CodeTrees  # noqa: E402
+from graphtree.experiments.provenance import code_state, processor  # noqa: E402
 from graphtree.nn import ChildSumTreeLSTM  # noqa: E402
-from graphtree.train.provenance import code_state, processor  # noqa: E402
 
 
 def batches(trees: list, size: int) -> list[Batch]:

@@ -54,8 +54,8 @@ from torch_geometric.data import Data
 
 from graphtree.backend.allocator import keep_freed_memory, malloc_in_use
 from graphtree.data import with_schedule
+from graphtree.experiments.provenance import code_state
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, LexicalizedTreeLSTM, NaryTreeLSTM, TopDownTreeLSTM, TreeCell
-from graphtree.train.provenance import code_state
 
 CELLS = ("child_sum", "nary", "slstm", "lstm_rnn", "lexicalized", "top_down", "own")
 UNBOUNDED = ("child_sum", "own")  # the cells that take any number of children (fan-in)

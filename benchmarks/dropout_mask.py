@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from graphtree.backend.native import ensure_built
 from graphtree.datasets import SST
+from graphtree.experiments.runs import corpus_file
 from graphtree.nn.functional import dropout
-from graphtree.train.runs import corpus_file
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -52,9 +52,9 @@ from pathlib import Path
 
 import torch
 
+from graphtree.experiments.provenance import processor
+from graphtree.experiments.report import write_readme_section
 from graphtree.train import atomic_write_text
-from graphtree.train.provenance import processor
-from graphtree.train.report import write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "performance.md"  # where --readme writes its block

@@ -52,9 +52,9 @@ from depth import MeanPool, _saving, layered, random_tree
 from graphtree import settings
 from graphtree.backend import native
 from graphtree.data import with_schedule
+from graphtree.experiments.provenance import code_state, processor
 from graphtree.nn import ChildSumTreeLSTM, TopDownTreeLSTM
 from graphtree.schedule import SPLIT_COST_SLOTS, Schedule
-from graphtree.train.provenance import code_state, processor
 
 CONFIGS = [  # (cell, path, family)
     ("child_sum", "compiled", "layered"), ("child_sum", "compiled", "layered+hubs"),

@@ -34,8 +34,8 @@ from hubs import function_trees
 
 from graphtree.data.pairs import pair_side
 from graphtree.datasets import SICK, TREC, BooleanCircuits, ListOps
+from graphtree.experiments.provenance import code_state, processor
 from graphtree.schedule import SPLIT_COST_SLOTS, Schedule
-from graphtree.train.provenance import code_state, processor
 
 COSTS = (64, 256, SPLIT_COST_SLOTS)
 REPO = Path(__file__).resolve().parent.parent

@@ -323,7 +323,7 @@ def main() -> None:
         args.sizes, args.steps, args.memory_up_to, args.parse_up_to = [1_000, 10_000], 60, 10_000, 10_000
     import torch
 
-    from graphtree.train.provenance import code_state, processor
+    from graphtree.experiments.provenance import code_state, processor
 
     work = Path(args.work)
     rows = []

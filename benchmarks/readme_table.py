@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graphtree.train.report import write_readme_section
+from graphtree.experiments.report import write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 BOUND_TARGET = 2.5  # every cell's training step at batch 25 within this factor of its essential-FLOP time

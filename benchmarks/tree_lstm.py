@@ -61,13 +61,13 @@ from graphtree.data import NO_WORD, from_ptb
 from graphtree.data.tree import tree_data
 from graphtree.datasets import SST
 from graphtree.engine import schedule_of
+from graphtree.experiments.provenance import code_state, processor_name
+from graphtree.experiments.runs import corpus_file
 from graphtree.experiments.scripts import load_script
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.schedule import Schedule
 from graphtree.train import make_optimizer
-from graphtree.train.provenance import code_state, processor_name
-from graphtree.train.runs import corpus_file
 
 # The two baselines beside this file, imported by their paths (this file is imported by its path too).
 PlainLevelTreeLSTM = load_script(Path(__file__).with_name("plain_level_loop.py")).PlainLevelTreeLSTM
@@ -749,7 +749,7 @@ def workload_batches(config: dict, trees: list[Data], B: int) -> tuple[list[list
 def native_kernels_ab(config: dict, trees: list[Data], vocab_size: int, device: torch.device) -> list[dict]:
     """Training and inference (E=300) of every cell, with and without its compiled level kernels.
 
-    The kernels (``graphtree/csrc``, :mod:`graphtree.backend.compiled`) replace a
+    The kernels (``graphtree/csrc``, :mod:`graphtree.backend.dispatch`) replace a
     cell's ``update`` and the engine's level loop; this is what they are worth here, at
     each batch size of the grid, as time ratios within one repetition.
     """
@@ -1091,7 +1091,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def sst_archive() -> str:
-    """SST's archive where the experiments read it (:func:`graphtree.train.runs.corpus_file`); "" without one."""
+    """SST's archive where the experiments read it (:func:`graphtree.experiments.runs.corpus_file`); "" without one."""
     found = corpus_file(SST.ARCHIVE, REPO)
     return str(found) if found is not None else ""
 

@@ -57,10 +57,7 @@ from graphtree.experiments.code_tasks import (
     tfidf_features,
 )
 from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.train.checkpoint import atomic_write_text, seed_everything
-from graphtree.train.optim import OptimizerSpec
-from graphtree.train.runs import (
+from graphtree.experiments.runs import (
     QUICK_EPOCHS,
     ArgumentParser,
     RunPaths,
@@ -72,6 +69,9 @@ from graphtree.train.runs import (
     recorded_command,
     run_record,
 )
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.train.checkpoint import atomic_write_text, seed_everything
+from graphtree.train.optim import OptimizerSpec
 from graphtree.train.trainer import collate
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ A row pools the full runs of its model: mean ± sample standard deviation
 (n - 1) over seeds of the dev-selected test Pearson r, Spearman ρ and MSE. Rows
 without runs say "not run"; the plot shows only models with runs. Each row names
 the commits its runs come from, and a row whose runs predate the current
-numerics (``graphtree.train.provenance``) carries a stale mark.
+numerics (``graphtree.experiments.provenance``) carries a stale mark.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from graphtree.experiments.scripts import load_script
-from graphtree.train.report import (
+from graphtree.experiments.report import (
     Provenance,
     code_cell,
     commands_section,
@@ -30,6 +29,7 @@ from graphtree.train.report import (
     markdown_table,
     mean_std,
     minutes,
+    no_runs,
     provenance_lines,
     publish,
     report_head,
@@ -44,7 +44,8 @@ from graphtree.train.report import (
     target_line,
     wall_minutes,
 )
-from graphtree.train.runs import check_flags_first
+from graphtree.experiments.runs import check_flags_first
+from graphtree.experiments.scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
@@ -208,6 +209,8 @@ def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[
 def main(argv: Sequence[str] | None = None) -> None:
     results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
     runs, others = full_runs(results), other_runs(results)
+    if not runs and not others:
+        no_runs("sick", results, [results / "sick"], "SICK runs")
     prov = Provenance.of(results, "sick")
     plotted = plot(runs, results)
     (results / "sick.md").write_text(report(runs, plotted, prov, shown(results, REPO), others))

@@ -8,7 +8,7 @@ Every number of ours comes from ``<results>/sst/*.json`` (written by
 pools the runs whose config matches it: mean ± sample standard deviation
 (n - 1) over seeds of the dev-selected test accuracy. Rows without runs say
 "not run". Each row names the commits its runs come from, and a number whose
-runs predate the current numerics (``graphtree.train.provenance``) carries a
+runs predate the current numerics (``graphtree.experiments.provenance``) carries a
 stale mark.
 """
 
@@ -18,8 +18,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from graphtree.experiments.scripts import load_script
-from graphtree.train.report import (
+from graphtree.experiments.report import (
     Provenance,
     best_dev_run,
     commands_section,
@@ -29,6 +28,7 @@ from graphtree.train.report import (
     markdown_table,
     mean_std,
     minutes,
+    no_runs,
     orderings_table,
     pooled_counts,
     provenance_lines,
@@ -48,7 +48,8 @@ from graphtree.train.report import (
     within,
     within_table,
 )
-from graphtree.train.runs import check_flags_first
+from graphtree.experiments.runs import check_flags_first
+from graphtree.experiments.scripts import load_script
 
 # experiments/sst.py's settings tables: the paper's epochs and optimizer per model
 REPO = Path(__file__).resolve().parent.parent
@@ -641,6 +642,8 @@ def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[
 def main(argv: Sequence[str] | None = None) -> None:
     results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
     runs = full_runs(results)
+    if not runs:
+        no_runs("sst", results, [results / "sst"], "full SST runs")
     prov = Provenance.of(results, "sst")
     (results / "sst.md").write_text(report(runs, prov, shown(results, REPO)))
     written = plots(runs, results)

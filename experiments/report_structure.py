@@ -2,7 +2,7 @@
 results, also the structure section of docs/results.md and README's structure rows).
 
     python experiments/report_structure.py                                  # experiments/results/structure
-    python experiments/report_structure.py --results runs/structure         # your own runs
+    python experiments/report_structure.py --results runs                   # your own runs (runs/structure)
     python experiments/report_structure.py --results runs/quick/structure --quick
 
 Every number comes from ``<results>/*.json``. A row pools the runs of one task
@@ -20,8 +20,17 @@ import statistics
 import sys
 from pathlib import Path
 
-from graphtree.train.report import Provenance, load_runs, markdown_table, mean_std, minutes, publish, summary_label
-from graphtree.train.runs import ArgumentParser
+from graphtree.experiments.report import (
+    Provenance,
+    load_runs,
+    markdown_table,
+    mean_std,
+    minutes,
+    no_runs,
+    publish,
+    summary_label,
+)
+from graphtree.experiments.runs import ArgumentParser
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL_NAMES = {"childsum": "Child-Sum Tree-LSTM", "nary": "N-ary Tree-LSTM", "slstm": "S-LSTM", "lstmrnn": "LSTM-RNN",
@@ -145,15 +154,21 @@ def report(runs: dict[tuple[str, str], list[dict]]) -> str:
 def main(argv: list[str]) -> Path:
     p = ArgumentParser(description="Tabulate the structure benchmarks' runs (see the module docstring).")
     p.add_argument("--results", default=str(REPO / "experiments" / "results" / "structure"),
-                   help="folder of the runs' JSON files; the table goes to <results>/structure.md")
+                   help="folder of the runs' JSON files, or the folder above it (runs for runs/structure); the "
+                        "table goes beside the JSON files, structure.md")
     p.add_argument("--quick", action="store_true", help="tabulate the --quick runs instead of the full ones")
     args = p.parse_args(argv)
     results = Path(args.results)
     if not results.is_dir():
         p.error(f"--results {results}: no such folder; give the folder of the runs' JSON files (e.g. runs/structure)")
-    runs = load(results, args.quick)
-    if not runs:
-        p.error(f"no {'quick' if args.quick else 'full'} structure runs in {results}")
+    # --results names the runs' folder (runs/structure), or, as the other report scripts take it, the folder above it
+    looked = [results, results / "structure", *([results / "quick" / "structure"] if args.quick else [])]
+    found = [(folder, runs) for folder in looked if folder.is_dir() and (runs := load(folder, args.quick))]
+    if not found:
+        no_runs("structure", Path(args.results), [f for f in looked if f.is_dir()],
+                f"{'quick' if args.quick else 'full'} structure runs",
+                results.parent if results.name == "structure" else results)
+    results, runs = found[0]
     out = results / "structure.md"
     text = report(runs)
     from graphtree.train.checkpoint import atomic_write_text  # here, not above: --help needs no torch

@@ -9,7 +9,7 @@ Every number of ours comes from ``<results>/trec/*.json`` (written by
 (Table 2). A row pools the full runs of its model: mean ± sample standard
 deviation (n - 1) over seeds of the dev-selected test accuracy. Rows without
 runs say "not run". Each row names the commits its runs come from, and a row
-whose runs predate the current numerics (``graphtree.train.provenance``)
+whose runs predate the current numerics (``graphtree.experiments.provenance``)
 carries a stale mark.
 """
 
@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from graphtree.experiments.scripts import load_script
-from graphtree.train.report import (
+from graphtree.experiments.report import (
     Provenance,
     code_cell,
     commands_section,
@@ -28,6 +27,7 @@ from graphtree.train.report import (
     markdown_table,
     mean_std,
     minutes,
+    no_runs,
     provenance_lines,
     publish,
     report_head,
@@ -42,7 +42,8 @@ from graphtree.train.report import (
     target_line,
     wall_minutes,
 )
-from graphtree.train.runs import check_flags_first
+from graphtree.experiments.runs import check_flags_first
+from graphtree.experiments.scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md
@@ -154,6 +155,8 @@ def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[
 def main(argv: Sequence[str] | None = None) -> None:
     results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
     runs = full_runs(results)
+    if not runs:
+        no_runs("trec", results, [results / "trec"], f"full TREC runs (at the default {EPOCHS} epochs)")
     prov = Provenance.of(results, "trec")
     (results / "trec.md").write_text(report(runs, prov, shown(results, REPO)))
     # Only the committed results speak for docs/results.md and README: a report on one's own runs stays in their folder.

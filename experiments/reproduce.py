@@ -19,7 +19,7 @@ largest difference and exits 0 within the tolerance, 1 beyond it.
 
 ``--record`` adds the verdict to ``experiments/results/reproduced.json``, which
 the reports read: a row whose runs predate the current numerics version (see
-:mod:`graphtree.train.provenance`) counts as current once one of its runs is
+:mod:`graphtree.experiments.provenance`) counts as current once one of its runs is
 shown to reproduce there.
 """
 
@@ -32,9 +32,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphtree.train.provenance import NUMERICS_VERSION, code_state, rounding_differences
-from graphtree.train.report import Provenance
-from graphtree.train.runs import ArgumentParser, fail, main_guard
+from graphtree.experiments.provenance import NUMERICS_VERSION, code_state, rounding_differences
+from graphtree.experiments.report import Provenance
+from graphtree.experiments.runs import ArgumentParser, fail, main_guard
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = REPO / "experiments" / "results" / "reproduced.json"

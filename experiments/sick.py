@@ -32,8 +32,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from graphtree.train.presets import PRESETS
-from graphtree.train.runs import (
+from graphtree.experiments.runs import (
     ArgumentParser,
     add_run_arguments,
     check_embeddings,
@@ -41,6 +40,7 @@ from graphtree.train.runs import (
     main_guard,
     note,
 )
+from graphtree.train.presets import PRESETS
 
 # ----------------------------------------------------------------------------------------------------------------
 # Tai et al.'s settings (§5.2-5.3, Table 1, relatedness column): memory sizes chosen so that the LSTM parameter

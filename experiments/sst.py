@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+from graphtree.experiments.runs import check_flags_first, main_guard
 from graphtree.experiments.sst_options import SSTOptions
 from graphtree.train.presets import PRESETS
-from graphtree.train.runs import check_flags_first, main_guard
 
 # ----------------------------------------------------------------------------------------------------------------
 # The papers' settings. dim: word vector size with random vectors (pretrained ones bring their own);
@@ -76,11 +76,11 @@ from torch_geometric.data import Data
 from graphtree.datasets import SST
 from graphtree.experiments.baselines import single_process, sst_phrase_baseline
 from graphtree.experiments.harness import SPLITS, Experiment, initial_vectors, sample_splits, split_sizes
+from graphtree.experiments.runs import default_mirror, note
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.experiments.sst_models import sst_model
 from graphtree.experiments.sst_predict import predict
 from graphtree.train import OptimizerSpec, Trainer, recursive_tree, restrict_supervision
-from graphtree.train.runs import default_mirror, note
 from graphtree.vocab import Vocab
 
 

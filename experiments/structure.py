@@ -9,7 +9,7 @@ bit), keep the epoch with the best dev accuracy, test it, and write
 breaks test accuracy down by depth (ListOps: nested lists; circuits: gates on
 the longest path) and, for circuits, by size (gates). Checkpoints go to
 ``runs/checkpoints/structure/<run>.pt``; the same command resumes a killed run and
-skips a finished one. ``python experiments/report_structure.py --results runs/structure``
+skips a finished one. ``python experiments/report_structure.py --results runs``
 tabulates the runs.
 
     python experiments/structure.py --task listops --model childsum --seeds 1 2 3
@@ -46,9 +46,9 @@ import sys
 import time
 from pathlib import Path
 
-from graphtree.train.own_data.names import MODELS
+from graphtree.experiments.own_data.names import MODELS
+from graphtree.experiments.runs import ArgumentParser, add_run_arguments, check_flags_first, main_guard, note
 from graphtree.train.presets import PRESETS
-from graphtree.train.runs import ArgumentParser, add_run_arguments, check_flags_first, main_guard, note
 
 # ----------------------------------------------------------------------------------------------------------------
 TASKS = {
@@ -84,9 +84,9 @@ if __name__ == "__main__":
 from graphtree.datasets import BooleanCircuits, ListOps
 from graphtree.datasets.listops import TREES
 from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
+from graphtree.experiments.own_data import Task, TaskTrainer
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.train.own_data import Task, TaskTrainer
-from graphtree.train.structure import accuracy_by, add_sequences, structure_model
+from graphtree.experiments.structure import accuracy_by, add_sequences, structure_model
 
 DATASETS = {"ListOps": ListOps, "BooleanCircuits": BooleanCircuits}
 assert TREES == LISTOPS_TREES, "experiments/structure.py lists ListOps' trees as graphtree.datasets.listops.TREES"

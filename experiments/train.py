@@ -32,9 +32,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from graphtree.train import own_data as own  # a lazy package: MODELS needs no torch
-from graphtree.train.presets import PRESETS
-from graphtree.train.runs import (
+from graphtree.experiments import own_data as own  # a lazy package: MODELS needs no torch
+from graphtree.experiments.runs import (
     ArgumentParser,
     add_run_arguments,
     check_embeddings,
@@ -44,6 +43,7 @@ from graphtree.train.runs import (
     main_guard,
     note,
 )
+from graphtree.train.presets import PRESETS
 
 # ----------------------------------------------------------------------------------------------------------------
 # Defaults: word vectors of 100 (random) or GloVe's 50, memories of 100, no dropout, 10 epochs, and Teng & Zhang's

@@ -31,8 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graphtree.train.presets import PRESETS
-from graphtree.train.runs import (
+from graphtree.experiments.runs import (
     ArgumentParser,
     add_run_arguments,
     check_embeddings,
@@ -41,6 +40,7 @@ from graphtree.train.runs import (
     main_guard,
     note,
 )
+from graphtree.train.presets import PRESETS
 
 # ----------------------------------------------------------------------------------------------------------------
 # Teng & Zhang §6-7: LSTM states of 150, an output hidden layer of 64 (question types), dropout 0.5 on the word

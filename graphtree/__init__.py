@@ -1,7 +1,8 @@
 """graphtree: tree-structured LSTMs as PyTorch Geometric message passing, run level by level."""
 
-# Importing graphtree sets nothing: the garbage collector (graphtree.collector) and subnormal floats
-# (graphtree.train.trainer.denormals_flushed) are the commands' and the trainer's own choices, made where they run.
+# Importing graphtree, or running its layers, datasets and trainer, sets nothing process-wide: the garbage collector,
+# the floating-point mode, malloc and the thread count are the choices of the program that runs them (the experiment
+# scripts make theirs in graphtree.experiments.process).
 import importlib
 from typing import TYPE_CHECKING, Any
 

@@ -12,9 +12,10 @@ setting                      environment variable            meaning
 ``mirror``                   ``GRAPHTREE_MIRROR``            a folder or URL laid out like the data folder,
                                                              where the datasets are fetched from instead of
                                                              their official sites (``""``: none)
-``flush_denormals``          ``GRAPHTREE_FLUSH_DENORMALS``   the trainer flushes subnormal floats to zero
-                                                             while it trains (default ``True``; ``0`` leaves
-                                                             the processor's setting alone)
+``flush_denormals``          ``GRAPHTREE_FLUSH_DENORMALS``   the experiment scripts flush subnormal floats to
+                                                             zero for their run (default ``True``; ``0``
+                                                             leaves the processor's setting alone;
+                                                             :mod:`graphtree.experiments.process`)
 ``slot_check``               ``GRAPHTREE_SLOT_CHECK``        whether a pass checks that a cell's ``update``
                                                              leaves empty slots out of its result
                                                              (:mod:`graphtree.engine.slot_check`):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from graphtree import settings
+from graphtree.experiments.runs import RunPaths, finished_run, in_command_line_terms, main_guard, resolve_device
 from graphtree.experiments.scripts import load_script
-from graphtree.train.runs import RunPaths, finished_run, in_command_line_terms, main_guard, resolve_device
 
 REPO = Path(__file__).resolve().parent.parent
 sick, sst, trec = (load_script(REPO / "experiments" / f"{name}.py") for name in ("sick", "sst", "trec"))
@@ -58,7 +58,7 @@ def test_run_paths_keep_quick_runs_and_checkpoints_apart(tmp_path):
 
 
 def bad_flag_error(run, capsys) -> str:
-    """The one line argparse prints for a bad value (graphtree.train.runs.ArgumentParser), exit status 2."""
+    """The one line argparse prints for a bad value (graphtree.experiments.runs.ArgumentParser), exit status 2."""
     with pytest.raises(SystemExit) as exit_info:
         run()
     captured = capsys.readouterr()
@@ -89,6 +89,35 @@ def test_a_report_on_a_missing_results_folder_is_refused(script, tmp_path, capsy
     report = load_script(REPO / "experiments" / f"{script}.py")
     err = bad_flag_error(lambda: report.main(["--results", str(tmp_path / "missing")]), capsys)
     assert f"--results {tmp_path / 'missing'}: no such folder" in err
+
+
+REPORTS = {"report_sst": "sst", "report_sick": "sick", "report_trec": "trec", "report_structure": "structure"}
+
+
+@pytest.mark.parametrize("script", sorted(REPORTS))
+@pytest.mark.parametrize("layout", ["empty", "task folder", "other runs"])
+def test_a_report_with_no_runs_to_report_is_refused_alike(script, layout, tmp_path, capsys):
+    """Every report script, given a folder without runs of its task (empty; with an empty task folder; with
+    another task's run), exits 2 with one line naming the folder, and writes nothing there."""
+    pytest.importorskip("scipy")
+    task = REPORTS[script]
+    if layout == "task folder":
+        (tmp_path / task).mkdir()
+    elif layout == "other runs":  # a run of another task, where this task's would be
+        other = "sick" if task != "sick" else "sst"
+        (tmp_path / task).mkdir()
+        (tmp_path / task / "run.json").write_text(json.dumps({"experiment": other, "config": {"epochs": 1}}))
+    before = sorted(tmp_path.rglob("*"))
+    report = load_script(REPO / "experiments" / f"{script}.py")
+    with pytest.raises(SystemExit) as exit_info:
+        report.main(["--results", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert err.startswith(f"{script}.py: error: --results {tmp_path}: no ") and err.count("\n") == 1, err
+    assert "nothing written" in err and f"experiments/{task}.py --out {tmp_path}" in err
+    where = tmp_path / task if layout != "empty" or task != "structure" else tmp_path
+    assert f"{where}/*.json" in err
+    assert sorted(tmp_path.rglob("*")) == before  # no empty report left behind
 
 
 def test_errors_name_the_flags_and_variables_not_python_arguments(tmp_path, capsys):

@@ -3,7 +3,7 @@ PyG layers.
 
 A paper cell's ``update`` is its definition (checked against the papers' per-node references in
 ``test_tai_cells``, ``test_slstm``, ``test_lstm_rnn`` and ``test_teng_zhang``). Its fast path, the compiled
-level kernel that :mod:`graphtree.backend.compiled` chooses, is a second program that must compute the same
+level kernel that :mod:`graphtree.backend.dispatch` chooses, is a second program that must compute the same
 function on every shape a batch can take. The differential test runs both on the same weights and inputs:
 the fast path in float32 against ``update`` in float64 (states, and the gradients of the inputs and of every
 parameter), with ``update`` in float32 beside it as the yardstick of float32 rounding, for every setting that
@@ -31,7 +31,7 @@ from torch_geometric.data import Batch, Data
 from trees import chain_ptb, random_ptb
 
 import graphtree
-from graphtree.backend import compiled, native
+from graphtree.backend import dispatch, native
 from graphtree.data import from_ptb
 from graphtree.models.bicontree import _LeafSum
 from graphtree.nn import (
@@ -209,9 +209,9 @@ def _run(cell: torch.nn.Module, x: torch.Tensor, graph: Data, upstream: list[tor
 
 @contextlib.contextmanager
 def kernel_decisions() -> Iterator[list[bool]]:
-    """Whether each pass got a compiled kernel, in order: a spy on :func:`graphtree.backend.compiled.level_kernel`,
+    """Whether each pass got a compiled kernel, in order: a spy on :func:`graphtree.backend.dispatch.bound_kernel`,
     the one place that decides, which the engine asks once per pass through that module."""
-    original = compiled.level_kernel
+    original = dispatch.bound_kernel
     ran: list[bool] = []
 
     def spy(*args):
@@ -219,11 +219,11 @@ def kernel_decisions() -> Iterator[list[bool]]:
         ran.append(made is not None)
         return made
 
-    compiled.level_kernel = spy
+    dispatch.bound_kernel = spy
     try:
         yield ran
     finally:
-        compiled.level_kernel = original
+        dispatch.bound_kernel = original
 
 
 def differential(name: str, family: str, seed: int = 0, graph: Data | None = None) -> bool:
@@ -401,12 +401,12 @@ def _kernel_runs(cls: type, settings: dict) -> bool:
 
 
 def test_every_fast_path_and_setting_it_serves_is_tested(kernels):
-    makers = {fn for name, fn in vars(compiled).items() if inspect.isfunction(fn) and fn.__module__ == compiled.__name__
-              and list(inspect.signature(fn).parameters) == ["cell", "kernels", "plan", "weights"]}
+    makers = {fn for name, fn in vars(dispatch).items() if inspect.isfunction(fn) and fn.__module__ == dispatch.__name__
+              and list(inspect.signature(fn).parameters) == ["cell", "extension", "plan", "weights"]}
     classes = _cell_classes()
     assert classes == set(SETTINGS), "a class with a fast path has no settings here (or one here no fast path)"
-    assert {compiled.MAKERS[cls.compiled_kernel] for cls in classes} == makers == set(compiled.MAKERS.values()), \
-        "a maker in graphtree.backend.compiled is unused, or not in MAKERS"
+    assert {dispatch.MAKERS[cls.compiled_kernel] for cls in classes} == makers == set(dispatch.MAKERS.values()), \
+        "a maker in graphtree.backend.dispatch is unused, or not in MAKERS"
     tested = {_canonical(cls, settings) for cls, settings, _, _ in FAST_CELLS.values()}
     wrong = []
     for cls, grid in SETTINGS.items():

@@ -22,11 +22,11 @@ from graphtree.experiments.harness import (
     split_sizes,
     vectors_name,
 )
+from graphtree.experiments.runs import QUICK_EPOCHS, ArgumentParser
 from graphtree.experiments.seeds import Outcome, SeedRun
 from graphtree.models import NodeEmbedding, TreeClassifier
 from graphtree.nn import NaryTreeLSTM
 from graphtree.train import PRESETS, Trainer
-from graphtree.train.runs import QUICK_EPOCHS, ArgumentParser
 from graphtree.vocab import Vocab
 
 VOCAB = Vocab(["a", "film", "the", "man"])

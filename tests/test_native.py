@@ -26,7 +26,7 @@ from trees import random_ptb
 
 import graphtree.backend.native as native
 from graphtree import settings
-from graphtree.backend import compiled as makers
+from graphtree.backend import dispatch as makers
 from graphtree.data import from_ptb
 from graphtree.nn import (
     LSTMRNN,

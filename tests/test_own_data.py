@@ -1,12 +1,12 @@
-"""graphtree.train.own_data's pieces that ``experiments/train.py`` uses for a run's line and its word vectors."""
+"""graphtree.experiments.own_data's pieces that ``experiments/train.py`` uses for a run's line and its word vectors."""
 
 from __future__ import annotations
 
 import torch
 
 from graphtree.embeddings import WordVectors
+from graphtree.experiments.own_data import Task, word_embedding
 from graphtree.models import NodeEmbedding
-from graphtree.train.own_data import Task, word_embedding
 from graphtree.vocab import Vocab
 
 

@@ -15,7 +15,8 @@ from test_replay import Averaged, _dag, _states_and_grads, _trees
 from torch_geometric.data import Batch, Data
 from trees import chain_ptb, random_ptb
 
-from graphtree.backend import compiled, native
+from graphtree.backend import dispatch as compiled
+from graphtree.backend import native
 from graphtree.data import from_ptb
 from graphtree.engine import propagate
 from graphtree.errors import HostValueError

@@ -30,13 +30,13 @@ from trees import random_ptb
 
 from graphtree.data import from_ptb
 from graphtree.datasets.sick import make_pair, sick_target
+from graphtree.experiments.own_data import NodeInputs, Task, TaskTrainer, build_model, model_settings
+from graphtree.experiments.own_data.models import Structure
 from graphtree.experiments.sst_models import sst_model
 from graphtree.models import NodeEmbedding
 from graphtree.models.similarity import PairSimilarity, TreeEncoder, similarity_loss
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer
-from graphtree.train.own_data import NodeInputs, Task, TaskTrainer, build_model, model_settings
-from graphtree.train.own_data.models import Structure
 from graphtree.train.pairs import PairTrainer
 
 VOCAB, DIM, HIDDEN = 40, 6, 5
@@ -279,8 +279,8 @@ def test_what_cannot_replay_trains_plainly_and_says_why():
 def test_a_script_replays_with_replay_on_and_records_the_path(data, model, seed, tmp_path, capsys):
     import json
 
+    from graphtree.experiments.runs import main_guard
     from graphtree.experiments.scripts import load_script
-    from graphtree.train.runs import main_guard
 
     repo = Path(__file__).resolve().parent.parent
     train = load_script(repo / "experiments" / "train.py")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from graphtree.experiments import report
+from graphtree.experiments.report import RESULTS_PAGE, SECTIONS, Provenance, summary_label, write_summary
 from graphtree.experiments.scripts import load_script
-from graphtree.train import report
-from graphtree.train.report import RESULTS_PAGE, SECTIONS, Provenance, summary_label, write_summary
 
 pytest.importorskip("scipy")
 REPO = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from graphtree import settings
-from graphtree.train.runs import (
+from graphtree.experiments.runs import (
     QUICK_EPOCHS,
     add_run_arguments,
     default_mirror,
@@ -57,15 +57,15 @@ def test_finished_run_is_found_by_its_results_file_and_settings(tmp_path):
 
 
 def test_the_recorded_command_leaves_out_where_the_files_went():
-    from graphtree.train.runs import recorded_command
+    from graphtree.experiments.runs import recorded_command
 
     argv = ["--model", "nary", "--out", "/some/machine/folder", "--seeds", "1", "--out=elsewhere", "--quick"]
     assert recorded_command("sst.py", argv) == "python experiments/sst.py --model nary --seeds 1 --quick"
 
 
 def test_a_run_records_the_commit_it_started_at_not_the_one_it_ended_at(monkeypatch):
-    from graphtree.train import provenance as prov
-    from graphtree.train.runs import main_guard
+    from graphtree.experiments import provenance as prov
+    from graphtree.experiments.runs import main_guard
 
     heads = iter([("a" * 40, False), ("b" * 40, True)])  # the work tree moves on (a pull) during the run
     monkeypatch.setattr(prov, "git_state", lambda root=prov.PACKAGE_ROOT: next(heads))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from graphtree.experiments.runs import RunError
 from graphtree.experiments.scripts import load_script
 from graphtree.models import BiTreeLSTM
-from graphtree.train.runs import RunError
 
 REPO = Path(__file__).resolve().parent.parent
 sst = load_script(REPO / "experiments" / "sst.py")

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from graphtree.data import from_ptb
+from graphtree.experiments.runs import main_guard
 from graphtree.experiments.scripts import load_script
 from graphtree.experiments.sst_predict import picture_path
 from graphtree.models import NodeEmbedding, TreeClassifier
 from graphtree.nn import NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer
-from graphtree.train.runs import main_guard
 from graphtree.vocab import Vocab
 
 sst = load_script(Path(__file__).resolve().parent.parent / "experiments" / "sst.py")

@@ -15,8 +15,14 @@ import pytest
 import torch
 
 from graphtree.datasets import BooleanCircuits, ListOps
-from graphtree.train.own_data import Task
-from graphtree.train.structure import SequenceLSTM, add_sequences, structure_model, token_sequence, topological_sequence
+from graphtree.experiments.own_data import Task
+from graphtree.experiments.structure import (
+    SequenceLSTM,
+    add_sequences,
+    structure_model,
+    token_sequence,
+    topological_sequence,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "experiments" / "structure.py"
@@ -100,7 +106,10 @@ def test_quick_run_and_report(tmp_path, task, model):
         assert test["in_training_depths"]["total"] == want["total"] - deeper
         assert test["deeper_than_training"]["correct"] + test["in_training_depths"]["correct"] == test["correct"]
 
-    written = script_module(REPO / "experiments" / "report_structure.py").main(["--results", str(results), "--quick"])
+    report_script = script_module(REPO / "experiments" / "report_structure.py")
+    # --results as the other report scripts take it (the folder above the task's) finds the same runs
+    assert report_script.main(["--results", str(tmp_path / "quick"), "--quick"]) == results / "structure.md"
+    written = report_script.main(["--results", str(results), "--quick"])
     assert written == results / "structure.md"
     table = written.read_text()
     assert f"| {'Child-Sum Tree-LSTM' if model == 'childsum' else 'LSTM (sequence)'} | {test['accuracy']:.1f} |" \

@@ -474,7 +474,7 @@ def test_flushing_reaches_the_intra_op_worker_threads() -> None:
     ``denormals_flushed`` every part of it reads subnormals as zero (the calling thread and the worker), and
     afterwards every part as before (where PyTorch's pool is GNU OpenMP, as in its Linux builds)."""
     from graphtree.backend import threads as pool
-    from graphtree.train.trainer import denormals_flushed
+    from graphtree.backend.threads import denormals_flushed
 
     if pool._gomp_parallel() is None:
         pytest.skip("PyTorch's intra-op pool is not GNU OpenMP here")
@@ -496,22 +496,22 @@ def test_flushing_reaches_the_intra_op_worker_threads() -> None:
         torch.set_num_threads(threads)
 
 
-def test_fit_flushes_subnormals_and_reports_the_same_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fit_leaves_the_float_mode_alone_and_flushing_reports_the_same_numbers() -> None:
     """A weight block that gets no gradient (Child-Sum's forget-gate input weights when words sit at leaves
-    only) decays under L2 into the subnormal range; fit reads such values as zero and reports the same losses, bit for
-    bit, as a run that keeps them; afterwards the thread is as before."""
+    only) decays under L2 into the subnormal range; fit itself keeps such values (it leaves the processor's mode
+    alone), and a fit inside ``denormals_flushed`` (as the experiment scripts run) reads them as zero and
+    reports the same losses, bit for bit; afterwards the thread is as before."""
+    from graphtree.backend.threads import denormals_flushed, flushing_denormals
     from graphtree.models import NodeEmbedding, TreeClassifier
     from graphtree.nn import ChildSumTreeLSTM
-    from graphtree.train import trainer as trainer_module
-    from graphtree.train.trainer import _flushing_denormals, denormals_flushed
 
-    assert not _flushing_denormals()
+    assert not flushing_denormals()
     with denormals_flushed():
-        assert _flushing_denormals()  # (x86: FTZ/DAZ)
+        assert flushing_denormals()  # (x86: FTZ/DAZ)
         with denormals_flushed():
-            assert _flushing_denormals()
-        assert _flushing_denormals()  # an inner use leaves an outer one's setting
-    assert not _flushing_denormals()
+            assert flushing_denormals()
+        assert flushing_denormals()  # an inner use leaves an outer one's setting
+    assert not flushing_denormals()
 
     data = [from_ptb(line, VOCAB) for line in ("(1 (0 a) (1 b))", "(0 (0 c) (1 (1 d) (0 e)))")] * 3
 
@@ -524,11 +524,12 @@ def test_fit_flushes_subnormals_and_reports_the_same_numbers(monkeypatch: pytest
         model = TreeClassifier(emb, cell, 2)
         # Plain SGD with L2 shrinks a weight that gets no gradient at every step.
         optimizer = PaperOptimizer.for_model(model, emb, OptimizerSpec("sgd", 0.1, "sgd", 0.1, 5.0, 2))
-        if not flush:
-            monkeypatch.setattr(trainer_module, "denormals_flushed", contextlib.nullcontext)
-        history = Trainer(model, optimizer, epochs=3, batch_size=2, seed=0, progress=False,
-                          verbose=False).fit(data, data).history
-        monkeypatch.undo()
+        modes: list[bool] = []
+        trainer = Trainer(model, optimizer, epochs=3, batch_size=2, seed=0, progress=False, verbose=False,
+                          on_step=lambda step: modes.append(flushing_denormals()))
+        with denormals_flushed() if flush else contextlib.nullcontext():
+            history = trainer.fit(data, data).history
+        assert set(modes) == {flush}  # fit switched nothing itself
         return [e["train_loss"] for e in history], cell.W.weight.detach().clone()
 
     kept_losses, kept = fit(flush=False)
@@ -538,4 +539,4 @@ def test_fit_flushes_subnormals_and_reports_the_same_numbers(monkeypatch: pytest
     assert flushed_losses == kept_losses
     with denormals_flushed():  # products read the decayed block as zero: no slow path
         assert torch.equal(kept[9:12] * 1.0, torch.zeros(3, 4))
-    assert not _flushing_denormals()
+    assert not flushing_denormals()

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from graphtree.datasets.files import split_indices
+from graphtree.experiments.own_data import TaskTrainer
+from graphtree.experiments.runs import main_guard
 from graphtree.experiments.scripts import load_script
-from graphtree.train.own_data import TaskTrainer
-from graphtree.train.runs import main_guard
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"

@@ -4,7 +4,7 @@ A tree level has few rows, so between its matrix products the cost is not
 arithmetic but the dozen small operators, each a separate call. The kernels in
 ``graphtree/csrc`` hold the paper cells' level math (each cell's forward and
 derivatives, one pass over a level's rows) and the engine's level loop over it
-(see :mod:`graphtree.backend.compiled`). They are used for float32 CPU tensors outside autograd.
+(see :mod:`graphtree.backend.dispatch`). They are used for float32 CPU tensors outside autograd.
 
 ``pip install`` compiles them (:mod:`graphtree.backend.kernel_build`, the one build definition) and ships the
 library inside the package, beside this file; it is loaded from there when its name matches this install: a

@@ -17,7 +17,6 @@ from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.data.data import BaseData
 from torch_geometric.io import fs
 
-from ..collector import collection_paused
 from ..data.batching import separate_graphs
 from ..vocab import Vocab
 from .download import DatasetError, RemoteFile, atomic_torch_save, resolve_mirror
@@ -170,8 +169,8 @@ class CorpusDataset(InMemoryDataset):
         if getattr(self, "_data_list", None) is None and self.len() > 1:
             shared = self._shared_cut
             if shared.get("slices") is not self.slices:  # not cut yet, or another storage loaded since
-                with collection_paused():  # tens of thousands of graphs, all kept (graphtree.collector)
-                    shared["graphs"] = separate_graphs(self._data, self.slices)  # None: PyG cuts one by one
+                # The collector is left alone (a script that wants it quieter says so: graphtree.experiments.process)
+                shared["graphs"] = separate_graphs(self._data, self.slices)  # None: PyG cuts one by one
                 shared["slices"] = self.slices
             self._data_list = shared["graphs"]
         return super().get(idx)

@@ -18,9 +18,9 @@ before it:
 * :mod:`~graphtree.engine.definition`: the definition pass, the cell's
   ``update`` level by level, under autograd in one graph for the whole pass;
 * :mod:`~graphtree.engine.kernel_pass`: the compiled pass, a paper cell's level
-  math in C++ (:mod:`graphtree.backend.compiled`) as one autograd node;
+  math in C++ (:mod:`graphtree.backend.dispatch`) as one autograd node;
 * this module: the public API, which prepares a pass and chooses between the
-  two: the compiled pass where :func:`graphtree.backend.compiled.level_kernel`
+  two: the compiled pass where :func:`graphtree.backend.dispatch.bound_kernel`
   gives one (CPU, float32, kernels built; asked once per pass), else the
   definition pass. The exactness tests check both against per-node recursive
   references.
@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from .. import settings
-from ..backend import compiled
+from ..backend import dispatch
 from ..errors import ScheduleError
 from ..schedule import SPLIT_COST_SLOTS, Schedule, schedule_of
 from . import slot_check
@@ -83,7 +83,7 @@ class Pass(NamedTuple):
 def propagate_side_by_side(passes: Sequence[Pass]) -> list[tuple[Tensor, ...]]:
     """:func:`propagate` of each of several passes that do not read one another's states, side by side.
 
-    Where every pass runs compiled (:mod:`graphtree.backend.compiled`) and PyTorch has more than one thread,
+    Where every pass runs compiled (:mod:`graphtree.backend.dispatch`) and PyTorch has more than one thread,
     the passes run at the same time, each on one thread of PyTorch's pool, forward and backward (e.g.
     BiConTree's bottom-up and top-down passes, which both read only the head vectors). A level's products are
     too small for two threads to share well, so two chains of levels at once finish sooner than one after
@@ -97,11 +97,11 @@ def propagate_side_by_side(passes: Sequence[Pass]) -> list[tuple[Tensor, ...]]:
         Each pass's states, as :func:`propagate` returns them.
     """
     prepared = [_prepare(*p) for p in passes]
-    kernels: list[compiled.LevelKernel | None] = []
+    kernels: list[dispatch.BoundKernel | None] = []
     if len(prepared) > 1 and torch.get_num_threads() > 1 and len({p.needs_grad for p in prepared}) == 1 \
             and not slot_check.always():
         with torch.no_grad():  # as inside an autograd Function's forward, where the kernels run
-            kernels = [compiled.level_kernel(p.cell, p.inputs, p.plan) for p in prepared]
+            kernels = [dispatch.bound_kernel(p.cell, p.inputs, p.plan) for p in prepared]
     if not kernels or any(k is None for k in kernels):
         return [in_node_order(p, _propagated(p)) for p in prepared]
     if prepared[0].needs_grad:
@@ -154,11 +154,11 @@ def _propagated(prepared: Prepared) -> list[Tensor]:
                 else run_update_levels(prepared)[:num_outputs(prepared.cell)])
     if prepared.needs_grad:
         with torch.no_grad():  # as inside an autograd Function's forward, where the kernels run
-            kernel = compiled.level_kernel(prepared.cell, prepared.inputs, prepared.plan)
+            kernel = dispatch.bound_kernel(prepared.cell, prepared.inputs, prepared.plan)
         if kernel is None:
             return definition_pass(prepared)
         return list(LevelPass.apply(prepared.cell, prepared.plan, prepared.levels, kernel,
                                     len(prepared.inputs), *prepared.inputs, *kernel.weights))
-    kernel = compiled.level_kernel(prepared.cell, prepared.inputs, prepared.plan)
+    kernel = dispatch.bound_kernel(prepared.cell, prepared.inputs, prepared.plan)
     buffers = run_update_levels(prepared) if kernel is None else run_compiled_levels(prepared, kernel)
     return buffers[:num_outputs(prepared.cell)]

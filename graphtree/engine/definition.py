@@ -107,12 +107,12 @@ class _DefinitionPass:
     """What the levels of one pass of ``update`` under autograd share (see :func:`definition_pass`): the
     level-sorted state buffers, and in backward the gradients of every buffer row."""
 
-    __slots__ = ("buffers", "grads", "kernels", "levels", "num_outputs", "plan")
+    __slots__ = ("buffers", "extension", "grads", "levels", "num_outputs", "plan")
 
     def __init__(self, plan: LevelPlan, levels: list[Slots], buffers: list[Tensor], num_outputs: int) -> None:
         self.plan, self.levels, self.buffers, self.num_outputs = plan, levels, buffers, num_outputs
         self.grads: list[Tensor] = []
-        self.kernels: ModuleType | None = None
+        self.extension: ModuleType | None = None
 
 
 class _NextLevel(torch.autograd.Function):
@@ -136,10 +136,10 @@ class _NextLevel(torch.autograd.Function):
     def backward(ctx, grad_token, *grad_children):
         run, (a, b) = ctx.run, ctx.rows
         if grad_children:
-            accumulate_children(run.grads, run.levels[ctx.level], grad_children, run.kernels)
+            accumulate_children(run.grads, run.levels[ctx.level], grad_children, run.extension)
         grads = tuple(g[a:b] for g in run.grads[:ctx.num_states])
         if not ctx.level:  # the last of the pass's backward: its gradient buffers go now, not with the graph
-            run.grads, run.kernels = [], None
+            run.grads, run.extension = [], None
         return (None, None, None, *grads)
 
 
@@ -161,13 +161,14 @@ class _PassOutputs(torch.autograd.Function):
         run.grads += [torch.zeros_like(buf) for buf in run.buffers[len(grad_outputs):]]
         # The compiled scatter-add only if this process has the kernels already: a cell written in PyTorch
         # alone must never wait minutes for a compiler on its first backward pass.
-        run.kernels = native.native_kernels_if_loaded(*run.grads)
+        run.extension = native.native_kernels_if_loaded(*run.grads)
         return None, None
 
 
 def accumulate_children(grad_states: list[Tensor], slots: Slots, grads: Sequence[Tensor | None],
-                         kernels: ModuleType | None) -> None:
-    """Add each slot's gradient into its child's row; ``kernels``: the compiled ones, if loaded already."""
+                         extension: ModuleType | None) -> None:
+    """Add each slot's gradient into its child's row; ``extension``: the compiled kernels' C++ extension, if
+    loaded already."""
     flat_index = slots.flat_index
     if not flat_index.numel():
         return
@@ -178,8 +179,8 @@ def accumulate_children(grad_states: list[Tensor], slots: Slots, grads: Sequence
                 # The level's update passed its own rows' gradient through as a view (a sum over one slot, say):
                 # other rows of this very buffer, which the indexed add below refuses to read while it writes.
                 g = g.clone()
-            if kernels is not None:  # one pass over the rows; index_put_ with accumulate sorts its indices first
-                kernels.scatter_add_rows_(grad_state, flat_index, g)
+            if extension is not None:  # one pass over the rows; index_put_ with accumulate sorts its indices first
+                extension.scatter_add_rows_(grad_state, flat_index, g)
             elif grad_state.device.type == "cpu":
                 # index_put_ rather than index_add_: the latter goes multi-threaded on
                 # small inputs and costs milliseconds per level on a 2-core machine.

@@ -1,6 +1,6 @@
 """The compiled pass: a paper cell's level math in C++, wrapped as one autograd node.
 
-Where :func:`graphtree.backend.compiled.level_kernel` gives a pass a kernel
+Where :func:`graphtree.backend.dispatch.bound_kernel` gives a pass a kernel
 (CPU, float32, kernels built), the engine runs the same two loops as the
 definition pass in C++ (``run_levels_forward`` and ``run_levels_backward`` in
 ``graphtree/csrc/engine_ops.cpp``) over the cell's kernel, which saves what its
@@ -17,25 +17,25 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..backend.compiled import LevelKernel
+from ..backend.dispatch import BoundKernel
 from .layout import Prepared, num_outputs, state_buffers
 
 __all__ = ["LevelPass", "SideBySidePasses", "by_pass", "run_compiled_levels", "run_side_by_side"]
 
 
-def run_compiled_levels(prepared: Prepared, compiled: LevelKernel) -> list[Tensor]:
+def run_compiled_levels(prepared: Prepared, bound: BoundKernel) -> list[Tensor]:
     """Forward through all levels in the kernel's loop without autograd. Returns the state buffers."""
     plan = prepared.plan
     buffers = state_buffers(prepared.cell, plan, prepared.inputs)
-    compiled.kernels.run_levels_forward(compiled.kernel, buffers, prepared.inputs, plan.ptr,
+    bound.extension.run_levels_forward(bound.kernel, buffers, prepared.inputs, plan.ptr,
                                         [s.flat_index for s in prepared.levels], plan.position_groups, False)
     return buffers
 
 
-def run_side_by_side(passes: list[Prepared], compiled: list[LevelKernel], save: bool) -> list[list[Tensor]]:
+def run_side_by_side(passes: list[Prepared], bound: list[BoundKernel], save: bool) -> list[list[Tensor]]:
     """Forward through every pass at once (``run_passes_forward``); each pass's buffers."""
     buffers = [state_buffers(p.cell, p.plan, p.inputs) for p in passes]
-    compiled[0].kernels.run_passes_forward([c.kernel for c in compiled], buffers, [p.inputs for p in passes],
+    bound[0].extension.run_passes_forward([c.kernel for c in bound], buffers, [p.inputs for p in passes],
                                            *_loop_arguments(passes), save)
     return buffers
 
@@ -62,16 +62,16 @@ _RELEASED = "released"  # ctx.saved after the compiled backward has run and let 
 class LevelPass(torch.autograd.Function):
     """A compiled pass as one autograd node: the kernel's level loop forward, its hand-written derivatives
     level by level backward. Its tensors are the pass's inputs, then the kernel's weights
-    (``compiled.weights``), whose gradients the kernel returns in that order: they go back by position."""
+    (``bound.weights``), whose gradients the kernel returns in that order: they go back by position."""
 
     @staticmethod
-    def forward(ctx, cell, plan, levels, compiled, num_inputs, *tensors):
+    def forward(ctx, cell, plan, levels, bound, num_inputs, *tensors):
         inputs = list(tensors[:num_inputs])
         buffers = state_buffers(cell, plan, inputs)
-        compiled.kernels.run_levels_forward(compiled.kernel, buffers, inputs, plan.ptr,
+        bound.extension.run_levels_forward(bound.kernel, buffers, inputs, plan.ptr,
                                             [s.flat_index for s in levels], plan.position_groups, True)
         ctx.cell, ctx.plan, ctx.levels, ctx.num_inputs = cell, plan, levels, num_inputs
-        ctx.saved = compiled  # it holds every level's context
+        ctx.saved = bound  # it holds every level's context
         # Internal states are never returned, so no gradient arrives for them. Unused outputs get None rather
         # than a materialized zero gradient.
         outputs = num_outputs(cell)
@@ -101,9 +101,9 @@ class SideBySidePasses(torch.autograd.Function):
     """Several compiled passes as one autograd node, so that their backward loops too run side by side."""
 
     @staticmethod
-    def forward(ctx, passes, compiled, *tensors):
-        buffers = run_side_by_side(passes, compiled, save=True)
-        ctx.passes, ctx.compiled = passes, compiled
+    def forward(ctx, passes, bound, *tensors):
+        buffers = run_side_by_side(passes, bound, save=True)
+        ctx.passes, ctx.bound = passes, bound
         ctx.set_materialize_grads(False)
         outputs = [b for p, pass_buffers in zip(passes, buffers) for b in pass_buffers[:num_outputs(p.cell)]]
         ctx.save_for_backward(*outputs)
@@ -111,7 +111,7 @@ class SideBySidePasses(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        if ctx.compiled is _RELEASED:
+        if ctx.bound is _RELEASED:
             raise RuntimeError("a second backward through the same graphtree passes (retain_graph=True): their "
                                "compiled level loops freed what the backward needs after the first one")
         grad_states, grad_inputs = [], []
@@ -120,12 +120,12 @@ class SideBySidePasses(torch.autograd.Function):
             states, inputs = _backward_buffers(p.cell, grads_out, outputs, p.inputs)
             grad_states.append(states)
             grad_inputs.append(inputs)
-        compiled = ctx.compiled
-        grads = compiled[0].kernels.run_passes_backward([c.kernel for c in compiled], grad_states, grad_inputs,
+        bound = ctx.bound
+        grads = bound[0].extension.run_passes_backward([c.kernel for c in bound], grad_states, grad_inputs,
                                                         *_loop_arguments(ctx.passes))
-        ctx.compiled = _RELEASED  # the kernels' contexts go now, as in LevelPass.backward
+        ctx.bound = _RELEASED  # the kernels' contexts go now, as in LevelPass.backward
         result: list[Tensor | None] = [None, None]
-        for c, inputs, pass_grads in zip(compiled, grad_inputs, grads, strict=True):
+        for c, inputs, pass_grads in zip(bound, grad_inputs, grads, strict=True):
             result += [*inputs, *_weight_grads(c, pass_grads)]
         return tuple(result)
 
@@ -143,18 +143,18 @@ def _backward_buffers(cell: torch.nn.Module, grad_buffers: Sequence[Tensor | Non
     return grad_states, grad_inputs
 
 
-def _weight_grads(compiled: LevelKernel, grads: Sequence[Tensor]) -> Sequence[Tensor]:
-    """The kernel's gradients of its weights, which it returns in the order of ``compiled.weights`` (the cell's
+def _weight_grads(bound: BoundKernel, grads: Sequence[Tensor]) -> Sequence[Tensor]:
+    """The kernel's gradients of its weights, which it returns in the order of ``bound.weights`` (the cell's
     ``compiled_weights()``), the order in which the pass took them as inputs: matched by position."""
-    if len(grads) != len(compiled.weights):
+    if len(grads) != len(bound.weights):
         raise RuntimeError(f"a compiled level kernel returned {len(grads)} weight gradients for the "
-                           f"{len(compiled.weights)} weights it took")
+                           f"{len(bound.weights)} weights it took")
     return grads
 
 
 def _compiled_backward(ctx, grad_states, grad_inputs) -> Sequence[Tensor]:
     """Backward through the compiled level loop, over the kernel object its forward loop filled."""
-    compiled = ctx.saved  # the module the forward loop ran on, whatever the settings are by now
-    grads = compiled.kernels.run_levels_backward(compiled.kernel, grad_states, grad_inputs, ctx.plan.ptr,
+    bound = ctx.saved  # the extension the forward loop ran on, whatever the settings are by now
+    grads = bound.extension.run_levels_backward(bound.kernel, grad_states, grad_inputs, ctx.plan.ptr,
                                                  [s.flat_index for s in ctx.levels], ctx.plan.position_groups)
-    return _weight_grads(compiled, grads)
+    return _weight_grads(bound, grads)

@@ -16,7 +16,19 @@ data and choice of model.
   classify every node of a parsed sentence with a checkpoint, print and draw it.
 * :mod:`~graphtree.experiments.scripts` — an experiment or benchmark script
   imported by its path (its settings table, for a report script or a test).
+* :mod:`~graphtree.experiments.runs` — the command-line conventions (flags,
+  output folders, one-line errors) of every script.
+* :mod:`~graphtree.experiments.provenance` — what a results file records about
+  the code and machine that made it, and the numerics version.
+* :mod:`~graphtree.experiments.report` — the statistics, tables and pages the
+  report scripts (``experiments/report_*.py``) share.
+* :mod:`~graphtree.experiments.own_data` — training on files of one's own
+  (``experiments/train.py``): splits, the task the labels give, models, a
+  :class:`~graphtree.train.Trainer` for graph or node labels, predictions.
+* :mod:`~graphtree.experiments.structure` — the structure benchmarks'
+  (``experiments/structure.py``) sequence baselines and breakdowns.
 
-The command-line conventions themselves (flags, output folders, one-line errors)
-are :mod:`graphtree.train.runs`.
+This is the lab beside the library: it imports the library (cells, engine,
+schedules, data, datasets, backend, models, the trainer), never the other way
+round (``tests/test_layering.py``), so the library reads and runs without it.
 """

@@ -26,7 +26,7 @@ import torch
 
 from ..train import distributed
 from ..train.checkpoint import atomic_write_text
-from ..train.runs import RunPaths, fail, recorded_command, run_record
+from .runs import RunPaths, fail, recorded_command, run_record
 
 __all__ = ["GridResult", "grid_search", "phrase_texts", "single_process", "sst_phrase_baseline",
            "trec_question_baseline", "write_baseline"]

@@ -22,8 +22,8 @@ import torch
 
 from ..embeddings import embedding_matrix, load_glove
 from ..train import distributed
-from ..train.runs import check_training_flags, default_mirror, epochs_of, quick_sample, start_process
 from ..train.trainer import FitResult, Trainer
+from .runs import check_training_flags, default_mirror, epochs_of, quick_sample, start_process
 from .seeds import Outcome, SeedRun, seed_names, train_seeds
 
 __all__ = ["SPLITS", "Experiment", "check_training_flags", "initial_vectors", "load_vectors", "sample_splits",
@@ -83,7 +83,7 @@ class Experiment:
     @classmethod
     def start(cls, name: str, args: argparse.Namespace, argv: Sequence[str], repo: Path,
               default_epochs: int) -> Experiment:
-        """Set this process's threads and device (:func:`~graphtree.train.runs.start_process`) and begin."""
+        """Set this process's threads and device (:func:`~graphtree.experiments.runs.start_process`) and begin."""
         return cls(name, args, argv, repo, default_epochs, start_process(args))
 
     @property
@@ -93,7 +93,7 @@ class Experiment:
 
     @property
     def mirror(self) -> str | None:
-        """Where the corpora come from (:func:`~graphtree.train.runs.default_mirror`)."""
+        """Where the corpora come from (:func:`~graphtree.experiments.runs.default_mirror`)."""
         return default_mirror(self.repo)
 
     def vectors(self) -> Any:

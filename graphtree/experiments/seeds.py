@@ -27,8 +27,8 @@ from ..train import distributed
 from ..train.checkpoint import atomic_write_text, seed_everything
 from ..train.optim import OptimizerSpec, PaperOptimizer
 from ..train.replaying import replay_requested, unreplayable_reason
-from ..train.runs import RunPaths, finished_run, note, recorded_command, run_record
 from ..train.trainer import FitResult, Trainer
+from .runs import RunPaths, finished_run, note, recorded_command, run_record
 
 __all__ = ["Outcome", "SeedRun", "count_parameters", "seed_names", "train_seeds"]
 

@@ -22,7 +22,7 @@ from ..models import BiTreeLSTM, NodeEmbedding, TreeClassifier
 from ..models.spans import SpanLSTMClassifier
 from ..nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from ..train import WordInputModel
-from ..train.runs import fail
+from .runs import fail
 
 __all__ = ["TENG_VARIANTS", "sst_model"]
 

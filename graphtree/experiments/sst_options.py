@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..train.presets import OptimizerSpec
-from ..train.runs import (
+from .runs import (
     ArgumentParser,
     add_run_arguments,
     at_least_one,

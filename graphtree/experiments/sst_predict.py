@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from ..parse import parse
-from ..train.runs import ArgumentParser, RunPaths, fail
 from ..train.transforms import recursive_tree
 from ..vocab import Vocab
+from .runs import ArgumentParser, RunPaths, fail
 from .sst_options import PREDICT_USAGE
 
 __all__ = ["PREDICT_USAGE", "draw_tree", "load_checkpoint", "picture_path", "predict", "render_tree"]

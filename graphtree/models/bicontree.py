@@ -182,7 +182,7 @@ class BiTreeLSTM(torch.nn.Module):
 class _LeafSum(TreeCell):
     """Sum and number of the leaf rows below each node (a leaf counts itself), bottom-up."""
 
-    compiled_kernel = "leaf_sum"  # the same sums in C++: graphtree/backend/compiled.py
+    compiled_kernel = "leaf_sum"  # the same sums in C++: graphtree/backend/dispatch.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """``FixedCombinationLevels`` takes no weights (the cell has none)."""

@@ -76,7 +76,7 @@ class TreeCell(MessagePassing):
 
     The paper cells also declare a compiled form of their ``update`` by name
     in ``compiled_kernel`` (a key of
-    :data:`graphtree.backend.compiled.MAKERS`), which the engine chooses and
+    :data:`graphtree.backend.dispatch.MAKERS`), which the engine chooses and
     runs instead where it applies, and the weights it takes in
     ``compiled_weights``; a subclass that overrides ``update`` runs its own
     ``update``. A cell without one never builds the compiled kernels.
@@ -87,7 +87,7 @@ class TreeCell(MessagePassing):
     level_cost_slots: int = SPLIT_COST_SLOTS  # 1,024; more for a cell that computes on filled slots only
     state_channels: tuple[int, ...] = ()
     output_states: int | None = None  # None: every state component is returned
-    compiled_kernel: ClassVar[str | None] = None  # the paper cells' kernels, by name: graphtree.backend.compiled
+    compiled_kernel: ClassVar[str | None] = None  # the paper cells' kernels, by name: graphtree.backend.dispatch
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -67,7 +67,7 @@ class ChildSumTreeLSTM(TreeCell):
         self.U_f = Linear(d, d)  # U^(f) applied to each child's h_k
         self.reset_parameters()
 
-    compiled_kernel = "child_sum"  # the fast path: graphtree/backend/compiled.py
+    compiled_kernel = "child_sum"  # the fast path: graphtree/backend/dispatch.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``ChildSumLevels``, in its order (``W`` is applied before the pass, as ``Wx``)."""

@@ -37,11 +37,11 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     if not training or p == 0 or input.numel() == 0 or p == 1 or not _eligible(input):
         return F.dropout(input, p, training)
     kept = _kept_value[p] if p in _kept_value else _check(p)
-    kernels = native_kernels_if_loaded(input.detach())
-    if kept is None or kernels is None:
+    extension = native_kernels_if_loaded(input.detach())
+    if kept is None or extension is None:
         return F.dropout(input, p, training)
     noise = torch.empty_like(input, requires_grad=False)
-    kernels.bernoulli_(noise, 1 - p, value=kept)  # F.dropout's noise.bernoulli_(1 - p).div_(1 - p)
+    extension.bernoulli_(noise, 1 - p, value=kept)  # F.dropout's noise.bernoulli_(1 - p).div_(1 - p)
     return input * noise
 
 
@@ -51,10 +51,10 @@ def _eligible(input: Tensor) -> bool:
 
 def _check(p: float) -> float | None:
     """PyTorch's kept value for ``p`` if the compiled mask reproduces ``F.dropout`` exactly, else ``None``."""
-    kernels = native_kernels_if_loaded(torch.empty(0))
+    extension = native_kernels_if_loaded(torch.empty(0))
     if not 0 < p < 1:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if kernels is None:  # not loaded (yet): asked again next time
+    if extension is None:  # not loaded (yet): asked again next time
         return None
     kept = float(torch.ones(1).div_(1 - p))
     ones = torch.ones(2 * 624 + 7)  # more than two twists of the generator, an odd length
@@ -64,7 +64,7 @@ def _check(p: float) -> float | None:
         expected_state = torch.get_rng_state()
         torch.set_rng_state(before)
         noise = torch.empty_like(ones)
-        kernels.bernoulli_(noise, 1 - p, value=kept)
+        extension.bernoulli_(noise, 1 - p, value=kept)
         same = torch.equal(ones * noise, expected) and torch.equal(torch.get_rng_state(), expected_state)
     finally:
         torch.set_rng_state(before)

@@ -84,7 +84,7 @@ class HeadLexicalization(TreeCell):
             self.b_z = Parameter(torch.empty((N - 1) * D))
         self.reset_parameters()
 
-    compiled_kernel = "head_lexicalization"  # the fast path: graphtree/backend/compiled.py
+    compiled_kernel = "head_lexicalization"  # the fast path: graphtree/backend/dispatch.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``GatedHeadLevels``, in its order; none for the fixed methods."""

@@ -100,7 +100,7 @@ class LexicalizedTreeLSTM(TreeCell):
         self.b = Parameter(torch.empty((N + 3) * d))
         self.reset_parameters()
 
-    compiled_kernel = "lexicalized"  # the fast path: graphtree/backend/compiled.py
+    compiled_kernel = "lexicalized"  # the fast path: graphtree/backend/dispatch.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``LexicalizedLevels``, in its order."""

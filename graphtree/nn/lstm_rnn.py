@@ -150,7 +150,7 @@ class LSTMRNN(TreeCell):
         self.b = Parameter(torch.empty(4 * d))
         self.reset_parameters()
 
-    compiled_kernel = "lstm_rnn"  # the fast path: graphtree/backend/compiled.py
+    compiled_kernel = "lstm_rnn"  # the fast path: graphtree/backend/dispatch.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``LSTMRNNLevels``, in its order."""

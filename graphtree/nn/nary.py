@@ -96,7 +96,7 @@ class NaryTreeLSTM(TreeCell):
         self.b_U = Parameter(torch.empty(N, (3 + N) * d))
         self.reset_parameters()
 
-    compiled_kernel = "nary"  # the fast path (forget="full"): graphtree/backend/compiled.py
+    compiled_kernel = "nary"  # the fast path (forget="full"): graphtree/backend/dispatch.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``NaryLevels``, in its order: ``U``, ``b_U`` and, in the constituency setting, the leaf

@@ -108,7 +108,7 @@ class SLSTM(TreeCell):
         self.W_leaf = Linear(in_channels, 2 * d) if leaf == "lstm" else None
         self.reset_parameters()
 
-    compiled_kernel = "slstm"  # the fast path: graphtree/backend/compiled.py
+    compiled_kernel = "slstm"  # the fast path: graphtree/backend/dispatch.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``SLSTMLevels``, in its order, the leaf LSTM's last where the leaves have one."""

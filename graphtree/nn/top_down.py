@@ -111,7 +111,7 @@ class TopDownTreeLSTM(TreeCell):
     # Its update steps the filled parent slots only, so an empty slot costs it a gather: a level of its own pays
     # only where a node has hundreds of parents.
     level_cost_slots = 4096
-    compiled_kernel = "top_down"  # the fast path (trees and forests): graphtree/backend/compiled.py
+    compiled_kernel = "top_down"  # the fast path (trees and forests): graphtree/backend/dispatch.py
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``TopDownLevels``, in its order."""

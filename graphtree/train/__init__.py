@@ -14,9 +14,11 @@
   ``torchrun`` (``DistributedDataParallel``; the trainer finds the process group).
 * :mod:`~graphtree.train.transforms` — label restriction (root / root+leaf
   supervision) and left/right-recursive trees over a sentence's words.
-* :mod:`~graphtree.train.own_data` — training on files of one's own
-  (``experiments/train.py``): splits, the task the labels give, models, a
-  :class:`~graphtree.train.Trainer` for graph or node labels, predictions.
+* :mod:`~graphtree.train.pairs` — :class:`~graphtree.train.pairs.PairTrainer` for sentence-pair
+  regression (SICK relatedness) and its correlations.
+
+The experiment scripts' own parts (command-line conventions, run files and their provenance, reports, training on
+files of one's own) are the lab, :mod:`graphtree.experiments`, which this package never imports.
 """
 
 import importlib

@@ -9,7 +9,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,8 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 from tqdm.auto import tqdm
 
-from .. import settings
-from ..backend import native, threads
+from ..backend import native
+from ..backend.threads import denormals_flushed  # noqa: F401  (importable here as before it moved)
 from ..data.batching import BatchCutter, collate_graphs
 from ..data.loader import ScheduleCollater, unpacked, with_schedule
 from ..models.classifier import node_loss
@@ -30,7 +29,7 @@ from .metrics import Tally, evaluate
 from .optim import PaperOptimizer
 from .replaying import ReplayedForward, ReplayPath, StepOptimizer, replay_requested, unreplayable_reason
 
-__all__ = ["CHECKPOINT_FORMAT", "PHASES", "FitResult", "Trainer", "collate", "denormals_flushed", "epoch_order"]
+__all__ = ["CHECKPOINT_FORMAT", "PHASES", "FitResult", "Trainer", "collate", "epoch_order"]
 
 CHECKPOINT_FORMAT = 1
 """Version of the checkpoint layout written by :class:`Trainer`."""
@@ -47,44 +46,6 @@ both updates, captures included) is one launch."""
 
 
 _NOT_YET = object()  # Trainer._cutter before the first epoch of a fit has made it
-
-
-def _flushing_denormals() -> bool:
-    """Whether this thread reads and writes subnormal floats as zero: a subnormal times one comes out zero."""
-    return torch.tensor([1e-39]).mul(1.0).item() == 0.0
-
-
-@contextmanager
-def denormals_flushed() -> Iterator[None]:
-    """Subnormal floats read and written as zero in CPU arithmetic (x86 FTZ/DAZ) for the duration, on this
-    thread (``torch.set_flush_denormal``) and on PyTorch's intra-op worker threads
-    (:func:`graphtree.backend.threads.flush_denormal_on_pool`), then as before; nothing where the processor
-    cannot.
-
-    Why: a weight that never receives a gradient but is decayed by L2 shrinks into the subnormal range
-    (below 1.2e-38) within an epoch, and every product with it then takes the processor's slow path. On SST,
-    Child-Sum's input weights of its forget gates are such (the words sit at leaves, which have no children to
-    forget; inner nodes have no input), and so is a block of LSTM-RNN's leaf maps: Child-Sum's epoch ran 2.3
-    times as long as with them flushed (Intel Xeon, AVX-512). The worker threads matter as much: with two
-    threads and only the calling one flushed, the same epoch took 9.9-10.7 s against 5.5-5.7 s with both.
-    Such weights never reach a loss, so a run's numbers stay the same: bit for bit in every epoch of the runs
-    compared with and without flushing (Child-Sum, N-ary and LSTM-RNN on SST, Child-Sum on SICK;
-    ``tests/test_train.py`` checks a small case). Where PyTorch's pool is not GNU OpenMP (its Linux builds'), only
-    the calling thread is switched. The ``flush_denormals`` setting (``GRAPHTREE_FLUSH_DENORMALS=0``,
-    :mod:`graphtree.settings`) leaves the processor's setting alone.
-    """
-    if _flushing_denormals() or not settings.current().flush_denormals:
-        yield
-        return
-    switched = torch.set_flush_denormal(True)
-    if switched:
-        threads.flush_denormal_on_pool(True)
-    try:
-        yield
-    finally:
-        if switched:
-            threads.flush_denormal_on_pool(False)
-            torch.set_flush_denormal(False)
 
 
 def epoch_order(num_examples: int, seed: int, epoch: int) -> Tensor:
@@ -512,12 +473,14 @@ class Trainer:
     # -- training ----------------------------------------------------------------------------------
 
     def fit(self, train: Sequence[Data], dev: Sequence[Data]) -> FitResult:
-        """Train (or resume, or return a finished run) and leave the best-dev weights in the model. Subnormal
-        floats are flushed to zero meanwhile (:func:`denormals_flushed`)."""
+        """Train (or resume, or return a finished run) and leave the best-dev weights in the model.
+
+        The processor's floating-point mode is left as it is: where weights decay into subnormal floats (L2 on a
+        block that gets no gradient), wrap the call in :func:`graphtree.backend.threads.denormals_flushed`, as
+        the experiment scripts do (the same numbers, faster)."""
         if len(train) == 0 or len(dev) == 0:
             raise ValueError("fit needs non-empty training and dev sets")
-        with denormals_flushed():
-            return self._fit(train, dev)
+        return self._fit(train, dev)
 
     def _fit(self, train: Sequence[Data], dev: Sequence[Data]) -> FitResult:
         self._cutter = _NOT_YET  # the training graphs are concatenated anew for each fit (see _minibatches)
@@ -697,7 +660,6 @@ class Trainer:
         return loss_sum / examples, phases
 
     def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
-        """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``, subnormals flushed."""
+        """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``."""
         batches = self.eval_batches(data)
-        with denormals_flushed():
-            return evaluate(self._scoring_model(batches), batches, breakdown=breakdown)
+        return evaluate(self._scoring_model(batches), batches, breakdown=breakdown)

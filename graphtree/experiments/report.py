@@ -10,9 +10,11 @@ import json
 import re
 import statistics
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from .provenance import NUMERICS_VERSION
 from .runs import ArgumentParser
@@ -20,7 +22,7 @@ from .runs import ArgumentParser
 __all__ = ["CHECKS_FILE", "RESULTS_PAGE", "SECTIONS", "SEEDS_CAP", "STALE_MARK", "SUMMARY_HEADER", "Provenance",
            "Standing", "anchor", "best_dev_run", "code_cell", "commands_section", "compute_note", "compute_used",
            "duration", "format_p", "format_seeds", "git_added", "hardware", "line_plot", "load_checks", "load_runs",
-           "markdown_table", "mean_interval", "mean_std", "minutes", "orderings_table", "pooled_counts",
+           "markdown_table", "mean_interval", "mean_std", "minutes", "no_runs", "orderings_table", "pooled_counts",
            "pooled_std", "provenance_lines", "publish", "report_head", "report_script", "results_folder",
            "runs_section", "runs_table", "seeds_to_separate", "short", "shown", "stale_footnote", "stale_lines",
            "stale_mark", "summary_label", "target_line", "wall_minutes", "welch_p", "windows", "with_seeds",
@@ -114,7 +116,7 @@ def write_readme_section(readme: Path, key: str, text: str) -> bool:
         return False
     updated = pattern.sub(lambda _: f"{begin}\n{text.strip()}\n{end}", source, count=1)
     if updated != source:
-        from .checkpoint import atomic_write_text  # with torch: only a report that writes needs it
+        from ..train.checkpoint import atomic_write_text  # with torch: only a report that writes needs it
 
         atomic_write_text(updated, readme)
     return True
@@ -328,7 +330,7 @@ def provenance_lines(prov: Provenance, rows: Sequence[tuple[str, Sequence[dict],
              "Which code each number comes from. A run's JSON records the commit it ran at (*ran at*, `+dirty` where "
              "the work tree had uncommitted changes); for a JSON from before runs recorded it, the commit that added "
              "the file to git, which came after the run (*recorded in*). The numerics version counts the changes "
-             "that alter a run's numbers, rounding included (`graphtree.train.provenance`); this checkout is at "
+             "that alter a run's numbers, rounding included (`graphtree.experiments.provenance`); this checkout is at "
              f"version {NUMERICS_VERSION}. A row is current when all its runs ran at that version, or when one of "
              f"its runs, rerun at it, matched every compared epoch exactly (`{CHECKS_FILE}`); other rows' numbers "
              f"carry {STALE_MARK}.", ""]
@@ -433,6 +435,17 @@ def results_folder(description: str, committed: Path, argv: Sequence[str] | None
     if not results.is_dir():
         parser.error(f"--results {results}: no such folder; give the folder that holds <task>/*.json (e.g. runs)")
     return results, results.resolve() == committed.resolve()
+
+
+def no_runs(task: str, results: Path, looked: Sequence[Path], what: str = "runs", out: Path | None = None) -> NoReturn:
+    """End a report script that found nothing to report in ``--results``: one line on stderr, ``report_<task>.py:
+    error: ...``, naming the folders it looked in and the command that writes such runs, and exit status 2, as a bad
+    flag does; no report is written (an empty report would pass for one). ``out``: the ``--out`` that writes such
+    runs, ``results`` unless given."""
+    where = " or ".join(f"{folder}/*.json" for folder in looked)
+    print(f"report_{task}.py: error: --results {results}: no {what} in {where}; nothing written "
+          f"(python experiments/{task}.py --out {results if out is None else out} writes them)", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def shown(results: Path, repo: Path) -> str:

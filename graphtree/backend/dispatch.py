@@ -1,8 +1,9 @@
-"""The paper cells' fast path: their level math compiled, run by the engine's level loop in C++.
+"""Which compiled kernel serves a cell's pass, and when: the paper cells' fast path, run by the engine's level
+loop in C++.
 
 A cell's ``update`` is its definition. Where a paper cell runs on CPU in
 float32 and the kernels are built (:mod:`graphtree.backend.native`), the engine
-instead hands the whole pass to the cell's ``LevelKernel`` in
+instead hands the whole pass to the cell's kernel, a C++ ``LevelKernel`` of
 ``graphtree/csrc`` (``level_loop.h``): the same levels, buffers, slot gathers
 and child-gradient accumulation as the Python loop, each level's forward and
 hand-written derivatives in one pass over its rows, without the interpreter
@@ -15,11 +16,11 @@ declares its kernel by name in ``compiled_kernel`` (e.g. ``compiled_kernel =
 "child_sum"``, a key of :data:`MAKERS`; the cell imports nothing of this
 module) and the weights its kernel takes, in the kernel's order, in
 ``compiled_weights()``; the engine chooses the kernel through
-:func:`level_kernel`. A maker receives those weights
+:func:`bound_kernel`. A maker receives those weights
 (detached) with the cell's settings and returns the kernel, or ``None`` where
 the kernel does not cover the cell's setting or the batch; the kernel returns
 its weights' gradients in the same order, which is how the engine hands them
-back. No maker reads a cell's layers. The engine asks :func:`level_kernel`
+back. No maker reads a cell's layers. The engine asks :func:`bound_kernel`
 once per pass; a subclass that overrides ``update`` never gets its parent's
 kernel.
 """
@@ -36,27 +37,29 @@ from torch import Tensor
 from ..schedule import LevelPlan
 from . import native
 
-__all__ = ["MAKERS", "LevelKernel", "Maker", "level_kernel"]
+__all__ = ["MAKERS", "BoundKernel", "Maker", "bound_kernel"]
 
 
-class LevelKernel(NamedTuple):
-    """A pass's compiled level math: the kernels module, its ``LevelKernel`` object, and the weights it took.
+class BoundKernel(NamedTuple):
+    """A pass's compiled level math, bound to what it runs with.
 
-    ``weights``: the cell's ``compiled_weights()``, the tensors whose gradients the kernel's backward returns,
-    in that order.
+    ``extension``: the loaded C++ extension (:func:`graphtree.backend.native.native_kernels`), whose level
+    loops run the kernel; ``kernel``: the cell's C++ ``LevelKernel`` (``graphtree/csrc/level_loop.h``), made by
+    its maker; ``weights``: the cell's ``compiled_weights()``, the tensors whose gradients the kernel's
+    backward returns, in that order.
     """
 
-    kernels: ModuleType
+    extension: ModuleType
     kernel: Any
     weights: tuple[Tensor, ...]
 
 
-# A maker: (cell, kernels module, bottom-up or top-down plan of the pass, the cell's compiled_weights() detached)
+# A maker: (cell, the C++ extension, bottom-up or top-down plan of the pass, the cell's compiled_weights() detached)
 # -> the kernel, or None where the kernel does not cover the cell's setting or the batch.
 Maker = Callable[[torch.nn.Module, ModuleType, LevelPlan, Sequence[Tensor]], Any]
 
 
-def level_kernel(cell: torch.nn.Module, inputs: list[Tensor], plan: LevelPlan) -> LevelKernel | None:
+def bound_kernel(cell: torch.nn.Module, inputs: list[Tensor], plan: LevelPlan) -> BoundKernel | None:
     """The compiled level math of ``cell`` for this pass, or ``None`` (the engine runs ``cell.update``).
 
     ``None`` unless the cell's class names a maker for the very ``update`` it runs, the inputs and the
@@ -71,22 +74,22 @@ def level_kernel(cell: torch.nn.Module, inputs: list[Tensor], plan: LevelPlan) -
     if make is None:
         raise ValueError(f"{cls.__name__}.compiled_kernel is {name!r}, which names no kernel; one of {sorted(MAKERS)}")
     params = [p.detach() for p in cell.parameters()]
-    kernels = native.native_kernels(*inputs, *params)
-    if kernels is None:
+    extension = native.native_kernels(*inputs, *params)
+    if extension is None:
         return None
     weights = tuple(cell.compiled_weights())
-    kernel = make(cell, kernels, plan, [w.detach() for w in weights])
+    kernel = make(cell, extension, plan, [w.detach() for w in weights])
     if kernel is None:
         return None
-    return LevelKernel(kernels, kernel, weights)
+    return BoundKernel(extension, kernel, weights)
 
 
-def child_sum(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
+def child_sum(cell: Any, extension: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
     """:class:`~graphtree.nn.ChildSumTreeLSTM`: ``ChildSumLevels`` (``csrc/child_sum_level.cpp``)."""
-    return kernels.ChildSumLevels(*weights)
+    return extension.ChildSumLevels(*weights)
 
 
-def nary(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
+def nary(cell: Any, extension: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
     """:class:`~graphtree.nn.NaryTreeLSTM` with full forget maps, either setting: ``NaryLevels``
     (``csrc/nary_level.cpp``). It takes ``U`` transposed, with the candidate's rows doubled (the kernel
     computes tanh(z) as 2 sigmoid(2z) - 1, one activation for all gates), and the children's biases summed.
@@ -95,41 +98,41 @@ def nary(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tens
         return None
     U, b_U, *leaf = weights
     d = cell.hidden_channels
-    U_t = kernels.transposed(U)
+    U_t = extension.transposed(U)
     U_t[:, 2 * d:3 * d] *= 2
     gate_bias = b_U.sum(0)[:U.size(0)]
     gate_bias[2 * d:3 * d] *= 2
     if cell.setting == "general":
         none = U.new_empty(0)
-        return kernels.NaryLevels(U_t, gate_bias, U, none, none, True)
-    return kernels.NaryLevels(U_t, gate_bias, U, *leaf, False)
+        return extension.NaryLevels(U_t, gate_bias, U, none, none, True)
+    return extension.NaryLevels(U_t, gate_bias, U, *leaf, False)
 
 
-def slstm(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
+def slstm(cell: Any, extension: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
     """:class:`~graphtree.nn.SLSTM`: ``SLSTMLevels`` (``csrc/peephole_level.cpp``)."""
-    return kernels.SLSTMLevels(*weights)
+    return extension.SLSTMLevels(*weights)
 
 
 # The activation of the LSTM-RNN's gates, as the kernel numbers them.
 LSTM_RNN_ACTIVATIONS = {"tanh": 0, "softsign": 1, "sigmoid": 2}
 
 
-def lstm_rnn(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
+def lstm_rnn(cell: Any, extension: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
     """:class:`~graphtree.nn.LSTMRNN`: ``LSTMRNNLevels`` (``csrc/lstm_rnn_level.cpp``)."""
-    return kernels.LSTMRNNLevels(*weights, LSTM_RNN_ACTIVATIONS[cell.activation])
+    return extension.LSTMRNNLevels(*weights, LSTM_RNN_ACTIVATIONS[cell.activation])
 
 
-def lexicalized(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
+def lexicalized(cell: Any, extension: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
     """:class:`~graphtree.nn.LexicalizedTreeLSTM`: ``LexicalizedLevels`` (``csrc/peephole_level.cpp``)."""
-    return kernels.LexicalizedLevels(*weights, cell.lexicalized)
+    return extension.LexicalizedLevels(*weights, cell.lexicalized)
 
 
-def top_down(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
+def top_down(cell: Any, extension: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
     """:class:`~graphtree.nn.TopDownTreeLSTM` where no node has several parents (trees, forests):
     ``TopDownLevels`` (``csrc/peephole_level.cpp``)."""
     if any(width > 1 for width in plan.widths):
         return None
-    return kernels.TopDownLevels(*weights)
+    return extension.TopDownLevels(*weights)
 
 
 # The modes of FixedCombinationLevels: the fixed heads of Teng & Zhang's Table 5, and the leaf sums.
@@ -137,20 +140,20 @@ FIXED_HEADS = {"left": 0, "right": 1, "average": 2}
 LEAF_SUM = 3
 
 
-def head_lexicalization(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
+def head_lexicalization(cell: Any, extension: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
     """:class:`~graphtree.nn.HeadLexicalization`: the gated binary method, ``GatedHeadLevels``, and the
     fixed methods (left, right, average), ``FixedCombinationLevels`` (``csrc/head_level.cpp``)."""
     if cell.method in FIXED_HEADS:
-        return kernels.FixedCombinationLevels(FIXED_HEADS[cell.method])
+        return extension.FixedCombinationLevels(FIXED_HEADS[cell.method])
     if cell.n_ary != 2:
         return None
-    return kernels.GatedHeadLevels(*weights)
+    return extension.GatedHeadLevels(*weights)
 
 
-def leaf_sum(cell: Any, kernels: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
+def leaf_sum(cell: Any, extension: ModuleType, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
     """The sums of leaf rows below each node (BiConTree's span features): ``FixedCombinationLevels``
     (``csrc/head_level.cpp``)."""
-    return kernels.FixedCombinationLevels(LEAF_SUM)
+    return extension.FixedCombinationLevels(LEAF_SUM)
 
 
 MAKERS: dict[str, Maker] = {"child_sum": child_sum, "nary": nary, "slstm": slstm, "lstm_rnn": lstm_rnn,

@@ -60,7 +60,7 @@ def git_state(root: Path = PACKAGE_ROOT) -> tuple[str | None, bool | None]:
 @cache
 def code_state() -> tuple[str | None, bool | None]:
     """:func:`git_state` of graphtree as this process first asked for it. The experiment scripts ask when they
-    start (:func:`graphtree.train.runs.main_guard`), so a run records the code it imported, not the commit the
+    start (:func:`graphtree.experiments.runs.main_guard`), so a run records the code it imported, not the commit the
     work tree has moved to (a ``git pull``) by the time the run ends."""
     return git_state()
 

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from .. import settings
-from ..collector import exit_without_collecting, startup_frozen
 from ..errors import GraphtreeError
 
 if TYPE_CHECKING:
@@ -91,7 +90,7 @@ def fail(message: str) -> NoReturn:
 
 def note(message: str) -> None:
     """A line for the user on stderr, from rank 0 only under ``torchrun`` (one copy, not one per process)."""
-    from . import distributed
+    from ..train import distributed
 
     if distributed.is_main():
         print(message, file=sys.stderr)
@@ -121,14 +120,14 @@ def in_command_line_terms(message: str) -> str:
 def main_guard(main: Callable[[], T], prog: str) -> T:
     """Run ``main`` and return what it returns; a user error ends it with one line ``prog: error: ...`` and exit
     status 2, no traceback. The code's commit is read first, before the run (see
-    :func:`~graphtree.train.provenance.code_state`). What the imports made lives as long as the run and is left
-    out of garbage collection while it runs (:func:`~graphtree.collector.startup_frozen`), and the interpreter's
-    exit collects nothing (:func:`~graphtree.collector.exit_without_collecting`)."""
+    :func:`~graphtree.experiments.provenance.code_state`). The run opts into what a script sets for its process
+    (:func:`graphtree.experiments.process.opted_in`: the garbage collector quieter, subnormal floats flushed),
+    all put back when it ends."""
+    from . import process
     from .provenance import code_state
 
     code_state()
-    exit_without_collecting()
-    with user_errors(prog), startup_frozen():
+    with user_errors(prog), process.opted_in():
         return main()
 
 
@@ -222,11 +221,10 @@ def epochs_of(args: argparse.Namespace, default: int) -> int:
 
 def start_process(args: argparse.Namespace) -> torch.device:
     """Threads and device of this process (one, or this one of ``torchrun``'s): the device it trains on."""
-    import torch
+    from ..train import distributed
+    from . import process
 
-    from . import distributed
-
-    torch.set_num_threads(args.threads)
+    process.set_threads(args.threads)
     return distributed.setup(resolve_device(args.device))
 
 
@@ -332,16 +330,18 @@ def kernels_used(device: torch.device | str) -> str:
 
 
 def run_record(threads: int, device: torch.device | str = "cpu") -> dict:
-    """The fields every results file ends with: threads (per process), device, versions, machine and provenance;
-    ``processes`` too for a run trained by several (``torchrun``)."""
+    """The fields every results file ends with: threads (per process), device, versions, machine, provenance and
+    what the script set for its process (:func:`graphtree.experiments.process.record`); ``processes`` too for a
+    run trained by several (``torchrun``)."""
     import torch
 
-    from . import distributed
+    from ..train import distributed
+    from . import process
     from .provenance import provenance
 
     record = {"threads": threads, "device": str(device), "torch": torch.__version__,
               "python": platform.python_version(), "machine": machine_description(device),
-              "provenance": provenance(threads, kernels_used(device))}
+              "provenance": provenance(threads, kernels_used(device)), "process": process.record()}
     if distributed.world_size() > 1:
         record["processes"] = distributed.world_size()
     return record

@@ -52,7 +52,7 @@ class GraphSplits:
         return f"{self.files[split]}, line {int(graph.line)}"
 
     def sample(self, sizes: Mapping[str, int]) -> GraphSplits:
-        """A fixed random subset of each split (:func:`~graphtree.train.runs.quick_sample`), for ``--quick``."""
+        """A fixed random subset of each split (:func:`~graphtree.experiments.runs.quick_sample`), for ``--quick``."""
         graphs, indices = {}, {}
         for split in SPLITS:
             if getattr(self.graphs[split], "reads_from_disk", False):  # a view of the store: nothing read

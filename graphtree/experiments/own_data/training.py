@@ -12,11 +12,11 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 
 from ...errors import GraphtreeError
-from ..optim import PaperOptimizer
-from ..pairs import relatedness
-from ..replaying import unreplayable_reason
+from ...train.optim import PaperOptimizer
+from ...train.pairs import relatedness
+from ...train.replaying import unreplayable_reason
+from ...train.trainer import Trainer
 from ..runs import RunError
-from ..trainer import Trainer
 from .task import Task
 
 __all__ = ["Prediction", "TaskTrainer"]

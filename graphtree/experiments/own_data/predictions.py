@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from torch import Tensor
 
 from ...data.tree import NO_LABEL
-from ..checkpoint import atomic_write_text
+from ...train.checkpoint import atomic_write_text
 from .splits import GraphSplits
 from .task import Task
 from .training import Prediction
