@@ -15,8 +15,7 @@ from test_replay import Averaged, _dag, _states_and_grads, _trees
 from torch_geometric.data import Batch, Data
 from trees import chain_ptb, random_ptb
 
-from graphtree.backend import dispatch as compiled
-from graphtree.backend import native
+from graphtree.backend import dispatch, native
 from graphtree.data import from_ptb
 from graphtree.engine import propagate
 from graphtree.errors import HostValueError
@@ -212,19 +211,19 @@ def test_the_compiled_top_down_kernel_reads_the_padded_plans_position_groups(ker
     x = torch.randn(graph.num_nodes, D)[padded.source]
     weights = [torch.randn(padded.num_nodes, D) * padded.node_weight.unsqueeze(1) for _ in range(2)]
     decided = []
-    original = compiled.level_kernel
+    original = dispatch.bound_kernel
 
     def spy(*args):
         made = original(*args)
         decided.append(made is not None)
         return made
 
-    compiled.level_kernel = spy
+    dispatch.bound_kernel = spy
     try:
         with native.use_native(True):
             fast = _states_and_grads(cell, x, padded, weights)
     finally:
-        compiled.level_kernel = original
+        dispatch.bound_kernel = original
     assert decided and all(decided)
     with native.use_native(False):
         want = _states_and_grads(cell, x, padded, weights)
