@@ -38,7 +38,7 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__version__ = "0.1.0"
+from .version import __version__ as __version__  # noqa: E402  (after the lazy names above)
 
 __all__ = [
     "Children",

@@ -72,7 +72,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -84,7 +84,6 @@ from .backend import native
 from .data import NO_LABEL
 from .errors import HostValueError
 from .schedule import LevelPlan, Schedule, schedule_of
-from .train.optim import CapturableAdagrad
 
 __all__ = ["BucketShape", "Buckets", "PaddedBatch", "ReplayError", "ReplayStats", "ReplayedStep", "pad",
            "padded_batch", "weighted_node_loss"]
@@ -232,6 +231,8 @@ class PaddedBatch(Data):
     :class:`ReplayError`. Graph attributes (tensors neither per node nor per edge, e.g. ``graph_y``) are the
     batch's, unchanged; anything that is not a tensor is left out, as a replayed graph could not refill it.
     """
+
+    padded: ClassVar[bool] = True  # read on the class by the models, which do not import this module
 
     def __getattr__(self, key: str) -> Any:
         self._note(key)
@@ -556,7 +557,8 @@ def _refuse_uncapturable(optimizer: torch.optim.Optimizer) -> None:
     ``torch.optim.SGD`` (its learning rate and momentum are Python floats, fixed in a graph as in a step), and
     graphtree's :class:`~graphtree.train.CapturableAdagrad`. Anything else (PyTorch's Adagrad, which reads its
     step count on the host, SparseAdam, LBFGS, an optimizer of one's own) is refused: an optimizer that asks the
-    host for nothing says so with ``capturable=True`` in its param groups.
+    host for nothing says so with ``capturable=True`` in its param groups, or ``host_free_step = True`` on its
+    class (as CapturableAdagrad does).
     """
     flags = [group.get("capturable") for group in optimizer.param_groups]
     if any(flag is not None for flag in flags):
@@ -567,8 +569,8 @@ def _refuse_uncapturable(optimizer: torch.optim.Optimizer) -> None:
             reason += (" (PyTorch's capturable forms run on a GPU only: on the CPU, use CapturableAdagrad or "
                        "SGD; make_optimizer('adam', ..., capturable=True) gives a capturable Adam where the "
                        "parameters are on a GPU when it is called)")
-    elif isinstance(optimizer, (CapturableAdagrad, torch.optim.SGD)):
-        return
+    elif isinstance(optimizer, torch.optim.SGD) or getattr(type(optimizer), "host_free_step", False) is True:
+        return  # CapturableAdagrad says so on its class (this module sits below the training code: no import)
     else:
         reason = "it has no capturable setting, and graphtree does not know it for one that asks the host for nothing"
     raise ValueError(f"a replayed step needs an optimizer whose step a CUDA graph can hold; "

@@ -19,9 +19,9 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-import graphtree
 import graphtree.datasets.files as files_module
 import graphtree.datasets.store as store_module
+import graphtree.version
 from graphtree.data import TreeLoader
 from graphtree.datasets import GraphFiles
 from graphtree.datasets.store import GraphStore, StoreError, decode_graph, encode_graph, write_store
@@ -196,7 +196,7 @@ def test_a_store_with_rows_missing_names_the_file(store):
 
 
 def test_a_store_of_another_version_or_format_names_the_file(store, monkeypatch):
-    monkeypatch.setattr(graphtree, "__version__", "9.9.9")
+    monkeypatch.setattr(graphtree.version, "__version__", "9.9.9")
     with pytest.raises(StoreError, match=rf"{store}: built by graphtree 0\.1\.0, this is 9\.9\.9"):
         GraphStore(store)
     monkeypatch.undo()

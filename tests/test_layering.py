@@ -20,12 +20,13 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "graphtree"
 LAB = "experiments"
 LAYERS = (
-    {"errors", "settings", "levels", "schedule"},  # the ground floor
+    {"errors", "settings", "version", "levels", "schedule"},  # the ground floor
     {"data", "backend"},  # graphs as PyG data; the compiled kernels
     {"engine", "parse", "vocab"},
     {"nn", "datasets", "testing"},  # the cells; the corpora
     {"models", "embeddings"},
-    {"train", "replay"},  # the trainer library
+    {"replay"},  # training steps replayed as CUDA graphs
+    {"train"},  # the trainer library
     {LAB},  # the lab: the experiment scripts' set-up, run files, reports
 )
 GROUND = LAYERS[0]

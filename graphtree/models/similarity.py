@@ -59,9 +59,9 @@ def roots_of(batch: Any) -> Tensor:
 
 
 def _padded(batch: Any) -> bool:
-    from ..replay import PaddedBatch  # here: graphtree.replay imports the training code, which imports the models
-
-    return isinstance(batch, PaddedBatch)
+    """Whether ``batch`` is a :class:`graphtree.replay.PaddedBatch`, as its class says: the models sit below
+    graphtree.replay (which imports the training code), so they do not import it."""
+    return getattr(type(batch), "padded", False) is True
 
 
 def root_states(h: Tensor, batch: Any) -> Tensor:

@@ -43,7 +43,7 @@ Torch7's ``optim.adagrad`` used by Tai's code.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -162,6 +162,8 @@ class CapturableAdagrad(torch.optim.Optimizer):
         eps: Added to the accumulators' square root.
         weight_decay: L2 penalty added to the gradients.
     """
+
+    host_free_step: ClassVar[bool] = True  # its step asks the host for nothing: graphtree.replay accepts it
 
     def __init__(self, params: Iterable[Tensor], lr: float = 1e-2, eps: float = 1e-10,
                  weight_decay: float = 0.0) -> None:
