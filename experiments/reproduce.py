@@ -25,6 +25,7 @@ shown to reproduce there.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import subprocess
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from graphtree.experiments.provenance import NUMERICS_VERSION, code_state, rounding_differences
 from graphtree.experiments.report import Provenance
-from graphtree.experiments.runs import ArgumentParser, fail, main_guard
+from graphtree.experiments.runs import ArgumentParser, check_flags_first, fail, main_guard
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = REPO / "experiments" / "results" / "reproduced.json"
@@ -107,13 +108,17 @@ def record_check(entry: dict) -> None:
     atomic_write_text(json.dumps(checks, indent=1) + "\n", CHECKS)
 
 
-def main(argv: list[str]) -> int:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     p = ArgumentParser(description="Rerun a committed run with its recorded command and compare every "
                                             "epoch's metrics exactly (see the module docstring).")
     p.add_argument("result", help="a results file, e.g. experiments/results/sick/dependency_glove50_s1.json")
     p.add_argument("--epochs", type=int, default=None, help="compare only the first N epochs (default: all)")
     p.add_argument("--record", action="store_true", help="add the verdict to experiments/results/reproduced.json")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
     path = Path(args.result)
     if not path.is_file():
         fail(f"no results file at {path}; give one of experiments/results/<task>/<run>.json")
@@ -171,4 +176,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    check_flags_first(parse_args, "reproduce.py")  # --help and a bad flag answer before the run's set-up loads torch
     raise SystemExit(main_guard(lambda: main(sys.argv[1:]), "reproduce.py"))
