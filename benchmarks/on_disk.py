@@ -325,6 +325,7 @@ def main() -> None:
 
     from graphtree.experiments.provenance import code_state, processor
 
+    code = code_state()  # the code this run imports, asked before it runs
     work = Path(args.work)
     rows = []
     for size in args.sizes:
@@ -347,7 +348,7 @@ def main() -> None:
                 print(f"{size:,} {mode} {processes} proc: {row[f'{mode}{processes}']}", file=sys.stderr)
         rows.append(row)
     command = "python benchmarks/on_disk.py " + " ".join(sys.argv[1:])
-    result = dict(command=command, code=code_state(), processor=processor(), torch=torch.__version__,
+    result = dict(command=command, code=code, processor=processor(), torch=torch.__version__,
                   cpus=os.cpu_count(), args={k: v for k, v in vars(args).items() if k not in ("out", "table")},
                   rows=rows)
     print(table(result))

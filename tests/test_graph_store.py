@@ -284,3 +284,27 @@ def test_a_batch_collated_from_the_bytes_is_pyg_s(store, tmp_path):
     both = mixed_store.read_encoded([0, 1]).collate_encoded()
     reference = Batch.from_data_list(mixed_store.multi_get([0, 1]))
     assert set(both.keys()) == set(reference.keys()) and torch.equal(both.y, reference.y)
+
+
+def test_a_packed_batch_unpacks_to_the_same_batch_and_schedule():
+    from torch_geometric.data import Batch
+
+    from graphtree.data import with_schedule
+    from graphtree.data.loader import PackedBatch
+
+    graphs = [Data(edge_index=torch.tensor([[1, 2], [0, 0]]), x=torch.randn(3, 2), num_nodes=3, tokens=["a", "b", "c"]),
+              Data(edge_index=torch.zeros(2, 0, dtype=torch.long), x=torch.randn(1, 2), num_nodes=1, tokens=["d"])]
+    batch = with_schedule(Batch.from_data_list(graphs))
+    shared = torch.arange(4.0)
+    back = PackedBatch({"batch": batch, "twice": [shared, shared], "half": torch.ones(3, dtype=torch.bfloat16),
+                        "view": torch.arange(10)[::3]}).unpack()
+    assert torch.equal(back["batch"].x, batch.x) and torch.equal(back["batch"].edge_index, batch.edge_index)
+    assert back["batch"].tokens == batch.tokens and back["batch"].num_graphs == 2
+    for direction_plan, original in zip(vars(back["batch"].schedule).values(), vars(batch.schedule).values()):
+        if isinstance(original, torch.Tensor):
+            assert torch.equal(direction_plan, original)
+    back["batch"].schedule.check_fits(back["batch"])
+    first, second = back["twice"]
+    first[0] = 7.0  # one tensor met twice comes back as one
+    assert second[0] == 7.0
+    assert back["half"].dtype == torch.bfloat16 and back["view"].tolist() == [0, 3, 6, 9]

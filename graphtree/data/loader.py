@@ -104,8 +104,9 @@ class PackedBatch:
     its plain tensors end to end in one buffer, the rest pickled around references into it.
 
     PyTorch sends each tensor of a worker's batch through a shared-memory segment of its own; a batch of 25 trees
-    with its schedule holds hundreds of small tensors, and receiving them cost 40 ms a batch (SQLite-read ASTs,
-    one thread), more than the training step. Unpacked, every tensor is a view of the one buffer: 2 ms.
+    with its schedule holds hundreds of small tensors, and receiving them cost 40 ms a batch (25 ASTs read from a
+    store, one thread; an ad-hoc timing), more than the training step. Unpacked, every tensor is a view of the one
+    buffer: 2 ms.
     """
 
     def __init__(self, obj: Any) -> None:

@@ -162,9 +162,9 @@ class GraphFiles(OnDiskMixin, CorpusDataset):
         self.labels_path = self._resolve(label_file) if label_file is not None else None
         # The bytes are read once, here: the cache name holds their hash and processing parses these same
         # bytes, so a file edited in between can never be cached under the hash of its old content.
-        self._contents = {path: path.read_bytes() for path in (self.data_path, self.labels_path) if path}
-        if self.on_disk and self.labels_path is None:  # parsed in chunks from the file: never held whole
-            self._contents = {}
+        # On disk the file is hashed and parsed a chunk at a time, never held whole (a labels file is read whole).
+        held = () if self.on_disk and self.labels_path is None else (self.data_path, self.labels_path)
+        self._contents = {path: path.read_bytes() for path in held if path}
         self._digest = self._options_digest()
         try:
             super().__init__(root, split, vocab, None, transform, pre_transform, pre_filter, log, force_reload)
