@@ -87,9 +87,9 @@ DIM, HIDDEN, DROPOUT, EPOCHS = 128, 128, 0.2, 5
 OPTIMIZER = OptimizerSpec("adam", 2e-3, "adam", 2e-3, 0.0, 64)  # Adam, minibatches of 64: fewer, fuller levels
 MIN_COUNT = 2                       # input sub-tokens seen fewer times in training read __UNK__
 TFIDF_LR, TFIDF_BATCH = 0.01, 256   # the logistic regression: Adam on minibatches, the epoch chosen on dev
-TFIDF_NAME_FEATURES = 20_000       # name: 5 x 1,002 scores per feature, so the commonest n-grams only
+TFIDF_NAME_FEATURES = 10_000       # name: 5 x 1,002 scores per feature, so the commonest n-grams only
 TFIDF_EPOCHS = 40                   # seconds each: enough for the linear model to converge on dev
-TFIDF_NAME = dict(lr=0.02, batch=512, epochs=10)  # name: an epoch costs minutes (5 x 1,002 outputs), so fewer, larger
+TFIDF_NAME = dict(lr=0.03, batch=512, epochs=4)  # name: an epoch costs minutes (5 x 1,002 outputs), so fewer, larger
 QUICK = dict(train=2000, dev=300, test=300)
 REPO = Path(__file__).resolve().parent.parent
 
