@@ -87,8 +87,9 @@ DIM, HIDDEN, DROPOUT, EPOCHS = 128, 128, 0.2, 5
 OPTIMIZER = OptimizerSpec("adam", 2e-3, "adam", 2e-3, 0.0, 64)  # Adam, minibatches of 64: fewer, fuller levels
 MIN_COUNT = 2                       # input sub-tokens seen fewer times in training read __UNK__
 TFIDF_LR, TFIDF_BATCH = 0.01, 256   # the logistic regression: Adam on minibatches, the epoch chosen on dev
-TFIDF_NAME_FEATURES = 20_000       # name: 5 x 1,002 scores per feature, so the commonest n-grams only
+TFIDF_NAME_FEATURES = 10_000       # name: 5 x 1,002 scores per feature, so the commonest n-grams only
 TFIDF_EPOCHS = 40                   # seconds each: enough for the linear model to converge on dev
+TFIDF_NAME = dict(lr=0.03, batch=512, epochs=4)  # name: an epoch costs minutes (5 x 1,002 outputs), so fewer, larger
 QUICK = dict(train=2000, dev=300, test=300)
 REPO = Path(__file__).resolve().parent.parent
 
@@ -191,10 +192,12 @@ def tfidf_runs(args, argv, exp, cfg, splits, train_set, targets, classes, names,
     texts = {s: [preorder_text(g, train_set.node_types, train_set.subtokens) for g in gs] for s, gs in splits.items()}
     features = tfidf_features(texts, max_features=TFIDF_NAME_FEATURES if args.task == "name" else None)
     y = {s: torch.tensor(t, dtype=torch.long) for s, t in targets.items()}
-    epochs = args.epochs or (QUICK_EPOCHS if args.quick else TFIDF_EPOCHS)
+    lr, batch_size, epochs = ((TFIDF_NAME["lr"], TFIDF_NAME["batch"], TFIDF_NAME["epochs"]) if args.task == "name"
+                              else (TFIDF_LR, TFIDF_BATCH, TFIDF_EPOCHS))
+    epochs = args.epochs or (QUICK_EPOCHS if args.quick else epochs)
     cfg.update(epochs=epochs, features="tf-idf uni+bigrams of pre-order type and sub-tokens, min_df 2, sublinear tf"
                + (f", the {TFIDF_NAME_FEATURES:,} commonest" if args.task == "name" else ""),
-               optimizer=dict(name="adam", lr=TFIDF_LR, batch_size=TFIDF_BATCH), num_features=features["train"].size(1))
+               optimizer=dict(name="adam", lr=lr, batch_size=batch_size), num_features=features["train"].size(1))
     paths = RunPaths.under(args.out, "code", args.quick)
     outputs, width = cfg["outputs"], len(classes)
     metric = "f1" if args.task == "name" else "accuracy"
@@ -216,7 +219,7 @@ def tfidf_runs(args, argv, exp, cfg, splits, train_set, targets, classes, names,
         seed_everything(seed)
         layer = torch.nn.Linear(features["train"].size(1), outputs * width)
         torch.nn.init.zeros_(layer.weight)
-        optimizer = torch.optim.Adam(layer.parameters(), lr=TFIDF_LR)
+        optimizer = torch.optim.Adam(layer.parameters(), lr=lr)
         history, best, best_state, start = [], None, None, time.perf_counter()
         rows = features["train"].to_sparse_coo().coalesce()
         dense_rows = rows.index_select  # minibatches as sparse row slices
@@ -224,8 +227,8 @@ def tfidf_runs(args, argv, exp, cfg, splits, train_set, targets, classes, names,
             tic = time.perf_counter()
             order = torch.randperm(len(y["train"]), generator=torch.Generator().manual_seed(seed * 1000 + epoch))
             total = 0.0
-            for k in range(0, len(order), TFIDF_BATCH):
-                idx = order[k:k + TFIDF_BATCH]
+            for k in range(0, len(order), batch_size):
+                idx = order[k:k + batch_size]
                 x = dense_rows(0, idx)
                 scores = (torch.sparse.mm(x, layer.weight.t()) + layer.bias).view(-1, width)
                 loss = torch.nn.functional.cross_entropy(scores, y["train"][idx].flatten(), reduction="sum")
