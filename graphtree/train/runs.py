@@ -37,6 +37,7 @@ from typing import NoReturn, TypeVar
 import torch
 
 from .. import settings
+from ..backend.thread_budget import ThreadBudget
 from ..collector import exit_without_collecting, startup_frozen
 from ..datasets import MIRROR_ENV
 from ..datasets.download import DatasetError, RemoteFile, fetch
@@ -47,7 +48,7 @@ from .provenance import code_state, provenance
 __all__ = ["QUICK_EPOCHS", "ArgumentParser", "RunError", "RunPaths", "add_run_arguments", "at_least_one",
            "check_embeddings", "corpus_file", "default_mirror", "epochs_of", "fail", "finished_run",
            "machine_description", "main_guard", "note", "quick_sample", "recorded_command", "resolve_device",
-           "run_record", "start_process"]
+           "run_record", "start_process", "thread_budget"]
 
 T = TypeVar("T")
 
@@ -143,10 +144,23 @@ def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, default_epoch
     parser.add_argument("--out", default=str(repo / "runs"),
                         help="output folder: results in OUT/<task>/, checkpoints in OUT/checkpoints/<task>/ "
                              "(default: runs/ beside the experiments, ignored by git)")
-    parser.add_argument("--threads", type=at_least_one, default=1, help="CPU threads per process (default 1)")
+    parser.add_argument("--threads", type=at_least_one, default=1,
+                        help="CPU threads per process (default 1); above 1, fewer while other processes keep the "
+                             "processors busy, unless --fixed-threads")
+    parser.add_argument("--fixed-threads", action="store_true",
+                        help="keep --threads threads even while other processes keep the processors busy (numbers "
+                             "then equal bit for bit those of another run at the same count)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the same code runs on either)")
     parser.add_argument("--data-root", default=str(repo / "datasets"))
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (one line per epoch stays)")
+
+
+def thread_budget(args: argparse.Namespace, device: torch.device) -> ThreadBudget | None:
+    """The training loop's :class:`~graphtree.backend.thread_budget.ThreadBudget` of ``--threads``: fewer threads
+    while other processes keep the processors busy; ``None`` for one thread, ``--fixed-threads`` or a GPU."""
+    if args.threads < 2 or getattr(args, "fixed_threads", False) or device.type != "cpu":
+        return None
+    return ThreadBudget(args.threads)
 
 
 def epochs_of(args: argparse.Namespace, default: int) -> int:

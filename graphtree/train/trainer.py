@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from .. import settings
 from ..backend import native, threads
+from ..backend.thread_budget import ThreadBudget
 from ..data.batching import BatchCutter, collate_graphs
 from ..data.loader import with_schedule
 from ..models.classifier import node_loss
@@ -176,6 +177,10 @@ class Trainer:
         desc: Label of the bar.
         extra: JSON-able extras stored in the checkpoint (e.g. the vocabulary).
         on_step: Called after every optimizer step with the global step number.
+        thread_budget: Fewer intra-op threads while other processes keep the
+            processors busy (:class:`~graphtree.backend.thread_budget.ThreadBudget`,
+            checked before every forward pass of :meth:`fit` and :meth:`test`);
+            ``None`` (default): the thread count is left as it is.
         verbose: Print one line per epoch (loss, dev metrics, time) on stderr,
             above the progress bar, which is cleared each epoch.
         device: Where batches are sent (default: the device of the model's
@@ -190,7 +195,7 @@ class Trainer:
                  loss_fn: Callable[[Tensor, Tensor], Tensor] = node_loss, eval_batch_size: int = 256,
                  progress: bool = True, desc: str = "", extra: dict[str, Any] | None = None,
                  on_step: Callable[[int], None] | None = None, device: str | torch.device | None = None,
-                 verbose: bool = True) -> None:
+                 verbose: bool = True, thread_budget: ThreadBudget | None = None) -> None:
         if epochs < 1 or batch_size < 1:
             raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
         self.model, self.optimizer = model, optimizer
@@ -200,7 +205,7 @@ class Trainer:
         self.config = config or {}
         self.loss_fn, self.eval_batch_size = loss_fn, eval_batch_size
         self.progress, self.desc, self.extra, self.on_step = progress, desc, extra or {}, on_step
-        self.verbose = verbose
+        self.verbose, self.thread_budget = verbose, thread_budget
         self._sparse_params: list[torch.nn.Parameter] = []  # synchronized outside DDP (see _data_parallel)
         self._ddp_params: list[torch.nn.Parameter] = []  # synchronized by DDP
         self._cutter: BatchCutter | object | None = _NOT_YET  # see _minibatches
@@ -341,7 +346,7 @@ class Trainer:
         floats are flushed to zero meanwhile (:func:`denormals_flushed`)."""
         if len(train) == 0 or len(dev) == 0:
             raise ValueError("fit needs non-empty training and dev sets")
-        with denormals_flushed():
+        with denormals_flushed(), self._thread_budget():
             return self._fit(train, dev)
 
     def _fit(self, train: Sequence[Data], dev: Sequence[Data]) -> FitResult:
@@ -466,5 +471,10 @@ class Trainer:
     def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
         """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``, subnormals flushed."""
         batches = [self.to_device(b) for b in collate(data, self.eval_batch_size)]
-        with denormals_flushed():
+        with denormals_flushed(), self._thread_budget():
             return evaluate(self._scoring_model(batches), batches, breakdown=breakdown)
+
+    def _thread_budget(self) -> AbstractContextManager:
+        """The thread budget watching the model, if there is one. Inside :func:`denormals_flushed`: it hands
+        back the whole pool before the flush is undone on every thread of it."""
+        return nullcontext() if self.thread_budget is None else self.thread_budget.watching(self.model)
