@@ -121,3 +121,40 @@ def test_bad_budgets_are_refused():
         ThreadBudget(0)
     with pytest.raises(ValueError, match="margin"):
         ThreadBudget(2, margin=1.5)
+
+
+def test_a_trainer_gives_way_while_training_and_hands_back_the_whole_pool(tmp_path, monkeypatch, two_threads):
+    # Another process keeps a processor busy all along: after the first look the model trains and is scored on
+    # one thread, to the numbers of a plain one-thread run; after fit and test the pool is whole again.
+    from graphtree.data import from_ptb
+    from graphtree.models import NodeEmbedding, TreeClassifier
+    from graphtree.nn import ChildSumTreeLSTM
+    from graphtree.train import PRESETS, PaperOptimizer, Trainer
+
+    vocab = {w: k for k, w in enumerate("a b c d".split())}
+    data = [from_ptb("(1 (0 a) (1 b))", vocab), from_ptb("(0 (0 c) (1 (1 d) (0 a)))", vocab)] * 3
+
+    def trained(budget: ThreadBudget | None) -> tuple[list, float, list[int]]:
+        torch.manual_seed(0)
+        emb = NodeEmbedding(4, 5)
+        model = TreeClassifier(emb, ChildSumTreeLSTM(5, 4), 2)
+        seen: list[int] = []
+        if budget is not None:
+            def busy_meanwhile(module, inputs) -> None:  # runs before the budget's own hook
+                machine.run(1.0, ours=1.0, others=1.0)
+                seen.append(torch.get_num_threads())
+            model.register_forward_pre_hook(busy_meanwhile)
+        trainer = Trainer(model, PaperOptimizer.for_model(model, emb, PRESETS["tai"]), epochs=2, batch_size=2,
+                          seed=0, progress=False, verbose=False, thread_budget=budget)
+        fit = trainer.fit(data, data)
+        return [h["train_loss"] for h in fit.history], trainer.test(data).root, seen
+
+    torch.set_num_threads(1)
+    plain = trained(None)
+    torch.set_num_threads(2)
+    budget, machine = make_budget(tmp_path, monkeypatch)
+    losses, root, seen = trained(budget)
+    assert seen[0] == 2 and set(seen[1:]) == {1}  # the first forward before any look; then one thread
+    assert (losses, root) == plain[:2]
+    assert torch.get_num_threads() == 2 and budget.current == 1
+    assert set(budget.record()) == {"1", "2"}
