@@ -127,11 +127,13 @@ class ThreadBudget:
 
     @contextmanager
     def watching(self, model: torch.nn.Module) -> Iterator[ThreadBudget]:
-        """:meth:`check` before every forward pass of ``model`` for the duration, starting at the count the
-        last look allowed; the full budget after, so that what runs around the block (e.g. a setting undone
-        on every thread of the pool) finds the pool whole. The last look's count stands for the next block."""
-        torch.set_num_threads(self.current)
+        """:meth:`check` on entry and before every forward pass of ``model`` for the duration; the full budget
+        after, so that what runs around the block (e.g. a setting undone on every thread of the pool) finds
+        the pool whole. Within the interval of the last look, the block starts at the count it allowed."""
         self._since = time.monotonic()
+        # A look now, not at the first forward pass: what comes before it (a trainer's first minibatches) runs
+        # parallel regions too.
+        torch.set_num_threads(self.check())
         handle = model.register_forward_pre_hook(self._before_forward)
         try:
             yield self
