@@ -158,3 +158,19 @@ def test_a_trainer_gives_way_while_training_and_hands_back_the_whole_pool(tmp_pa
     assert (losses, root) == plain[:2]
     assert torch.get_num_threads() == 2 and budget.current == 1
     assert set(budget.record()) == {"1", "2"}
+
+
+def test_a_block_inside_another_leaves_the_outer_one_at_its_count(tmp_path, monkeypatch, two_threads):
+    # A scoring function that calls Trainer.test inside the harness's own watching: the inner block hands the
+    # whole pool back as it ends, and the outer one's next forward pass, within the interval, takes it again.
+    budget, machine = make_budget(tmp_path, monkeypatch)
+    model = torch.nn.Linear(3, 2)
+    with budget.watching(model):
+        machine.run(1.0, ours=1.0, others=1.0)
+        model(torch.randn(2, 3))
+        with budget.watching(model):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        model(torch.randn(2, 3))
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2

@@ -103,19 +103,19 @@ class ThreadBudget:
         """Look at the processors if ``interval`` has passed since the last look, and set the thread count they
         allow; the count in force. Call it from the thread that runs the model."""
         now = time.monotonic()
-        if self._last is not None and now - self._last[0] < self.interval:
-            return self.current
-        look = self._look()
-        if look is None:
-            return self.current
-        self._count(now)
-        if self._last is not None:
-            wall, busy, own = (a - b for a, b in zip(look, self._last))
-            self.other_load = max(0.0, (busy - own) / wall)
-            self.current = self.wanted(self.other_load)
-            if torch.get_num_threads() != self.current:
-                torch.set_num_threads(self.current)
-        self._last = look
+        if self._last is None or now - self._last[0] >= self.interval:
+            look = self._look()
+            if look is not None:
+                self._count(now)
+                if self._last is not None:
+                    wall, busy, own = (a - b for a, b in zip(look, self._last))
+                    self.other_load = max(0.0, (busy - own) / wall)
+                    self.current = self.wanted(self.other_load)
+                self._last = look
+        # Every time, not only after a look: a block that ended inside this one (a nested watching) handed the
+        # whole pool back.
+        if torch.get_num_threads() != self.current:
+            torch.set_num_threads(self.current)
         return self.current
 
     def _before_forward(self, module: torch.nn.Module, inputs: tuple) -> None:

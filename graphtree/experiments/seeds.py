@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,8 @@ def train_seeds(experiment: str, args: argparse.Namespace, argv: Sequence[str], 
             trainer.thread_budget = thread_budget
             thread_budget.seconds.clear()
         fit = trainer.fit(train, dev)
-        outcome = score(trainer, fit)
+        with nullcontext() if thread_budget is None else thread_budget.watching(trainer.model):
+            outcome = score(trainer, fit)  # the test set's evaluation, which may not go through Trainer.test
         if not distributed.is_main():  # the first process writes the results
             continue
         epochs = len(fit.history)
