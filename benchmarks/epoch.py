@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -82,10 +82,12 @@ EMBEDDINGS = {"glove50": "GloVe 50d", "random": "random vectors of the paper's s
 
 
 def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path = REPO,
-               embeddings: str = "glove50", device: str = "cpu") -> dict:
-    """One run of the SST script of the checkout ``repo``; its per-epoch training seconds and trees per second."""
+               embeddings: str = "glove50", device: str = "cpu", flags: Sequence[str] = (),
+               environment: Mapping[str, str] | None = None) -> dict:
+    """One run of the SST script of the checkout ``repo``; its per-epoch training seconds and trees per second.
+    ``flags``: more flags of the script; ``environment``: more variables of its environment."""
     script = ["experiments/sst.py", "--model", model, "--embeddings", embeddings, "--fine-grained",
-              "--epochs", str(epochs), "--threads", str(threads), "--no-progress"]
+              "--epochs", str(epochs), "--threads", str(threads), "--no-progress", *flags]
     if device != "cpu":
         script += ["--device", device]
     launcher = [sys.executable] if processes == 1 else [
@@ -93,6 +95,7 @@ def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONPATH"] = str(repo)  # that checkout's graphtree, whatever is installed
+    env.update(environment or {})
     with tempfile.TemporaryDirectory() as out:
         began = time.perf_counter()
         done = subprocess.run([*launcher, *script, "--out", out], cwd=repo, env=env, capture_output=True,
@@ -100,11 +103,12 @@ def train_once(model: str, processes: int, epochs: int, threads: int, repo: Path
         command_seconds = time.perf_counter() - began
         if done.returncode != 0:
             raise SystemExit(f"{shlex.join(launcher + script)} failed:\n{done.stderr[-3000:]}")
-        (result,) = Path(out, "sst").glob("*.json")
+        (result,) = Path(out).glob("**/sst/*.json")  # OUT/sst/, or OUT/quick/sst/ under --quick
         record = json.loads(result.read_text())
     trees = int(re.search(r"SST fine-grained: (\d+) /", done.stderr).group(1))
     seconds = [h["train_seconds"] for h in record["history"]]
     return {"train_seconds": seconds, "trees_per_s": [trees / s for s in seconds], "train_trees": trees,
+            **({"threads_used": record["threads_used"]} if "threads_used" in record else {}),
             "phases": [h.get("phases") for h in record["history"]], "command_seconds": command_seconds,
             "command": shlex.join(["python" if processes == 1 else "torchrun", *launcher[3:], *script])}
 

@@ -224,3 +224,41 @@ def test_the_level_waste_table_of_the_performance_page_is_what_its_results_file_
     assert waste.table(result) in (BENCHMARKS.parent / "docs" / "performance.md").read_text()
     # The default splits no batch of the experiments' sentences, and the trees' slots per edge fall with the cost.
     assert all(row["split_batches"][str(result["default_cost"])] == 0 for row in result["sentences"])
+
+
+def contention_module():
+    # benchmarks/contention.py imports epoch.py beside it, as it runs from the command line.
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location("benchmark_contention", BENCHMARKS / "contention.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
+
+
+def test_the_contention_table_by_hand():
+    # Medians, ranges and ratios to one thread worked out by hand; the budget's share of time at one thread.
+    def runs(*seconds, used=None):
+        return [{"train_seconds": [s], "load_before": 1.0, **({"threads_used": u} if u else {})}
+                for s, u in zip(seconds, used or [None] * len(seconds))]
+
+    results = {"commit": "abcdef0123", "dirty": False, "machine": "x86_64, 2 CPUs", "quick": True, "rounds": 3,
+               "setups": ["1", "2-fixed", "2"], "command": "python benchmarks/contention.py --quick",
+               "runs": {"quiet": {"1": runs(4.0, 5.0, 6.0), "2-fixed": runs(3.0, 2.5, 4.0),
+                                  "2": runs(3.5, 3.0, 2.0, used=[{"2": 9.0}, {"2": 8.0}, {"2": 7.0, "1": 1.0}])},
+                        "busy": {"1": runs(8.0, 6.0, 7.0), "2-fixed": runs(30.0, 21.0, 35.0),
+                                 "2": runs(7.0, 7.7, 6.3, used=[{"2": 1.0, "1": 9.0}, {"1": 10.0},
+                                                                {"2": 3.0, "1": 7.0}])}}}
+    text = contention_module().table(results)
+    assert "| 1 thread | 5.0 (4.0-6.0) | 1.00× | 7.0 (6.0-8.0) | 1.00× | - |" in text
+    assert "| 2 threads, fixed | 3.0 (2.5-4.0) | 0.60× | 30.0 (21.0-35.0) | 4.29× | - |" in text
+    assert "| 2 threads (budget, default) | 3.0 (2.0-3.5) | 0.60× | 7.0 (6.3-7.7) | 1.00× | 90 % |" in text
+    assert "1,000 training sentences" in text and "at abcdef0" in text
+
+
+def test_the_contention_table_of_the_performance_page_is_what_its_results_file_gives():
+    result = json.loads((BENCHMARKS / "results" / "contention-cpu.json").read_text())
+    page = (BENCHMARKS.parent / "docs" / "performance.md").read_text()
+    assert contention_module().table(result).strip() in page

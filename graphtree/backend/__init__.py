@@ -8,6 +8,8 @@
 * :mod:`graphtree.backend.kernel_build`: how they are built, the one definition both of those run;
 * :mod:`graphtree.backend.threads`: a floating-point setting on every thread of
   PyTorch's intra-op pool (subnormals flushed to zero, where a program asks for it);
+* :mod:`graphtree.backend.thread_budget`: :class:`~graphtree.backend.thread_budget.ThreadBudget`, fewer
+  intra-op threads while other processes keep the processors busy (what a training script opts into);
 * :mod:`graphtree.backend.allocator`: :func:`~graphtree.backend.allocator.keep_freed_memory`, so that
   passes over large graphs reuse memory instead of page-faulting it afresh.
 """

@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
+from ..backend.thread_budget import ThreadBudget
 from ..embeddings import embedding_matrix, load_glove
 from ..train import distributed
 from ..train.trainer import FitResult, Trainer
-from .runs import check_training_flags, default_mirror, epochs_of, quick_sample, start_process
+from .runs import check_training_flags, default_mirror, epochs_of, quick_sample, start_process, thread_budget
 from .seeds import Outcome, SeedRun, seed_names, train_seeds
 
 __all__ = ["SPLITS", "Experiment", "check_training_flags", "initial_vectors", "load_vectors", "sample_splits",
@@ -79,12 +80,16 @@ class Experiment:
     repo: Path
     default_epochs: int
     device: torch.device
+    thread_budget: ThreadBudget | None = None
 
     @classmethod
     def start(cls, name: str, args: argparse.Namespace, argv: Sequence[str], repo: Path,
               default_epochs: int) -> Experiment:
-        """Set this process's threads and device (:func:`~graphtree.experiments.runs.start_process`) and begin."""
-        return cls(name, args, argv, repo, default_epochs, start_process(args))
+        """Set this process's threads and device (:func:`~graphtree.experiments.runs.start_process`) and begin; above
+        one thread, the models train on fewer while other processes keep the processors busy
+        (:func:`~graphtree.experiments.runs.thread_budget`)."""
+        device = start_process(args)
+        return cls(name, args, argv, repo, default_epochs, device, thread_budget(args, device))
 
     @property
     def epochs(self) -> int:
@@ -126,4 +131,5 @@ class Experiment:
         checkpoints. The paths of the results files."""
         return train_seeds(self.name, self.args, self.argv, config, run_name=run_name, build=build, score=score,
                            train=splits["train"], dev=splits["dev"],
-                           checkpoint_config=None if data is None else {"data": data}, device=self.device)
+                           checkpoint_config=None if data is None else {"data": data}, device=self.device,
+                           thread_budget=self.thread_budget)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     import torch
 
+    from ..backend.thread_budget import ThreadBudget
     from ..datasets.download import RemoteFile
 
 # torch, the datasets and the trainer are imported where they are used, not here: a script builds its parser from
@@ -73,6 +74,7 @@ __all__ = [
     "resolve_device",
     "run_record",
     "start_process",
+    "thread_budget",
     "user_errors",
 ]
 
@@ -190,7 +192,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, default_epoch
     parser.add_argument("--out", default=str(repo / "runs"),
                         help="output folder: results in OUT/<task>/, checkpoints in OUT/checkpoints/<task>/ "
                              "(default: runs/ beside the experiments, ignored by git)")
-    parser.add_argument("--threads", type=at_least_one, default=1, help="CPU threads per process (default 1)")
+    parser.add_argument("--threads", type=at_least_one, default=1,
+                        help="CPU threads per process (default 1); above 1, fewer while other processes keep the "
+                             "processors busy, unless --fixed-threads")
+    parser.add_argument("--fixed-threads", action="store_true",
+                        help="keep --threads threads even while other processes keep the processors busy (numbers "
+                             "then equal bit for bit those of another run at the same count)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the same code runs on either)")
     parser.add_argument("--replay", choices=["auto", "on", "off"], default="auto",
                         help="training steps and dev/test passes replayed as CUDA graphs on padded batches: auto "
@@ -212,6 +219,16 @@ def check_training_flags(parser: argparse.ArgumentParser, args: argparse.Namespa
         parser.error(f"--lr must be positive, got {lr}")
     if dropout is not None and not 0.0 <= dropout < 1.0:
         parser.error(f"--dropout must be in [0, 1), got {dropout}")
+
+
+def thread_budget(args: argparse.Namespace, device: torch.device) -> ThreadBudget | None:
+    """The training loop's :class:`~graphtree.backend.thread_budget.ThreadBudget` of ``--threads``: fewer threads
+    while other processes keep the processors busy; ``None`` for one thread, ``--fixed-threads`` or a GPU."""
+    if args.threads < 2 or getattr(args, "fixed_threads", False) or device.type != "cpu":
+        return None
+    from ..backend.thread_budget import ThreadBudget
+
+    return ThreadBudget(args.threads)
 
 
 def epochs_of(args: argparse.Namespace, default: int) -> int:

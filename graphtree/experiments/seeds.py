@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..backend.thread_budget import ThreadBudget
 from ..train import distributed
 from ..train.checkpoint import atomic_write_text, seed_everything
 from ..train.optim import OptimizerSpec, PaperOptimizer
@@ -95,13 +97,16 @@ def count_parameters(model: torch.nn.Module, leave_out: Callable[[str], bool] = 
 def train_seeds(experiment: str, args: argparse.Namespace, argv: Sequence[str], config: dict[str, Any], *,
                 run_name: Callable[[int], str], build: Callable[[SeedRun], Trainer],
                 score: Callable[[Trainer, FitResult], Outcome], train: Sequence, dev: Sequence,
-                checkpoint_config: dict[str, Any] | None = None, device: torch.device | str = "cpu") -> list[Path]:
+                checkpoint_config: dict[str, Any] | None = None, device: torch.device | str = "cpu",
+                thread_budget: ThreadBudget | None = None) -> list[Path]:
     """Train ``experiment`` once per seed of ``args.seeds`` and write ``OUT/<experiment>/<run>.json``; the paths
     of the results files, those of seeds finished earlier included.
 
     ``config`` is what the results file records and what a finished run must match;
     ``checkpoint_config`` adds what a resumed run must also match (the data's
     identity). ``argv`` is the command line, recorded as ``python experiments/<experiment>.py ARGV``.
+    ``thread_budget``: the trainers' (:class:`~graphtree.backend.thread_budget.ThreadBudget`), whose seconds at
+    each thread count the results file records as ``threads_used``.
     """
     paths = RunPaths.under(args.out, experiment, args.quick)
     written = []
@@ -117,8 +122,12 @@ def train_seeds(experiment: str, args: argparse.Namespace, argv: Sequence[str], 
                       {**config, **(checkpoint_config or {})}, not args.no_progress, torch.device(device),
                       getattr(args, "replay", "auto"))
         trainer = build(run)
+        if thread_budget is not None:
+            trainer.thread_budget = thread_budget
+            thread_budget.seconds.clear()
         fit = trainer.fit(train, dev)
-        outcome = score(trainer, fit)
+        with nullcontext() if thread_budget is None else thread_budget.watching(trainer.model):
+            outcome = score(trainer, fit)  # the test set's evaluation, which may not go through Trainer.test
         if not distributed.is_main():  # the first process writes the results
             continue
         epochs = len(fit.history)
@@ -132,6 +141,8 @@ def train_seeds(experiment: str, args: argparse.Namespace, argv: Sequence[str], 
         }
         if trainer.replay_path is not None:  # which path trained and evaluated, and what capturing cost
             record["replay"] = trainer.replay_path.record()
+        if thread_budget is not None:
+            record["threads_used"] = thread_budget.record()
         atomic_write_text(json.dumps(record, indent=1) + "\n", results)
         written.append(results)
         resumed = "" if fit.resumed_at == 0 else f" (resumed after epoch {fit.resumed_at})"

@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from torch_geometric.data import Batch, Data
 from tqdm.auto import tqdm
 
 from ..backend import native
+from ..backend.thread_budget import ThreadBudget
 from ..backend.threads import denormals_flushed  # noqa: F401  (importable here as before it moved)
 from ..data.batching import BatchCutter, collate_graphs
 from ..data.loader import ScheduleCollater, unpacked, with_schedule
@@ -209,6 +211,10 @@ class Trainer:
         desc: Label of the bar.
         extra: JSON-able extras stored in the checkpoint (e.g. the vocabulary).
         on_step: Called after every optimizer step with the global step number.
+        thread_budget: Fewer intra-op threads while other processes keep the
+            processors busy (:class:`~graphtree.backend.thread_budget.ThreadBudget`,
+            checked before every forward pass of :meth:`fit` and :meth:`test`);
+            ``None`` (default): the thread count is left as it is.
         verbose: Print one line per epoch (loss, dev metrics, time) on stderr,
             above the progress bar, which is cleared each epoch.
         device: Where batches are sent (default: the device of the model's
@@ -234,7 +240,7 @@ class Trainer:
                  progress: bool = True, desc: str = "", extra: dict[str, Any] | None = None,
                  on_step: Callable[[int], None] | None = None, device: str | torch.device | None = None,
                  verbose: bool = True, replay: str = "auto",
-                 loader_workers: int = 2) -> None:
+                 loader_workers: int = 2, thread_budget: ThreadBudget | None = None) -> None:
         if epochs < 1 or batch_size < 1:
             raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
         self.model, self.optimizer = model, optimizer
@@ -244,7 +250,7 @@ class Trainer:
         self.config = config or {}
         self.loss_fn, self.eval_batch_size = loss_fn, eval_batch_size
         self.progress, self.desc, self.extra, self.on_step = progress, desc, extra or {}, on_step
-        self.verbose = verbose
+        self.verbose, self.thread_budget = verbose, thread_budget
         self.loader_workers = loader_workers
         self._sparse_params: list[torch.nn.Parameter] = []  # synchronized outside DDP (see _data_parallel)
         self._ddp_params: list[torch.nn.Parameter] = []  # synchronized by DDP
@@ -480,7 +486,8 @@ class Trainer:
         the experiment scripts do (the same numbers, faster)."""
         if len(train) == 0 or len(dev) == 0:
             raise ValueError("fit needs non-empty training and dev sets")
-        return self._fit(train, dev)
+        with self._thread_budget():
+            return self._fit(train, dev)
 
     def _fit(self, train: Sequence[Data], dev: Sequence[Data]) -> FitResult:
         self._cutter = _NOT_YET  # the training graphs are concatenated anew for each fit (see _minibatches)
@@ -662,4 +669,9 @@ class Trainer:
     def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
         """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``."""
         batches = self.eval_batches(data)
-        return evaluate(self._scoring_model(batches), batches, breakdown=breakdown)
+        with self._thread_budget():
+            return evaluate(self._scoring_model(batches), batches, breakdown=breakdown)
+
+    def _thread_budget(self) -> AbstractContextManager:
+        """The thread budget watching the model, if there is one (it hands back the whole pool when it ends)."""
+        return nullcontext() if self.thread_budget is None else self.thread_budget.watching(self.model)
