@@ -651,7 +651,7 @@ def test_the_variable_is_checked(monkeypatch):
 def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
     monkeypatch.setattr(native, "_kernels", None)
     monkeypatch.setattr(native, "_failed", None)
-    monkeypatch.setattr(native, "SOURCES", ("does_not_exist.cpp",))
+    monkeypatch.setattr(native.kernel_build, "SOURCES", ("does_not_exist.cpp",))
     monkeypatch.setenv("GRAPHTREE_NATIVE", "auto")
     settings.reload()
     with pytest.warns(RuntimeWarning, match="pure-PyTorch path"):

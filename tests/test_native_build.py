@@ -379,7 +379,12 @@ def test_a_first_use_build_says_which_source_is_done_and_how_far_it_is(tmp_path,
     sources[0].parent.mkdir()
     for source in sources:
         source.write_text("")
-    (tmp_path / "a.o").write_text("")  # compiled by an earlier, interrupted build: not announced again
+    (tmp_path / "a.o").write_text("")
+    old = time.time() - 60
+    os.utime(tmp_path / "a.o", (old, old))  # compiled by an earlier, interrupted build: not this build's work
+    # A compiler at work on c.cpp, as /proc shows it (its command line names the source's copy).
+    compiler = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-c",
+                                 str(tmp_path / "src" / "c.cpp")])
     lines: list[str] = []
     progress = kernel_build._Progress(tmp_path, sources, lines.append)
     progress.start()
@@ -391,5 +396,10 @@ def test_a_first_use_build_says_which_source_is_done_and_how_far_it_is(tmp_path,
             time.sleep(0.1)
     finally:
         progress.stop()
-    assert lines[0].startswith("graphtree: [2/3] compiled b.cpp (")
-    assert any(line.startswith("graphtree: compiling ") and "2 of 3 done (" in line for line in lines[1:])
+        compiler.kill()
+        compiler.wait()
+    assert lines[0].startswith("graphtree: compiled b.cpp (1 of 3 sources; ")
+    heartbeat = [line for line in lines[1:] if line.startswith("graphtree: compiling")]
+    assert heartbeat and "(1 of 3 sources compiled; " in heartbeat[0]
+    if Path("/proc/self/cmdline").exists():
+        assert heartbeat[0].startswith("graphtree: compiling c.cpp (")

@@ -162,22 +162,23 @@ def _compiling_now(source_folder: Path) -> list[str]:
 
 
 class _Progress(threading.Thread):
-    """Lines on a running build: each source as its object file appears, and every :data:`PROGRESS_SECONDS`
-    which sources the compiler is on and the time so far. ninja's own output is held back until the build
-    ends (PyTorch shows it only on failure), so this watches the folder instead."""
+    """Lines on a running build: each source as its object file is written, and every :data:`PROGRESS_SECONDS`
+    which sources the compiler is on (Linux: from /proc) and the time so far. ninja's own output is held back
+    until the build ends (PyTorch shows it only on failure), so this watches the folder instead."""
 
     def __init__(self, folder: Path, sources: Sequence[Path], say: Callable[[str], None]) -> None:
         super().__init__(name="graphtree-build-progress", daemon=True)
         self.folder, self.sources, self.say = folder, list(sources), say
         self.finished = threading.Event()
         self.start_time = time.perf_counter()
-        self.done = {source.name for source in self.sources if self._compiled(source)}  # up to date already
+        self.start_stamp = time.time()
+        self.done: set[str] = set()
 
-    def _compiled(self, source: Path) -> bool:
-        # ninja names each object after its source (cpp_extension's rule) and rebuilds it when older.
-        obj = self.folder / f"{source.stem}.o"
+    def _compiled_now(self, source: Path) -> bool:
+        # ninja names each object after its source (cpp_extension's rule); one written since the build began is
+        # this build's. Objects from before may or may not be redone (ninja also redoes a changed command).
         try:
-            return obj.stat().st_mtime >= source.stat().st_mtime
+            return (self.folder / f"{source.stem}.o").stat().st_mtime >= self.start_stamp
         except OSError:
             return False
 
@@ -186,18 +187,17 @@ class _Progress(threading.Thread):
         while not self.finished.wait(1.0):
             now = time.perf_counter()
             for source in self.sources:
-                if source.name not in self.done and self._compiled(source):
+                if source.name not in self.done and self._compiled_now(source):
                     self.done.add(source.name)
-                    self.say(f"graphtree: [{len(self.done)}/{len(self.sources)}] compiled {source.name} "
-                             f"({duration(now - self.start_time)})")
+                    self.say(f"graphtree: compiled {source.name} ({len(self.done)} of {len(self.sources)} sources; "
+                             f"{duration(now - self.start_time)})")
                     last_line = now
             if now - last_line >= PROGRESS_SECONDS:
-                left = len(self.sources) - len(self.done)
-                working = _compiling_now(self.folder / "src") if left else []
+                working = _compiling_now(self.folder / "src")
                 doing = (f"compiling {', '.join(working)}" if working
-                         else f"compiling {left} more source(s)" if left else "linking")
-                self.say(f"graphtree: {doing}; {len(self.done)} of {len(self.sources)} done "
-                         f"({duration(now - self.start_time)})")
+                         else "linking" if Path("/proc/self").exists() else "compiling")
+                self.say(f"graphtree: {doing} ({len(self.done)} of {len(self.sources)} sources compiled; "
+                         f"{duration(now - self.start_time)})")
                 last_line = now
 
     def stop(self) -> None:
