@@ -262,3 +262,16 @@ def test_the_contention_table_of_the_performance_page_is_what_its_results_file_g
     result = json.loads((BENCHMARKS / "results" / "contention-cpu.json").read_text())
     page = (BENCHMARKS.parent / "docs" / "performance.md").read_text()
     assert contention_module().table(result).strip() in page
+
+
+def test_the_on_disk_table_of_the_performance_page_is_what_its_results_file_gives():
+    spec = importlib.util.spec_from_file_location("benchmark_on_disk", BENCHMARKS / "on_disk.py")
+    on_disk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(on_disk)
+    result = json.loads((BENCHMARKS / "results" / "on-disk-cpu.json").read_text())
+    page = (BENCHMARKS.parent / "docs" / "performance.md").read_text()
+    assert on_disk.table(result) in page
+    assert result["command"] in page and result["code"][0][:7] in page
+    # A store written by repeating graphs is marked so, never shown as a build.
+    for row in result["rows"]:
+        assert ("replicated_from" in row["build_disk"]) == (row["graphs"] > result["args"]["parse_up_to"])
