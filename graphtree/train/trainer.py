@@ -120,7 +120,9 @@ def height_grouped_order(levels: Tensor | Sequence[int], batch_size: int, window
 
     :func:`epoch_order`'s permutation is cut into windows of ``window`` minibatches; each window is sorted by
     ``levels`` (stably: ties keep the permutation's order) and cut into minibatches of ``batch_size``; the full
-    minibatches are then shuffled, the short last one (if any) stays last, as in the plain order. A minibatch
+    minibatches are then shuffled, and the short one (if any: the last window's lowest trees) comes last, as in
+    the plain order. Each window holds the same trees as in :func:`epoch_order`, and no cut of them into
+    minibatches of these sizes runs fewer levels in all. A minibatch
     runs as many levels as its tallest tree, so fewer levels are run in all, while every tree still meets a
     different set of others each epoch (within a window of ``window * batch_size`` random ones). A pure function
     of its arguments, like :func:`epoch_order`, so a resumed run or every rank of a job cuts the same minibatches.
@@ -136,13 +138,14 @@ def height_grouped_order(levels: Tensor | Sequence[int], batch_size: int, window
     levels = torch.as_tensor(levels, dtype=torch.long)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)  # epoch_order's permutation, then more
     order = torch.randperm(levels.numel(), generator=generator)
-    span = window * batch_size
-    grouped = torch.cat([chunk[torch.sort(levels[chunk], stable=True).indices] for chunk in order.split(span)]) \
-        if order.numel() else order
-    full = order.numel() // batch_size
-    batches = grouped[:full * batch_size].view(full, batch_size)
-    shuffled = batches[torch.randperm(full, generator=generator)].reshape(-1)
-    return torch.cat([shuffled, grouped[full * batch_size:]])
+    windows = [chunk[torch.sort(levels[chunk], stable=True).indices] for chunk in order.split(window * batch_size)]
+    # The short minibatch (the last window's remainder) takes that window's lowest trees: the tallest then sit
+    # in full minibatches, which keeps every window's summed levels at their least.
+    short = windows[-1][:len(windows[-1]) % batch_size] if windows else order
+    if windows:
+        windows[-1] = windows[-1][short.numel():]
+    full = torch.cat(windows).view(-1, batch_size) if windows else order.view(0, batch_size)
+    return torch.cat([full[torch.randperm(full.size(0), generator=generator)].reshape(-1), short])
 
 
 def collate(examples: Sequence[Data], batch_size: int) -> list[Batch]:
