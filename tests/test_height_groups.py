@@ -181,3 +181,33 @@ def test_resumed_run_cuts_the_same_remaining_minibatches_and_ends_the_same(tmp_p
     assert resumed.epoch_indices(TRAIN, 1)[2 * 4:] == seen[1][2 * 4:]
     for name, value in whole.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[name], value), name
+
+
+def test_runs_with_grouping_are_named_and_recorded_apart() -> None:
+    from graphtree.experiments.seeds import SeedRun, grouped_name
+
+    assert grouped_name("childsum_random_fine_s3", 3, None) == "childsum_random_fine_s3"
+    assert grouped_name("childsum_random_fine_s3", 3, 16) == "childsum_random_fine_hg16_s3"
+    assert grouped_name("odd", 3, 4) == "odd_hg4"
+    plain = SeedRun(1, "r", None, None, {}, False, torch.device("cpu"))
+    assert "group_by_height" not in plain.trainer_options()  # the plain run's trainer, exactly as before
+    assert SeedRun(1, "r", None, None, {}, False, torch.device("cpu"), "auto", 16).trainer_options()[
+        "group_by_height"] == 16
+
+
+@pytest.mark.slow
+def test_the_sst_script_trains_on_grouped_minibatches_and_records_it(tmp_path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "experiments/sst.py", "--model", "childsum", "--quick", "--epochs", "1",
+                    "--threads", "1", "--no-progress", "--group-by-height", "16", "--out", str(tmp_path)],
+                   cwd=repo, check=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                   stdout=subprocess.DEVNULL)
+    (result,) = (tmp_path / "quick" / "sst").glob("*.json")
+    assert result.name == "childsum_random_fine_hg16_s1.json"
+    assert json.loads(result.read_text())["config"]["group_by_height"] == 16
