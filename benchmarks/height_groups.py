@@ -7,10 +7,13 @@ windows of ``W`` minibatches, this counts over ``--epochs`` epochs of seed ``--s
 minibatch, the levels of a whole epoch, and the mean spread of heights within a minibatch (tallest less lowest).
 ``--runs DIR`` adds a table of the results files of ``experiments/sst.py`` under ``DIR/sst/`` (the runs with
 ``--group-by-height`` are those named ``_hgW``): training seconds per epoch, best epoch, dev and test root
-accuracy, per seed.
+accuracy, per seed. ``--time W`` times one training epoch (batches built, forward, backward, both updates; no dev)
+of ``experiments/sst.py``'s Child-Sum model (its sizes, Tai et al.'s update, minibatch 25) on the plain order and on
+windows of ``W``, the two epochs interleaved in blocks of ``--block`` minibatches, each order with a model of its own
+from the same start, so that a busy machine's drift falls on both alike.
 
     python benchmarks/height_groups.py
-    python benchmarks/height_groups.py --runs runs --out height-groups.json
+    python benchmarks/height_groups.py --time 16 --runs runs --out height-groups.json
 """
 
 from __future__ import annotations
@@ -19,13 +22,23 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
 
+from graphtree.data.batching import collate_graphs
+from graphtree.data.loader import with_schedule
 from graphtree.datasets import SST
+from graphtree.experiments.sst_models import sst_model
+from graphtree.models.classifier import node_loss
+from graphtree.train import PRESETS, PaperOptimizer
+from graphtree.train.checkpoint import seed_everything
 from graphtree.train.provenance import code_state
-from graphtree.train.trainer import epoch_order, height_grouped_order, tree_levels
+from graphtree.train.trainer import denormals_flushed, epoch_order, height_grouped_order, tree_levels
+from graphtree.vocab import Vocab
+
+CHILDSUM = dict(model="childsum", dim=300, hidden=168, dropout=0.5)  # experiments/sst.py's MODELS["childsum"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,6 +55,39 @@ def level_counts(levels: torch.Tensor, batch_size: int, window: int | None, seed
             spread.append(int(heights.max() - heights.min()))
     return {"batch_size": batch_size, "window": window, "levels_per_batch": statistics.mean(per_batch),
             "levels_per_epoch": sum(per_batch) / epochs, "spread_per_batch": statistics.mean(spread)}
+
+
+def time_epochs(root: Path, window: int, seed: int, block: int, batch_size: int = 25) -> dict:
+    """Seconds of one Child-Sum training epoch on SST in the plain order and in windows of ``window`` minibatches,
+    interleaved by blocks of ``block`` minibatches."""
+    vocab = Vocab.build(SST(root, "train", log=False).tokens)
+    train = SST(root, "train", vocab=vocab, log=False)
+    levels = torch.tensor([tree_levels(train[k]) for k in range(len(train))])
+    orders = {"plain": epoch_order(len(train), seed, 0),
+              "grouped": height_grouped_order(levels, batch_size, window, seed, 0)}
+    runs = {}
+    for name in orders:
+        seed_everything(seed)
+        model, embedding = sst_model(CHILDSUM, len(vocab), len(SST.FINE_CLASSES), None,
+                                     mlp_channels=128)
+        runs[name] = (model, PaperOptimizer.for_model(model, embedding, PRESETS["tai"]),
+                      orders[name].split(batch_size))
+    seconds = dict.fromkeys(orders, 0.0)
+    steps = len(runs["plain"][2])
+    with denormals_flushed():
+        for start in range(0, steps, block):
+            for name, (model, optimizer, batches) in runs.items():
+                began = time.perf_counter()
+                for minibatch in batches[start:start + block]:
+                    batch = with_schedule(collate_graphs([train[int(i)] for i in minibatch]))
+                    loss = node_loss(model(batch), batch.y) / len(minibatch)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step_model()
+                    optimizer.step_embeddings()
+                seconds[name] += time.perf_counter() - began
+    return {"window": window, "batch_size": batch_size, "block": block, "seconds": seconds,
+            "grouped_over_plain": seconds["grouped"] / seconds["plain"]}
 
 
 def run_rows(folder: Path) -> list[dict]:
@@ -66,9 +112,14 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--windows", type=int, nargs="+", default=[4, 16, 64])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--time", type=int, default=None, metavar="W",
+                        help="also time a Child-Sum training epoch, plain against windows of W")
+    parser.add_argument("--block", type=int, default=20, help="minibatches per interleaved block of --time")
     parser.add_argument("--runs", type=Path, default=None, help="an --out folder of experiments/sst.py runs")
     parser.add_argument("--out", type=Path, default=None, help="also write the numbers as JSON here")
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     train = SST(args.data_root, "train", log=False)
     levels = torch.tensor([tree_levels(train[k]) for k in range(len(train))])
     print(f"SST train: {len(train)} trees, {levels.float().mean():.2f} levels a tree on average, "
@@ -83,6 +134,11 @@ def main(argv: list[str]) -> None:
             order = "plain" if window is None else f"grouped, W = {window}"
             print(f"| {batch_size} | {order} | {row['levels_per_batch']:.1f} | {row['levels_per_epoch']:.0f} | "
                   f"{row['spread_per_batch']:.1f} |")
+    timed = time_epochs(args.data_root, args.time, args.seed, args.block) if args.time is not None else None
+    if timed is not None:
+        print(f"\nChild-Sum, one training epoch at minibatch 25 ({torch.get_num_threads()} thread(s), interleaved by "
+              f"{args.block} minibatches): plain {timed['seconds']['plain']:.1f} s, grouped (W = {args.time}) "
+              f"{timed['seconds']['grouped']:.1f} s, grouped / plain {timed['grouped_over_plain']:.2f}")
     rows = run_rows(args.runs / "sst") if args.runs is not None else []
     if rows:
         print("\n| run | seed | train s/epoch | best epoch | dev root | test root | test phrase |")
@@ -97,7 +153,8 @@ def main(argv: list[str]) -> None:
                   + ", test root ".join(f"{statistics.mean(v):.2f} ± {statistics.stdev(v) if len(v) > 1 else 0:.2f}"
                                         for v in ([r["dev_root"] for r in mine], [r["test_root"] for r in mine])))
     if args.out is not None:
-        args.out.write_text(json.dumps({"levels": counts, "runs": rows, "code": code_state()}, indent=1) + "\n")
+        record = {"levels": counts, "epoch_time": timed, "runs": rows, "code": code_state()}
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":
