@@ -192,7 +192,8 @@ class Trainer:
     """Trains a node classifier with a paper's optimizer and keeps the model that does best on dev.
 
     Each epoch visits the training trees in the order :func:`epoch_order`
-    gives (or :func:`height_grouped_order`, under ``group_by_height``), in minibatches of ``batch_size`` sentences; the minibatch loss is
+    gives (or :func:`height_grouped_order`, under ``group_by_height``), in
+    minibatches of ``batch_size`` sentences; the minibatch loss is
     ``loss_fn(logits, y)`` (summed over labelled nodes) divided by the number
     of sentences, as in Tai et al.'s code. After each epoch the model is
     evaluated on dev, the best weights by dev **root** accuracy are kept, and a
