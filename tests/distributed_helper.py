@@ -2,6 +2,7 @@
 
 usage: [torchrun --nproc_per_node N] tests/distributed_helper.py OUT_DIR [--preset P] [--dropout D]
                                                                 [--kill-at-step S] [--epochs E] [--replay R] [--on-disk]
+                                                                [--group-by-height W]
 
 tests/test_distributed.py runs it with 1 and 2 processes and compares. Every
 rank writes ``OUT_DIR/rank<r>.json`` with a digest of its parameters after
@@ -79,6 +80,7 @@ def main() -> None:
     parser.add_argument("--kill-at-step", type=int, default=None)
     parser.add_argument("--replay", default="off", choices=["auto", "on", "off"])
     parser.add_argument("--on-disk", action="store_true")
+    parser.add_argument("--group-by-height", type=int, default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
     distributed.setup("cpu")
@@ -104,10 +106,12 @@ def main() -> None:
     trainer = Trainer(model, optimizer, epochs=args.epochs, batch_size=BATCH, replay=args.replay,
                       seed=7, checkpoint=args.out / "run.pt", metrics_csv=args.out / "run.csv",
                       config={"what": "distributed test", "preset": args.preset, "dropout": args.dropout},
-                      progress=False, on_step=on_step, verbose=False)
+                      progress=False, on_step=on_step, verbose=False, group_by_height=args.group_by_height)
     fit = trainer.fit(train, dev)
     test = trainer.test(dev)
-    atomic_write_text(json.dumps({"steps": steps, "final": digest(model)}), args.out / f"rank{rank}.json")
+    orders = [trainer.epoch_indices(train, epoch) for epoch in range(args.epochs)]
+    atomic_write_text(json.dumps({"steps": steps, "final": digest(model), "orders": orders}),
+                      args.out / f"rank{rank}.json")
     if distributed.is_main():
         result = {"best_epoch": fit.best_epoch, "best_dev": fit.best_dev, "test": test.as_dict(),
                   "history": [{k: h[k] for k in ("epoch", "train_loss", "dev_root", "dev_phrase")}

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from graphtree.train import distributed
+from graphtree.train.trainer import epoch_order
 
 REPO = Path(__file__).resolve().parent.parent
 HELPER = REPO / "tests" / "distributed_helper.py"
@@ -106,6 +107,18 @@ def test_two_processes_replayed_train_as_one_plain(tmp_path, one_process_tai):
     assert two["test"]["root_correct"] == one["test"]["root_correct"]
     ranks = rank_records(tmp_path / "two", 2)
     assert len(ranks[0]["steps"]) == 4 * 8 and ranks[0]["steps"] == ranks[1]["steps"]
+
+
+def test_two_processes_on_height_grouped_minibatches_train_as_one(tmp_path):
+    # Every rank cuts the same grouped order and takes its share of each minibatch: the one-process run's result.
+    one = one_process(tmp_path / "one", "--group-by-height", "2")
+    two_processes(tmp_path / "two", "--group-by-height", "2")
+    assert_same_metrics(one, json.loads((tmp_path / "two" / "result.json").read_text()))
+    (single,), ranks = rank_records(tmp_path / "one", 1), rank_records(tmp_path / "two", 2)
+    assert ranks[0]["orders"] == ranks[1]["orders"] == single["orders"]
+    assert all(sorted(order) == list(range(43)) for order in single["orders"])
+    assert single["orders"][0] != epoch_order(43, 7, 0).tolist()  # the helper's seed: grouped, not plain
+    assert ranks[0]["steps"] == ranks[1]["steps"]
 
 
 def test_a_killed_job_resumes_and_ends_as_an_uninterrupted_one(tmp_path):

@@ -47,12 +47,14 @@ class SeedRun:
     progress: bool
     device: torch.device
     replay: str = "auto"     # --replay: the replayed path (graphtree.train.replaying) on a GPU, or on/off
+    group_by_height: int | None = None   # --group-by-height: minibatches of trees of similar height (Trainer)
 
     def trainer_options(self, **config: Any) -> dict[str, Any]:
         """The keyword arguments every trainer of an experiment takes; ``config`` adds to the checkpoint's."""
         return dict(seed=self.seed, checkpoint=self.checkpoint, metrics_csv=self.metrics_csv,
                     config={**self.config, **config, "seed": self.seed}, progress=self.progress, desc=self.name,
-                    device=self.device, replay=self.replay)
+                    device=self.device, replay=self.replay,
+                    **({"group_by_height": self.group_by_height} if self.group_by_height is not None else {}))
 
     def trainer(self, model: torch.nn.Module, embedding: torch.nn.Module | None, optimizer: OptimizerSpec,
                 epochs: int, kind: type[Trainer] = Trainer, config: dict[str, Any] | None = None,
@@ -89,6 +91,16 @@ def seed_names(stem: str, epochs: int, default_epochs: int, quick: bool) -> Call
     return lambda seed: f"{stem}{length}_s{seed}"
 
 
+def grouped_name(name: str, seed: int, group_by_height: int | None) -> str:
+    """A run's name with ``_hg<W>`` before its seed where it trains on height-grouped minibatches (windows of
+    ``W``), so that it neither overwrites nor is taken for the run of the plain order."""
+    if group_by_height is None:
+        return name
+    suffix = f"_s{seed}"
+    stem = name[:-len(suffix)] if name.endswith(suffix) else name
+    return f"{stem}_hg{group_by_height}{suffix if name.endswith(suffix) else ''}"
+
+
 def count_parameters(model: torch.nn.Module, leave_out: Callable[[str], bool] = lambda name: False) -> int:
     """The number of parameters of ``model``, without those whose name ``leave_out`` picks (the embeddings)."""
     return sum(p.numel() for name, p in model.named_parameters() if not leave_out(name))
@@ -109,9 +121,12 @@ def train_seeds(experiment: str, args: argparse.Namespace, argv: Sequence[str], 
     each thread count the results file records as ``threads_used``.
     """
     paths = RunPaths.under(args.out, experiment, args.quick)
+    group_by_height = getattr(args, "group_by_height", None)
+    if group_by_height is not None:  # recorded only when set: the runs made before the option keep their record
+        config = {**config, "group_by_height": group_by_height}
     written = []
     for seed in args.seeds:
-        name = run_name(seed)
+        name = grouped_name(run_name(seed), seed, group_by_height)
         results = paths.results / f"{name}.json"
         if finished_run(paths.results, name, config) is not None:
             note(f"{name}: finished earlier ({results}), skipped")
@@ -120,7 +135,7 @@ def train_seeds(experiment: str, args: argparse.Namespace, argv: Sequence[str], 
         seed_everything(seed)
         run = SeedRun(seed, name, paths.checkpoints / f"{name}.pt", paths.results / f"{name}.csv",
                       {**config, **(checkpoint_config or {})}, not args.no_progress, torch.device(device),
-                      getattr(args, "replay", "auto"))
+                      getattr(args, "replay", "auto"), group_by_height)
         trainer = build(run)
         if thread_budget is not None:
             trainer.thread_budget = thread_budget

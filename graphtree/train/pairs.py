@@ -129,6 +129,8 @@ class PairTrainer(Trainer):
         desc: Label of the bar.
         extra: JSON-able extras stored in the checkpoint.
         device: Where batches are sent (default: the model's device).
+        group_by_height: Pairs of similar height (the taller side's) in one minibatch, in windows of this many
+            minibatches (:func:`~graphtree.train.trainer.height_grouped_order`); ``None``: the plain order.
     """
 
     checkpoint_format = PAIR_CHECKPOINT_FORMAT
@@ -139,11 +141,12 @@ class PairTrainer(Trainer):
                  checkpoint: str | os.PathLike | None = None, metrics_csv: str | os.PathLike | None = None,
                  config: dict[str, Any] | None = None, eval_batch_size: int = 256, progress: bool = True,
                  desc: str = "", extra: dict[str, Any] | None = None,
-                 device: str | torch.device | None = None, verbose: bool = True, replay: str = "auto") -> None:
+                 device: str | torch.device | None = None, verbose: bool = True, replay: str = "auto",
+                 group_by_height: int | None = None) -> None:
         super().__init__(model, optimizer, epochs=epochs, batch_size=batch_size, seed=seed, checkpoint=checkpoint,
                          metrics_csv=metrics_csv, config=config, loss_fn=loss_fn,
                          eval_batch_size=eval_batch_size, progress=progress, desc=desc, extra=extra, device=device,
-                         verbose=verbose, replay=replay)
+                         verbose=verbose, replay=replay, group_by_height=group_by_height)
 
     def _batch_loss(self, model: torch.nn.Module, batch: Batch) -> Tensor:
         return self.loss_fn(model(batch), batch.target)

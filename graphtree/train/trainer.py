@@ -24,6 +24,7 @@ from ..backend.thread_budget import ThreadBudget
 from ..backend.threads import denormals_flushed  # noqa: F401  (importable here as before it moved)
 from ..data.batching import BatchCutter, collate_graphs
 from ..data.loader import ScheduleCollater, unpacked, with_schedule
+from ..levels import topological_levels
 from ..models.classifier import node_loss
 from . import distributed
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
@@ -31,7 +32,8 @@ from .metrics import Tally, evaluate
 from .optim import PaperOptimizer
 from .replaying import ReplayedForward, ReplayPath, StepOptimizer, replay_requested, unreplayable_reason
 
-__all__ = ["CHECKPOINT_FORMAT", "PHASES", "FitResult", "Trainer", "collate", "epoch_order"]
+__all__ = ["CHECKPOINT_FORMAT", "PHASES", "FitResult", "Trainer", "collate", "epoch_order", "height_grouped_order",
+           "tree_levels"]
 
 CHECKPOINT_FORMAT = 1
 """Version of the checkpoint layout written by :class:`Trainer`."""
@@ -58,6 +60,55 @@ def epoch_order(num_examples: int, seed: int, epoch: int) -> Tensor:
     """
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(num_examples, generator=generator)
+
+
+def tree_levels(example: Data) -> int:
+    """The levels a bottom-up pass over ``example`` runs: its height plus one (the taller side of a pair; 0 for a
+    graph without nodes). Read from the stored ``height`` (``height_a`` and ``height_b`` of a pair) where the
+    converters left it, else computed from the edges."""
+    if getattr(example, "height", None) is not None:
+        return int(example.height.max()) + 1 if example.height.numel() else 0
+    if getattr(example, "height_a", None) is not None and getattr(example, "height_b", None) is not None:
+        return max(int(h.max()) + 1 if h.numel() else 0 for h in (example.height_a, example.height_b))
+    if getattr(example, "edge_index", None) is None:
+        raise ValueError(f"cannot tell the height of {type(example).__name__} without height or edge_index")
+    if not example.num_nodes:
+        return 0
+    return int(topological_levels(example.edge_index, example.num_nodes)[0].max()) + 1
+
+
+def height_grouped_order(levels: Tensor | Sequence[int], batch_size: int, window: int, seed: int,
+                         epoch: int) -> Tensor:
+    """The order of the training examples in ``epoch`` with trees of similar height in one minibatch.
+
+    :func:`epoch_order`'s permutation is cut into windows of ``window`` minibatches; each window is sorted by
+    ``levels`` (stably: ties keep the permutation's order) and cut into minibatches of ``batch_size``; the full
+    minibatches are then shuffled, and the short one (if any: the last window's lowest trees) comes last, as in
+    the plain order. Each window holds the same trees as in :func:`epoch_order`, and no cut of them into
+    minibatches of these sizes runs fewer levels in all. A minibatch
+    runs as many levels as its tallest tree, so fewer levels are run in all, while every tree still meets a
+    different set of others each epoch (within a window of ``window * batch_size`` random ones). A pure function
+    of its arguments, like :func:`epoch_order`, so a resumed run or every rank of a job cuts the same minibatches.
+
+    Args:
+        levels: Levels of each training example (:func:`tree_levels`), in dataset order.
+        batch_size: Examples per minibatch.
+        window: Minibatches per sorted window (1: each minibatch is the plain order's, in a shuffled order).
+        seed, epoch: As for :func:`epoch_order`.
+    """
+    if batch_size < 1 or window < 1:
+        raise ValueError(f"batch_size and window must be positive, got {batch_size} and {window}")
+    levels = torch.as_tensor(levels, dtype=torch.long)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)  # epoch_order's permutation, then more
+    order = torch.randperm(levels.numel(), generator=generator)
+    windows = [chunk[torch.sort(levels[chunk], stable=True).indices] for chunk in order.split(window * batch_size)]
+    # The short minibatch (the last window's remainder) takes that window's lowest trees: the tallest then sit
+    # in full minibatches, which keeps every window's summed levels at their least.
+    short = windows[-1][:len(windows[-1]) % batch_size] if windows else order
+    if windows:
+        windows[-1] = windows[-1][short.numel():]
+    full = torch.cat(windows).view(-1, batch_size) if windows else order.view(0, batch_size)
+    return torch.cat([full[torch.randperm(full.size(0), generator=generator)].reshape(-1), short])
 
 
 def collate(examples: Sequence[Data], batch_size: int) -> list[Batch]:
@@ -173,7 +224,8 @@ class Trainer:
     """Trains a node classifier with a paper's optimizer and keeps the model that does best on dev.
 
     Each epoch visits the training trees in the order :func:`epoch_order`
-    gives, in minibatches of ``batch_size`` sentences; the minibatch loss is
+    gives (or :func:`height_grouped_order`, under ``group_by_height``), in
+    minibatches of ``batch_size`` sentences; the minibatch loss is
     ``loss_fn(logits, y)`` (summed over labelled nodes) divided by the number
     of sentences, as in Tai et al.'s code. After each epoch the model is
     evaluated on dev, the best weights by dev **root** accuracy are kept, and a
@@ -231,6 +283,9 @@ class Trainer:
             minibatches of a dataset on disk (:func:`reads_from_disk`), as
             :class:`~graphtree.data.TreeLoader` does, a batch a query; graphs
             in memory are batched in this process.
+        group_by_height: ``None`` (default): the minibatches of :func:`epoch_order`. A number ``W``: those of
+            :func:`height_grouped_order` with windows of ``W`` minibatches, trees of similar height together,
+            so that a minibatch runs fewer levels; the heights are read once per :meth:`fit`.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: PaperOptimizer, *, epochs: int, batch_size: int,
@@ -239,10 +294,16 @@ class Trainer:
                  loss_fn: Callable[[Tensor, Tensor], Tensor] = node_loss, eval_batch_size: int = 256,
                  progress: bool = True, desc: str = "", extra: dict[str, Any] | None = None,
                  on_step: Callable[[int], None] | None = None, device: str | torch.device | None = None,
-                 verbose: bool = True, replay: str = "auto",
+                 verbose: bool = True, replay: str = "auto", group_by_height: int | None = None,
                  loader_workers: int = 2, thread_budget: ThreadBudget | None = None) -> None:
         if epochs < 1 or batch_size < 1:
             raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
+        if group_by_height is not None and (isinstance(group_by_height, bool) or not isinstance(group_by_height, int)
+                                            or group_by_height < 1):
+            raise ValueError(f"group_by_height must be None or a positive number of minibatches, got "
+                             f"{group_by_height!r}")
+        self.group_by_height = group_by_height
+        self._levels: Tensor | None = None  # each training example's levels, under group_by_height (per fit)
         self.model, self.optimizer = model, optimizer
         self.epochs, self.batch_size, self.seed = epochs, batch_size, seed
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
@@ -491,6 +552,7 @@ class Trainer:
 
     def _fit(self, train: Sequence[Data], dev: Sequence[Data]) -> FitResult:
         self._cutter = _NOT_YET  # the training graphs are concatenated anew for each fit (see _minibatches)
+        self._levels = None  # and their heights read anew (see epoch_indices)
         history: list[dict[str, Any]] = []
         best: dict[str, Any] = {"epoch": 0, "dev": None, "model": None}
         seconds, start = 0.0, 0
@@ -543,6 +605,18 @@ class Trainer:
         self.model.load_state_dict(best["model"])
         return FitResult(best["epoch"], best["dev"], history, seconds, start)
 
+    def epoch_indices(self, train: Sequence[Data], epoch: int) -> list[int] | Tensor:
+        """The order in which ``epoch`` (0-based) visits ``train``, its minibatches consecutive runs of
+        ``batch_size``: :func:`epoch_order`, or :func:`height_grouped_order` under ``group_by_height``; a tensor
+        for a dataset on disk (its loader reads each minibatch's rows in one query), else a list."""
+        if self.group_by_height is None:
+            order = epoch_order(len(train), self.seed, epoch)
+        else:
+            if self._levels is None or self._levels.numel() != len(train):
+                self._levels = torch.tensor([tree_levels(train[k]) for k in range(len(train))], dtype=torch.long)
+            order = height_grouped_order(self._levels, self.batch_size, self.group_by_height, self.seed, epoch)
+        return order if reads_from_disk(train) else order.tolist()
+
     def _minibatch(self, train: Sequence[Data], order: list[int], start: int) -> tuple[list[int], list[int], Batch]:
         """The minibatch at ``start`` of the epoch's ``order``, this rank's share of it, and that share as a
         ``Batch`` with its schedule (built here, on the host), on the device. A rank left without examples (a
@@ -590,8 +664,7 @@ class Trainer:
                      history: list[dict]) -> tuple[float, dict[str, float]]:
         """One pass over ``train``; returns the summed loss per example and the seconds of each of :data:`PHASES`."""
         self.model.train()
-        order = epoch_order(len(train), self.seed, epoch)
-        order = order if reads_from_disk(train) else order.tolist()
+        order = self.epoch_indices(train, epoch)
         last_dev = self._last_dev(history)
         bar = tqdm(range(math.ceil(len(order) / self.batch_size)), desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}",
                    disable=not self.progress or not distributed.is_main(), leave=False, file=sys.stderr,
