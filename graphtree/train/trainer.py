@@ -605,17 +605,20 @@ class Trainer:
         self.model.load_state_dict(best["model"])
         return FitResult(best["epoch"], best["dev"], history, seconds, start)
 
-    def epoch_indices(self, train: Sequence[Data], epoch: int) -> list[int] | Tensor:
+    def epoch_indices(self, train: Sequence[Data], epoch: int) -> list[int]:
         """The order in which ``epoch`` (0-based) visits ``train``, its minibatches consecutive runs of
-        ``batch_size``: :func:`epoch_order`, or :func:`height_grouped_order` under ``group_by_height``; a tensor
-        for a dataset on disk (its loader reads each minibatch's rows in one query), else a list."""
+        ``batch_size``: :func:`epoch_order`, or :func:`height_grouped_order` under ``group_by_height``."""
+        return self._epoch_order(train, epoch).tolist()
+
+    def _epoch_order(self, train: Sequence[Data], epoch: int) -> Tensor:
+        """:meth:`epoch_indices` as a tensor."""
         if self.group_by_height is None:
             order = epoch_order(len(train), self.seed, epoch)
         else:
             if self._levels is None or self._levels.numel() != len(train):
                 self._levels = torch.tensor([tree_levels(train[k]) for k in range(len(train))], dtype=torch.long)
             order = height_grouped_order(self._levels, self.batch_size, self.group_by_height, self.seed, epoch)
-        return order if reads_from_disk(train) else order.tolist()
+        return order
 
     def _minibatch(self, train: Sequence[Data], order: list[int], start: int) -> tuple[list[int], list[int], Batch]:
         """The minibatch at ``start`` of the epoch's ``order``, this rank's share of it, and that share as a
@@ -664,7 +667,8 @@ class Trainer:
                      history: list[dict]) -> tuple[float, dict[str, float]]:
         """One pass over ``train``; returns the summed loss per example and the seconds of each of :data:`PHASES`."""
         self.model.train()
-        order = self.epoch_indices(train, epoch)
+        order = self._epoch_order(train, epoch)  # a dataset on disk reads each minibatch's rows in one query
+        order = order if reads_from_disk(train) else order.tolist()
         last_dev = self._last_dev(history)
         bar = tqdm(range(math.ceil(len(order) / self.batch_size)), desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}",
                    disable=not self.progress or not distributed.is_main(), leave=False, file=sys.stderr,
