@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 
 import torch
-from graphtree.train.provenance import code_state
 
 from graphtree.data.batching import collate_graphs
 from graphtree.data.loader import with_schedule
 from graphtree.datasets import SST
+from graphtree.experiments.provenance import code_state
 from graphtree.experiments.sst_models import sst_model
 from graphtree.models.classifier import node_loss
 from graphtree.train import PRESETS, PaperOptimizer

@@ -39,40 +39,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import torch
-
-from graphtree.datasets import CodeTrees
-from graphtree.experiments.code_tasks import (
-    EOS,
-    NAME_LENGTH,
-    NAME_VOCAB,
-    UNK,
-    CodeModel,
-    CodeTrainer,
-    InputVocab,
-    decode_name,
-    name_targets,
-    preorder_text,
-    prepare,
-    tfidf_features,
-)
-from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
-from graphtree.experiments.runs import (
-    QUICK_EPOCHS,
-    ArgumentParser,
-    RunPaths,
-    add_run_arguments,
-    finished_run,
-    main_guard,
-    note,
-    quick_sample,
-    recorded_command,
-    run_record,
-)
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.train.checkpoint import atomic_write_text, seed_everything
-from graphtree.train.optim import OptimizerSpec
-from graphtree.train.trainer import collate
+from graphtree.experiments.runs import QUICK_EPOCHS, ArgumentParser, add_run_arguments, check_flags_first
+from graphtree.train.presets import OptimizerSpec
 
 # ----------------------------------------------------------------------------------------------------------------
 # A fixed list of pure-Python packages of the environment (about 40,000 functions): web, documentation, parsing,
@@ -96,18 +64,55 @@ REPO = Path(__file__).resolve().parent.parent
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = ArgumentParser(description="Method-name prediction and method kinds on program ASTs (see the docstring).")
-    p.add_argument("--task", choices=["name", "kind"], required=True)
-    p.add_argument("--model", choices=["childsum", "nary", "bilstm", "tfidf"], default="childsum")
+    p.add_argument("--task", choices=["name", "kind"], required=True,
+                   help="name: the method name's first five sub-tokens (ogbg-code2, F1); kind: 13 method kinds")
+    p.add_argument("--model", choices=["childsum", "nary", "bilstm", "tfidf"], default="childsum",
+                   help="a Tree-LSTM on the AST, a BiLSTM over its nodes in pre-order, or TF-IDF logistic regression")
     p.add_argument("--packages", nargs="+", default=list(PACKAGES), help="installed packages to read")
     p.add_argument("--source", default=None, help="folder of .py files (default: this interpreter's site-packages)")
     p.add_argument("--max-nodes", type=int, default=TASK_MAX_NODES,
                    help=f"functions of up to this many nodes (at most the dataset's {MAX_NODES})")
     p.add_argument("--train-size", type=int, default=TRAIN_SIZE, help="training functions (a fixed sample)")
-    p.add_argument("--hidden", type=int, default=HIDDEN)
+    p.add_argument("--hidden", type=int, default=HIDDEN, help=f"LSTM memory size (default {HIDDEN})")
     p.add_argument("--dropout", type=float, default=DROPOUT, help="on the pooled vector")
     p.add_argument("--input-dropout", type=float, default=0.0, help="on the node inputs")
     add_run_arguments(p, REPO, EPOCHS, quick_sample="2000 / 300 / 300 functions")
     return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    check_flags_first(parse_args, "code.py")  # --help and a mistyped flag answer here, before torch is imported
+
+import torch
+
+from graphtree.datasets import CodeTrees
+from graphtree.experiments.code_tasks import (
+    EOS,
+    NAME_LENGTH,
+    NAME_VOCAB,
+    UNK,
+    CodeModel,
+    CodeTrainer,
+    InputVocab,
+    decode_name,
+    name_targets,
+    preorder_text,
+    prepare,
+    tfidf_features,
+)
+from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
+from graphtree.experiments.runs import (
+        RunPaths,
+    finished_run,
+    main_guard,
+    note,
+    quick_sample,
+    recorded_command,
+    run_record,
+)
+from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.train.checkpoint import atomic_write_text, seed_everything
+from graphtree.train.trainer import collate
 
 
 def load(args: argparse.Namespace) -> tuple[dict[str, list], CodeTrees]:

@@ -16,7 +16,8 @@ README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 # What runs and installs write, or a reader names as an example, rather than files of the repository.
 EXTENSIONS = r"\.(py|md|json|png|sh|cpp|h|toml|yml|jsonl|ptb|conllu|rst|txt|csv)$"
-NOT_IN_THE_REPOSITORY = ("runs/", "build/", "datasets/sst/", "datasets/sick/", "datasets/trec/", "tree.png", "~", "$", "/")
+NOT_IN_THE_REPOSITORY = ("runs/", "build/", "datasets/sst/", "datasets/sick/", "datasets/trec/", "tree.png", "~", "$",
+                         "/")
 
 
 def links(page: Path) -> list[str]:
