@@ -189,6 +189,8 @@ def main(argv: list[str]) -> None:
     if args.input_dropout:
         cfg["input_dropout"] = args.input_dropout
         stem += f"_in{args.input_dropout:g}"
+    if args.epochs and not args.quick and args.epochs != EPOCHS:  # longer or shorter training is a setting of its own
+        stem += f"_e{args.epochs}"
     exp.train_seeds(cfg, exp.run_names(stem), build_trainer, score, data, identity)
 
 
@@ -199,6 +201,7 @@ def tfidf_runs(args, argv, exp, cfg, splits, train_set, targets, classes, names,
     y = {s: torch.tensor(t, dtype=torch.long) for s, t in targets.items()}
     lr, batch_size, epochs = ((TFIDF_NAME["lr"], TFIDF_NAME["batch"], TFIDF_NAME["epochs"]) if args.task == "name"
                               else (TFIDF_LR, TFIDF_BATCH, TFIDF_EPOCHS))
+    default_epochs = epochs
     epochs = args.epochs or (QUICK_EPOCHS if args.quick else epochs)
     cfg.update(epochs=epochs, features="tf-idf uni+bigrams of pre-order type and sub-tokens, min_df 2, sublinear tf"
                + (f", the {TFIDF_NAME_FEATURES:,} commonest" if args.task == "name" else ""),
@@ -217,7 +220,8 @@ def tfidf_runs(args, argv, exp, cfg, splits, train_set, targets, classes, names,
                     total=len(predicted))
 
     for seed in args.seeds:
-        name = f"{args.task}_tfidf_s{seed}"
+        longer = args.epochs and not args.quick and args.epochs != default_epochs  # a setting of its own
+        name = f"{args.task}_tfidf{f'_e{epochs}' if longer else ''}_s{seed}"
         if finished_run(paths.results, name, cfg) is not None:
             note(f"{name}: finished earlier, skipped")
             continue

@@ -169,11 +169,13 @@ def test_the_threads_a_run_sets_flush_too_and_are_put_back(collector_state, two_
 
 
 def test_a_run_inside_a_run_changes_nothing_more(collector_state, two_threads):
+    # Frozen objects that die leave the frozen generation, so its count may fall while a run goes on: the inner run
+    # neither unfroze (the count would be 0) nor froze again (it would have grown by what was made since).
     with opted_in():
         frozen = gc.get_freeze_count()
         with opted_in():
-            assert kept() == 0 and gc.get_freeze_count() == frozen
-        assert kept() == 0 and gc.get_freeze_count() == frozen  # the inner run's end left the outer's settings
+            assert kept() == 0 and 0 < gc.get_freeze_count() <= frozen
+        assert kept() == 0 and 0 < gc.get_freeze_count() <= frozen  # the inner run's end left the outer's settings
     assert kept() == TINY.numel() and gc.get_freeze_count() == 0
 
 
