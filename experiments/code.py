@@ -189,8 +189,6 @@ def main(argv: list[str]) -> None:
     if args.input_dropout:
         cfg["input_dropout"] = args.input_dropout
         stem += f"_in{args.input_dropout:g}"
-    if args.epochs and not args.quick and args.epochs != EPOCHS:  # longer or shorter training is a setting of its own
-        stem += f"_e{args.epochs}"
     exp.train_seeds(cfg, exp.run_names(stem), build_trainer, score, data, identity)
 
 
@@ -221,7 +219,7 @@ def tfidf_runs(args, argv, exp, cfg, splits, train_set, targets, classes, names,
 
     for seed in args.seeds:
         longer = args.epochs and not args.quick and args.epochs != default_epochs  # a setting of its own
-        name = f"{args.task}_tfidf{f'_e{epochs}' if longer else ''}_s{seed}"
+        name = f"{args.task}_tfidf{f'_ep{epochs}' if longer else ''}_s{seed}"  # as the harness names the others
         if finished_run(paths.results, name, cfg) is not None:
             note(f"{name}: finished earlier, skipped")
             continue
