@@ -177,7 +177,7 @@ def main(argv: list[str]) -> None:
               "tree models' name scores gained from, their dev F1 still rising at the fifth epoch; the logistic "
               "regression's dev F1 peaks within its first epochs, so its `ep10` row (one seed, for time) tests the "
               "same model trained longer. Tried and not finished on this machine's time: more dropout with dropout "
-              "on the node inputs (`--dropout 0.5 --input-dropout 0.3`), and the BiLSTM on names beyond one seed. "
+              "on the node inputs (`--dropout 0.5 --input-dropout 0.3`). "
               "Not tried: pretrained sub-token vectors, larger hidden sizes, the top-down and bidirectional cells, "
               "training on the full training split.", ""]
     code_rows = []
