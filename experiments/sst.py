@@ -18,6 +18,8 @@ adds to them); ``python experiments/report_sst.py --results runs`` reports on yo
     python experiments/sst.py --model bicontree --embeddings glove50 --binary --lr 0.002 --batch-size 10  # tuning
     python experiments/sst.py --model nary --quick            # a few minutes, results under runs/quick/
     python experiments/sst.py --model bicontree --embeddings glove50 --device cuda   # on a GPU
+    python experiments/sst.py --model nary --encoder mpnet --seeds 1 2 3     # leaves from a fine-tuned MPNet
+    python experiments/sst.py --model encoder --encoder minilm                # the encoder alone, for comparison
     python experiments/sst.py predict runs/checkpoints/sst/<run>.pt "A gorgeous, witty film."
 
 The data is read from ``$GRAPHTREE_MIRROR`` (else ``../shared/data`` next to
@@ -33,7 +35,7 @@ from functools import partial
 from pathlib import Path
 
 from graphtree.experiments.runs import check_flags_first, main_guard
-from graphtree.experiments.sst_options import SSTOptions
+from graphtree.experiments.sst_options import ENCODER_DEFAULTS, SSTOptions
 from graphtree.train.presets import PRESETS
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -50,6 +52,8 @@ MODELS = {
     "topdown":     dict(paper="teng", dim=300, hidden=150, dropout=0.5, epochs=30),
     "bicontree":   dict(paper="teng", dim=300, hidden=150, dropout=0.5, epochs=30),
     "bilstm":      dict(paper="tai", dim=300, hidden=168, dropout=0.5, epochs=10),   # sequential, on every span
+    # --encoder only: the encoder alone, each phrase the mean of its words' states (no tree cell)
+    "encoder":     dict(paper="encoder", dim=0, hidden=0, dropout=0.1, epochs=3),
 }
 # --settings-of PAPER trains a model with another paper's settings (those of that paper's own model below: vector
 # and memory sizes, dropout, epochs, optimizer): the same cell under two papers' setups, not a reproduction.
@@ -75,7 +79,14 @@ from torch_geometric.data import Data
 
 from graphtree.datasets import SST
 from graphtree.experiments.baselines import single_process, sst_phrase_baseline
-from graphtree.experiments.harness import SPLITS, Experiment, initial_vectors, sample_splits, split_sizes
+from graphtree.experiments.harness import (
+    SPLITS,
+    Experiment,
+    encoder_record,
+    initial_vectors,
+    sample_splits,
+    split_sizes,
+)
 from graphtree.experiments.runs import default_mirror, note
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.experiments.sst_models import sst_model
@@ -115,9 +126,12 @@ build_model = partial(sst_model, mlp_channels=MLP_CHANNELS)
 
 def train(args: argparse.Namespace, argv: list[str]) -> None:
     """Train, select on dev and test one model per seed; write the JSON and CSV of each run."""
-    exp = Experiment.start("sst", args, argv, REPO, OPTIONS.paper(vars(args))["epochs"])
+    over_encoder = args.encoder is not None
+    exp = Experiment.start("sst", args, argv, REPO,
+                           ENCODER_DEFAULTS["epochs"] if over_encoder else OPTIONS.paper(vars(args))["epochs"])
     vectors = exp.vectors()
-    cfg = OPTIONS.config(args, vectors)
+    encoder = encoder_record(args.encoder) if over_encoder else None
+    cfg = OPTIONS.config(args, vectors, encoder["width"] if encoder else None)
     with exp.main_first():  # the first run processes the corpus into datasets/ for the others
         vocab = build_vocab(cfg, args.data_root, exp.mirror, vectors)
         splits = {s: load_split(cfg, s, vocab, args.data_root, exp.mirror) for s in SPLITS}
@@ -126,18 +140,23 @@ def train(args: argparse.Namespace, argv: list[str]) -> None:
     note(f"SST {'fine-grained' if args.fine_grained else 'binary'}: {split_sizes(splits)} sentences, "
          f"vocabulary {len(vocab)}")
 
+    minutes = args.checkpoint_every or (ENCODER_DEFAULTS["checkpoint_minutes"] if over_encoder else None)
+
     def build(run: SeedRun) -> Trainer:
-        pretrained = initial_vectors(vocab, vectors, cfg["dim"], run.seed, args.random_init, RANDOM_INIT)
+        pretrained = None if over_encoder else initial_vectors(vocab, vectors, cfg["dim"], run.seed,
+                                                               args.random_init, RANDOM_INIT)
         model, embedding = build_model(cfg, len(vocab), len(classes), pretrained)
         return run.trainer(model, embedding, OptimizerSpec(**cfg["optimizer"]), cfg["epochs"],
-                           extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": list(classes)})
+                           extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": list(classes)},
+                           checkpoint_every=minutes * 60 if minutes else None)
 
     def score(trainer: Trainer, fit) -> Outcome:
         test = trainer.test(splits["test"])
         return Outcome(fit.best_dev, test.as_dict(), f"dev root {fit.best_dev['root']:.2f}, test root "
                                                      f"{test.root:.2f}, test phrase {test.phrase:.2f}",
                        {"num_parameters": count_parameters(trainer.model), "num_parameters_without_embeddings":
-                        count_parameters(trainer.model, lambda name: name.startswith("embedding."))})
+                        count_parameters(trainer.model, lambda name: name.startswith(("embedding.", "leaves."))),
+                        **({"encoder": encoder} if encoder else {})})
 
     exp.train_seeds(cfg, lambda seed: OPTIONS.run_name(cfg, seed), build, score, splits,
                     exp.data_identity(splits, vocab))

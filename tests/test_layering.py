@@ -24,7 +24,7 @@ LAYERS = (
     {"data", "backend"},  # graphs as PyG data; the compiled kernels
     {"engine", "parse", "vocab"},
     {"nn", "datasets", "testing"},  # the cells; the corpora
-    {"models", "embeddings"},
+    {"models", "embeddings", "encoders"},  # models; word vectors and pretrained encoders
     {"replay"},  # training steps replayed as CUDA graphs
     {"train"},  # the trainer library
     {LAB},  # the lab: the experiment scripts' set-up, run files, reports

@@ -27,8 +27,8 @@ from ..train.trainer import FitResult, Trainer
 from .runs import check_training_flags, default_mirror, epochs_of, quick_sample, start_process, thread_budget
 from .seeds import Outcome, SeedRun, seed_names, train_seeds
 
-__all__ = ["SPLITS", "Experiment", "check_training_flags", "initial_vectors", "load_vectors", "sample_splits",
-           "split_sizes", "vectors_name"]
+__all__ = ["SPLITS", "Experiment", "check_training_flags", "encoder_record", "initial_vectors", "load_vectors",
+           "sample_splits", "split_sizes", "vectors_name"]
 
 SPLITS = ("train", "dev", "test")
 
@@ -39,6 +39,20 @@ def load_vectors(embeddings: str) -> Any:
     if embeddings == "random":
         return None
     return load_glove(None if embeddings == "glove50" else embeddings, verbose=False)
+
+
+def encoder_record(name_or_folder: str) -> dict[str, Any]:
+    """What a run over a pretrained encoder records of it: the name it was given, its folder's name (not its
+    place on this machine), width, layers, and each file's size and SHA-256."""
+    import json
+
+    from ..encoders import encoder_files, encoder_folder
+
+    folder = encoder_folder(name_or_folder)
+    config = json.loads((folder / "config.json").read_text())
+    return {"name": name_or_folder if not Path(name_or_folder).is_dir() else Path(name_or_folder).name,
+            "folder": folder.name, "model_type": config.get("model_type"), "width": int(config["hidden_size"]),
+            "layers": int(config["num_hidden_layers"]), "files": encoder_files(folder)}
 
 
 def vectors_name(embeddings: str) -> str:

@@ -9,6 +9,11 @@ and that a checkpoint stores for ``sst.py predict``).
   the dropout on the word vectors.
 * ``bilstm``: a bidirectional LSTM over every span, its two directions sharing
   their weights (Tai et al.'s footnote 2).
+
+With ``cfg["encoder"]`` (``sst.py --encoder``) the word vectors are a pretrained
+transformer's word states (:class:`~graphtree.models.EncoderLeaves`), and
+``encoder`` is that encoder alone, each phrase the mean of its words' states
+(:class:`~graphtree.models.EncoderSpanClassifier`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..models import BiTreeLSTM, NodeEmbedding, TreeClassifier
+from ..models import BiTreeLSTM, EncoderLeaves, EncoderSpanClassifier, NodeEmbedding, TreeClassifier
 from ..models.spans import SpanLSTMClassifier
 from ..nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from ..train import WordInputModel
@@ -31,8 +36,17 @@ TENG_VARIANTS = {"contree": "contree", "contree_lex": "contree_lex", "topdown": 
 variant of each."""
 
 
+def encoder_leaves(cfg: Mapping[str, Any]) -> EncoderLeaves:
+    """The contextual leaves of a run over an encoder: the encoder of ``cfg["encoder"]``, found offline
+    (:func:`graphtree.encoders.load_encoder`), pooled and frozen as ``cfg`` says."""
+    from ..encoders import load_encoder
+
+    encoder, tokenizer, _ = load_encoder(cfg["encoder"])
+    return EncoderLeaves(encoder, tokenizer, pool=cfg.get("pool", "mean"), trainable_layers=cfg.get("trainable_layers"))
+
+
 def sst_model(cfg: Mapping[str, Any], vocab_size: int, num_classes: int, pretrained: torch.Tensor | None, *,
-              mlp_channels: int) -> tuple[torch.nn.Module, NodeEmbedding]:
+              mlp_channels: int) -> tuple[torch.nn.Module, torch.nn.Module]:
     """The model of the run settings ``cfg`` (``model(batch) -> logits`` on every node) and its word embedding:
     ``vocab_size`` words of ``cfg["dim"]`` dimensions (``pretrained``: their first vectors, else random),
     ``num_classes`` sentiment classes, and an output MLP of ``mlp_channels`` for Teng & Zhang's models.
@@ -42,8 +56,16 @@ def sst_model(cfg: Mapping[str, Any], vocab_size: int, num_classes: int, pretrai
         ValueError: a model ``experiments/sst.py`` does not have.
     """
     dim, hidden, dropout = cfg["dim"], cfg["hidden"], cfg["dropout"]
-    embedding = NodeEmbedding(vocab_size, dim, pretrained)
     model = cfg["model"]
+    embedding: torch.nn.Module
+    if cfg.get("encoder") is not None:
+        embedding = encoder_leaves(cfg)
+        if model == "encoder":
+            return EncoderSpanClassifier(embedding, num_classes, dropout=dropout), embedding
+        if model in ("bilstm", "lstmrnn"):
+            fail(f"{model} does not run over an encoder")
+    else:
+        embedding = NodeEmbedding(vocab_size, dim, pretrained)
     if model in TENG_VARIANTS:
         net = BiTreeLSTM(dim, hidden, num_classes, mlp_channels=mlp_channels, variant=TENG_VARIANTS[model],
                          head=cfg["head"], dropout=dropout,

@@ -47,6 +47,14 @@ class NodeEmbedding(torch.nn.Module):
         has_word = word != NO_WORD
         return self.embedding(word.clamp(min=0)) * has_word.unsqueeze(-1).to(self.embedding.weight.dtype)
 
+    def node_inputs(self, batch: Any) -> Tensor:
+        """The vectors of ``batch.word``: what a model asks its input module for (an
+        :class:`~graphtree.models.EncoderLeaves` reads the batch's words instead)."""
+        if getattr(batch, "word", None) is None:
+            raise ValueError("the batch has no word ids: build the trees with a vocabulary "
+                             "(e.g. graphtree.datasets.SST or from_ptb(line, vocab=...))")
+        return self(batch.word)
+
 
 class TreeClassifier(torch.nn.Module):
     r"""A softmax classifier on every node of a tree (Tai et al. 2015, §4.1):
@@ -59,7 +67,8 @@ class TreeClassifier(torch.nn.Module):
     optionally to the word vectors).
 
     Args:
-        embedding (NodeEmbedding): Word vectors.
+        embedding (NodeEmbedding): Word vectors, or any input module with ``node_inputs(batch)`` (such as
+            :class:`~graphtree.models.EncoderLeaves`, a pretrained transformer's word states).
         cell (TreeCell): Any cell returning ``(h, c, ...)``.
         num_classes (int): Number of labels.
         dropout (float): Dropout on :math:`h_j` (Tai: 0.5).
@@ -83,10 +92,7 @@ class TreeClassifier(torch.nn.Module):
         self.classifier.reset_parameters()
 
     def forward(self, batch: Any) -> Tensor:
-        if getattr(batch, "word", None) is None:
-            raise ValueError("the batch has no word ids: build the trees with a vocabulary "
-                             "(e.g. graphtree.datasets.SST or from_ptb(line, vocab=...))")
-        x = dropout(self.embedding(batch.word), self.input_dropout, self.training)
+        x = dropout(self.embedding.node_inputs(batch), self.input_dropout, self.training)
         h = first_state(self.cell(x, batch))
         return self.classifier(dropout(h, self.dropout, self.training))
 

@@ -24,6 +24,8 @@ class WordInputModel(torch.nn.Module):
         self.embedding, self.net = embedding, net
 
     def forward(self, batch: Any) -> Tensor:
+        if hasattr(self.embedding, "node_inputs"):  # NodeEmbedding, EncoderLeaves
+            return self.net(self.embedding.node_inputs(batch), batch)
         if getattr(batch, "word", None) is None:
             raise ValueError("the batch has no word ids: build the trees with a vocabulary")
         return self.net(self.embedding(batch.word), batch)

@@ -110,9 +110,9 @@ class RowAdagrad(torch.optim.Adagrad):
 
 
 def make_optimizer(name: str, params: list[Tensor], lr: float, dense: bool = True,
-                   capturable: bool = False) -> torch.optim.Optimizer:
-    """``"adagrad"``, ``"adam"`` (DyNet's defaults), ``"sparse_adam"`` or ``"sgd"`` over ``params``, fused where
-    PyTorch can.
+                   capturable: bool = False, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """``"adagrad"``, ``"adam"`` (DyNet's defaults), ``"sparse_adam"``, ``"sgd"`` or ``"adamw"`` (with
+    ``weight_decay`` on the matrices only) over ``params``, fused where PyTorch can.
 
     The fused update is the same arithmetic in one pass over all parameters
     instead of several operators per parameter; at minibatch 25 the
@@ -137,6 +137,12 @@ def make_optimizer(name: str, params: list[Tensor], lr: float, dense: bool = Tru
         raise ValueError(f"no capturable {name!r}: choose adagrad, adam or sgd")
     if name == "sparse_adam":
         return torch.optim.SparseAdam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8)
+    if name == "adamw":  # the fine-tuning recipe: matrices decayed, biases and normalization weights not
+        groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+        fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=(0.9, 0.999), eps=1e-8,
+                                 fused=fused or None)
     if name == "adagrad" and not dense:
         return RowAdagrad(params, lr=lr)
     make, settings = {"adagrad": (torch.optim.Adagrad, {}),
@@ -217,12 +223,17 @@ class PaperOptimizer:
         if capturable and spec.embedding == "sparse_adam" and self.embedding_params and spec.embedding_lr > 0:
             raise ValueError("lazy Adam (sparse_adam) moves only the rows a minibatch used, which no update of "
                              "fixed shape can do: it has no capturable form")
-        self.model_optimizer = make_optimizer(spec.name, self.params, spec.lr, capturable=capturable)
+        if capturable and "adamw" in (spec.name, spec.embedding):
+            raise ValueError("AdamW (the fine-tuning recipe) has no capturable form here; replay='off'")
+        self.model_optimizer = make_optimizer(spec.name, self.params, spec.lr, capturable=capturable,
+                                              weight_decay=spec.weight_decay)
+        self.updates = 0  # updates made so far (the learning-rate schedule's position)
+        self.total_updates: int | None = None  # the run's, set by the trainer (plan_updates) for a schedule
         # AdaGrad, SGD and lazy-Adam embeddings may get sparse gradients (for_model); Adam's are always dense.
         # A capturable update takes dense gradients: AdaGrad and SGD move a row without gradient by exactly 0.
         self.embedding_optimizer = (make_optimizer(spec.embedding, self.embedding_params, spec.embedding_lr,
                                                    dense=capturable or spec.embedding not in SPARSE_EXACT,
-                                                   capturable=capturable)
+                                                   capturable=capturable, weight_decay=spec.weight_decay)
                                     if self.embedding_params and spec.embedding_lr > 0 else None)
 
     @classmethod
@@ -260,6 +271,24 @@ class PaperOptimizer:
         for p in self.params + self.embedding_params:
             p.grad = None
 
+    def plan_updates(self, total: int) -> None:
+        """The number of updates the run makes, which a warm-up or a decay (``spec.schedule``) is laid over."""
+        self.total_updates = total
+
+    def _schedule(self) -> None:
+        """Set both learning rates for the next update from the spec's schedule."""
+        self.updates += 1
+        if not self.spec.scheduled:
+            return
+        if self.total_updates is None:
+            raise ValueError("a learning-rate schedule needs the run's number of updates: call plan_updates "
+                             "(the Trainer does)")
+        factor = self.spec.lr_factor(self.updates, self.total_updates)
+        for optimizer, lr in ((self.model_optimizer, self.spec.lr), (self.embedding_optimizer, self.spec.embedding_lr)):
+            if optimizer is not None:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr * factor
+
     def l2_penalty(self) -> float:
         """:math:`\\frac{\\lambda}{2}\\|\\theta\\|^2` over the non-embedding parameters (for the reported loss)."""
         if self.spec.l2 == 0:
@@ -276,6 +305,7 @@ class PaperOptimizer:
     @torch.no_grad()
     def step_model(self) -> None:
         """The update of the non-embedding parameters: decay, λθ added to their gradients, the optimizer's step."""
+        self._schedule()
         if self.spec.decay:
             torch._foreach_mul_(self.params, 1.0 - self.spec.decay)
         if self.spec.l2:
@@ -297,12 +327,14 @@ class PaperOptimizer:
 
     def state_dict(self) -> dict[str, Any]:
         return {"spec": self.spec.as_dict(), "model": self.model_optimizer.state_dict(),
-                "embedding": self.embedding_optimizer.state_dict() if self.embedding_optimizer else None}
+                "embedding": self.embedding_optimizer.state_dict() if self.embedding_optimizer else None,
+                "updates": self.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved = {"decay": 0.0, **state["spec"]}  # saved before OptimizerSpec had a decay
         if saved != self.spec.as_dict():
             raise ValueError(f"optimizer state was saved with {state['spec']}, not {self.spec.as_dict()}")
         self.model_optimizer.load_state_dict(state["model"])
+        self.updates = state.get("updates", 0)
         if self.embedding_optimizer is not None:
             self.embedding_optimizer.load_state_dict(state["embedding"])

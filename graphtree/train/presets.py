@@ -9,7 +9,8 @@ from typing import Any
 
 __all__ = ["PRESETS", "OptimizerSpec"]
 
-_OPTIMIZERS = ("adagrad", "adam", "sgd")
+_OPTIMIZERS = ("adagrad", "adam", "sgd", "adamw")
+SCHEDULES = ("constant", "linear")
 _EMBEDDING_OPTIMIZERS = _OPTIMIZERS + ("sparse_adam",)
 SPARSE_EXACT = ("adagrad", "sgd", "sparse_adam")  # updates that leave a row without gradient where it is
 
@@ -28,6 +29,11 @@ class OptimizerSpec:
         batch_size: Sentences per minibatch (the paper's).
         decay: Decoupled weight decay of the non-embedding parameters, applied at every update
             (θ ← (1 − decay)·θ, then the optimizer's step), as DyNet's trainers apply their λ.
+        weight_decay: AdamW's decoupled weight decay (``"adamw"`` only), of both optimizers' matrices; biases
+            and normalization weights (the parameters of fewer than two dimensions) are not decayed, as in
+            BERT's fine-tuning recipe.
+        warmup: Fraction of the run's updates over which both learning rates rise linearly from 0.
+        schedule: ``"constant"`` (after the warm-up) or ``"linear"`` (then down to 0 at the last update).
     """
 
     name: str
@@ -37,6 +43,9 @@ class OptimizerSpec:
     l2: float
     batch_size: int
     decay: float = 0.0
+    weight_decay: float = 0.0
+    warmup: float = 0.0
+    schedule: str = "constant"
 
     def __post_init__(self) -> None:
         if self.name not in _OPTIMIZERS:
@@ -44,12 +53,36 @@ class OptimizerSpec:
         if self.embedding not in _EMBEDDING_OPTIMIZERS:
             raise ValueError(f"OptimizerSpec.embedding must be one of {_EMBEDDING_OPTIMIZERS}, "
                              f"got {self.embedding!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"OptimizerSpec.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.weight_decay and "adamw" not in (self.name, self.embedding):
+            raise ValueError("OptimizerSpec.weight_decay is AdamW's: use name='adamw'")
         if (self.lr <= 0 or self.embedding_lr < 0 or self.l2 < 0 or self.batch_size < 1
-                or not 0 <= self.decay < 1):
+                or not 0 <= self.decay < 1 or self.weight_decay < 0 or not 0 <= self.warmup < 1):
             raise ValueError(f"invalid optimizer settings: {self}")
 
+    @property
+    def scheduled(self) -> bool:
+        """Whether the learning rates change over the run (a warm-up or a decay)."""
+        return self.warmup > 0 or self.schedule != "constant"
+
+    def lr_factor(self, step: int, total_steps: int) -> float:
+        """The multiplier of both learning rates at update ``step`` (1-based) of ``total_steps``."""
+        warm = self.warmup * total_steps
+        if step <= warm:
+            return step / warm
+        if self.schedule == "linear":
+            return max(0.0, (total_steps - step) / max(1.0, total_steps - warm))
+        return 1.0
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings as a dict; those added for fine-tuning (``weight_decay``, ``warmup``, ``schedule``) only
+        where they are not their defaults, so that the record of a run made before them is unchanged."""
+        record = asdict(self)
+        for key, default in (("weight_decay", 0.0), ("warmup", 0.0), ("schedule", "constant")):
+            if record[key] == default:
+                del record[key]
+        return record
 
 
 PRESETS: dict[str, OptimizerSpec] = {

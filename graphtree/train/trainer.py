@@ -286,6 +286,12 @@ class Trainer:
         group_by_height: ``None`` (default): the minibatches of :func:`epoch_order`. A number ``W``: those of
             :func:`height_grouped_order` with windows of ``W`` minibatches, trees of similar height together,
             so that a minibatch runs fewer levels; the heights are read once per :meth:`fit`.
+        checkpoint_every: Also write the checkpoint inside an epoch, after the first minibatch that ends this
+            many seconds after the last write (``None``, the default: after each epoch only). A run killed
+            mid-epoch then resumes at the minibatch after that write, and ends with the weights and metrics
+            of an uninterrupted run: the epoch's order is a function of the seed, and the checkpoint keeps the
+            random state, the optimizer's and the epoch's running loss. For runs whose epochs take long (a
+            transformer fine-tuned on the CPU); in one process on the plain (not replayed) path.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: PaperOptimizer, *, epochs: int, batch_size: int,
@@ -295,13 +301,17 @@ class Trainer:
                  progress: bool = True, desc: str = "", extra: dict[str, Any] | None = None,
                  on_step: Callable[[int], None] | None = None, device: str | torch.device | None = None,
                  verbose: bool = True, replay: str = "auto", group_by_height: int | None = None,
-                 loader_workers: int = 2, thread_budget: ThreadBudget | None = None) -> None:
+                 loader_workers: int = 2, thread_budget: ThreadBudget | None = None,
+                 checkpoint_every: float | None = None) -> None:
         if epochs < 1 or batch_size < 1:
             raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
         if group_by_height is not None and (isinstance(group_by_height, bool) or not isinstance(group_by_height, int)
                                             or group_by_height < 1):
             raise ValueError(f"group_by_height must be None or a positive number of minibatches, got "
                              f"{group_by_height!r}")
+        if checkpoint_every is not None and not checkpoint_every > 0:
+            raise ValueError(f"checkpoint_every must be None or a positive number of seconds, got {checkpoint_every}")
+        self.checkpoint_every = checkpoint_every
         self.group_by_height = group_by_height
         self._levels: Tensor | None = None  # each training example's levels, under group_by_height (per fit)
         self.model, self.optimizer = model, optimizer
@@ -510,7 +520,10 @@ class Trainer:
                              f"{', '.join(changed)}); delete it, or give this run another name")
         return state
 
-    def _save(self, epoch: int, history: list[dict], best: dict, seconds: float) -> None:
+    def _save(self, epoch: int, history: list[dict], best: dict, seconds: float,
+              in_epoch: dict[str, Any] | None = None) -> None:
+        """Write the checkpoint after ``epoch`` completed epochs (and, with ``in_epoch``, part of the next one:
+        its minibatches done, running loss and phases; see ``checkpoint_every``)."""
         if self.checkpoint is None:
             return
         rng = distributed.all_gather_objects(get_rng_state())  # every rank's dropout stream, to resume exactly
@@ -519,7 +532,7 @@ class Trainer:
         atomic_save({"format": self.checkpoint_format, "config": self.config, "epoch": epoch,
                      "finished": epoch == self.epochs, "model": self.model.state_dict(),
                      "optimizer": self.optimizer.state_dict(), "rng": rng[0], "rng_ranks": rng, "history": history,
-                     "best": best, "seconds": seconds, "extra": self.extra}, self.checkpoint)
+                     "best": best, "seconds": seconds, "extra": self.extra, "in_epoch": in_epoch}, self.checkpoint)
 
     @staticmethod
     def _restore_rng(state: dict[str, Any]) -> None:
@@ -556,8 +569,10 @@ class Trainer:
         history: list[dict[str, Any]] = []
         best: dict[str, Any] = {"epoch": 0, "dev": None, "model": None}
         seconds, start = 0.0, 0
+        in_epoch = None  # the part of epoch ``start`` a mid-epoch checkpoint had done
         state = self._load()
         if state is not None:
+            in_epoch = state.get("in_epoch")
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self._restore_rng(state)
@@ -573,15 +588,26 @@ class Trainer:
             model = self._data_parallel()
         dev_batches = self.eval_batches(dev)
         steps_per_epoch = math.ceil(len(train) / self.batch_size)
+        if hasattr(self.optimizer, "plan_updates"):  # a warm-up or decay is laid over the run's updates
+            self.optimizer.plan_updates(self.epochs * steps_per_epoch)
         for epoch in range(start, self.epochs):
             # A first use of the compiled kernels builds them (minutes, once per install): that is set-up, not
             # training, so it is left out of the epoch's recorded time.
             began, building = time.perf_counter(), native.build_seconds()
             captured = self.replay_path.capture_seconds()
-            train_loss, phases = self._train_epoch(model, train, epoch, epoch * steps_per_epoch, history)
-            trained = time.perf_counter() - began - (native.build_seconds() - building)
+            done_before = in_epoch["seconds"] if in_epoch else 0.0  # this epoch's time before a resume
+
+            def save_part(part: dict[str, Any], epoch: int = epoch, began: float = began, building: float = building,
+                          done_before: float = done_before, best: dict = best, seconds: float = seconds) -> None:
+                part["seconds"] = done_before + time.perf_counter() - began - (native.build_seconds() - building)
+                self._save(epoch, history, best, seconds + part["seconds"], part)
+
+            train_loss, phases = self._train_epoch(model, train, epoch, epoch * steps_per_epoch, history,
+                                                   resume=in_epoch, save_part=save_part)
+            in_epoch = None
+            trained = done_before + time.perf_counter() - began - (native.build_seconds() - building)
             columns, dev_metrics = self._validate(self._scoring_model(dev_batches), dev_batches)
-            took = time.perf_counter() - began - (native.build_seconds() - building)
+            took = done_before + time.perf_counter() - began - (native.build_seconds() - building)
             seconds += took
             phases["dev"] = took - trained
             history.append({"epoch": epoch + 1, "train_loss": train_loss, **columns,
@@ -664,26 +690,38 @@ class Trainer:
             yield minibatch, distributed.shard(minibatch), self._prepare(batch)
 
     def _train_epoch(self, model: torch.nn.Module, train: Sequence[Data], epoch: int, step: int,
-                     history: list[dict]) -> tuple[float, dict[str, float]]:
-        """One pass over ``train``; returns the summed loss per example and the seconds of each of :data:`PHASES`."""
+                     history: list[dict], resume: dict[str, Any] | None = None,
+                     save_part: Callable[[dict[str, Any]], None] | None = None) -> tuple[float, dict[str, float]]:
+        """One pass over ``train``; returns the summed loss per example and the seconds of each of :data:`PHASES`.
+        ``resume``: the part of this epoch a mid-epoch checkpoint had done (its minibatches are skipped);
+        ``save_part`` writes such a checkpoint (see ``checkpoint_every``)."""
         self.model.train()
         order = self._epoch_order(train, epoch)  # a dataset on disk reads each minibatch's rows in one query
         order = order if reads_from_disk(train) else order.tolist()
         last_dev = self._last_dev(history)
-        bar = tqdm(range(math.ceil(len(order) / self.batch_size)), desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}",
+        done = resume["minibatches"] if resume else 0
+        bar = tqdm(range(done, math.ceil(len(order) / self.batch_size)),
+                   desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}", initial=done,
+                   total=math.ceil(len(order) / self.batch_size),
                    disable=not self.progress or not distributed.is_main(), leave=False, file=sys.stderr,
                    mininterval=0.5 if sys.stderr.isatty() else 30.0)
         ranks = distributed.world_size()
-        loss_sum, examples = 0.0, 0
-        phases = dict.fromkeys(PHASES, 0.0)
+        loss_sum, examples = (resume["loss_sum"], resume["examples"]) if resume else (0.0, 0)
+        phases = dict(resume["phases"]) if resume else dict.fromkeys(PHASES, 0.0)
+        step += done
+        order = order[done * self.batch_size:]  # minibatches are consecutive runs of batch_size: cuts unchanged
+        partial_saves = self.checkpoint_every is not None and save_part is not None and ranks == 1
+        last_save = time.perf_counter()
 
         def clock() -> float:  # a first use of the kernels (build or load) is left out, as from train_seconds
             return time.perf_counter() - native.build_seconds()
 
         minibatches = self._minibatches(train, order)
         if self._replaying():
+            if resume:
+                raise ValueError("a mid-epoch checkpoint resumes on the plain path only (replay='off')")
             return self._train_replayed(minibatches, bar, step, last_dev)
-        for _ in bar:
+        for k in bar:
             began = clock()
             minibatch, mine, batch = next(minibatches)
             built = clock()
@@ -707,6 +745,9 @@ class Trainer:
                 loss_sum += float(loss.detach())
                 examples += len(mine)
             step += 1
+            if partial_saves and time.perf_counter() - last_save >= self.checkpoint_every:
+                save_part({"minibatches": k + 1, "loss_sum": loss_sum, "examples": examples, "phases": phases})
+                last_save = time.perf_counter()
             if self.on_step is not None:
                 self.on_step(step)
             bar.set_postfix(loss=f"{loss_sum / examples:.3f}" if examples else "-", dev=last_dev, refresh=False)
