@@ -75,6 +75,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 if __name__ == "__main__" and sys.argv[1:2] != ["predict"]:
     check_flags_first(parse_args, "sst.py")  # --help and a mistyped flag answer here, before torch is imported
 
+import torch
 from torch_geometric.data import Data
 
 from graphtree.datasets import SST
@@ -92,6 +93,7 @@ from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.experiments.sst_models import sst_model
 from graphtree.experiments.sst_predict import predict
 from graphtree.train import OptimizerSpec, Trainer, recursive_tree, restrict_supervision
+from graphtree.train.checkpoint import atomic_save
 from graphtree.vocab import Vocab
 
 
@@ -124,6 +126,20 @@ def load_split(cfg: dict, split: str, vocab: Vocab, root: str, mirror: str | Non
 build_model = partial(sst_model, mlp_channels=MLP_CHANNELS)
 
 
+def encode_once(leaves, splits: dict[str, Sequence[Data]], path: Path) -> None:
+    """A frozen encoder's part (``--trainable-layers``) runs once per sentence of the corpus: its states are
+    computed before the first epoch and kept in ``path`` for the other seeds and a resumed run."""
+    if not leaves.caches:
+        return
+    if path.is_file():
+        leaves.load_cache_state(torch.load(path, weights_only=False))
+    computed = leaves.precompute([list(d.tokens) for split in splits.values() for d in split])
+    if computed:
+        note(f"encoded {computed} sentences through the frozen layers once; kept in {path}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_save(leaves.cache_state(), path)
+
+
 def train(args: argparse.Namespace, argv: list[str]) -> None:
     """Train, select on dev and test one model per seed; write the JSON and CSV of each run."""
     over_encoder = args.encoder is not None
@@ -146,6 +162,9 @@ def train(args: argparse.Namespace, argv: list[str]) -> None:
         pretrained = None if over_encoder else initial_vectors(vocab, vectors, cfg["dim"], run.seed,
                                                                args.random_init, RANDOM_INIT)
         model, embedding = build_model(cfg, len(vocab), len(classes), pretrained)
+        if over_encoder:
+            encode_once(embedding, splits, Path(args.out) / "cache" /
+                        f"sst_{Path(cfg['encoder']).name}_top{cfg.get('trainable_layers')}.pt")
         return run.trainer(model, embedding, OptimizerSpec(**cfg["optimizer"]), cfg["epochs"],
                            extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": list(classes)},
                            checkpoint_every=minutes * 60 if minutes else None)

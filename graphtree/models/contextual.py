@@ -29,7 +29,7 @@ Alignment, per sentence of ``tokens`` (the graph's words as its converter wrote 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -90,6 +90,10 @@ class EncoderLeaves(torch.nn.Module):
             warning naming them.
         cache_frozen: With a frozen encoder (``trainable_layers=0``), keep each sentence's word states once
             computed (keyed by its words; on the CPU), so that a corpus is encoded once.
+        cache_below: With ``trainable_layers=K`` above 0, keep each sentence's states at the input of the first
+            trained layer (computed once, without dropout, by the frozen layers below) and run only the top ``K``
+            layers on them: a pass then costs the top layers alone. The frozen layers run without dropout
+            (they would with it under ``cache_below=False``).
 
     Shapes:
         - **input:** a ``Batch`` (or ``Data``) with ``tokens`` and ``word_pos`` (and ``batch``).
@@ -98,7 +102,7 @@ class EncoderLeaves(torch.nn.Module):
 
     def __init__(self, encoder: torch.nn.Module, tokenizer: Any, *, pool: str = "mean",
                  trainable_layers: int | None = None, max_length: int | None = None,
-                 cache_frozen: bool = True) -> None:
+                 cache_frozen: bool = True, cache_below: bool = False) -> None:
         super().__init__()
         if pool not in POOLS:
             raise ValueError(f"pool must be one of {POOLS}, got {pool!r}")
@@ -117,6 +121,14 @@ class EncoderLeaves(torch.nn.Module):
         self._freeze(trainable_layers)
         self.cache_frozen = cache_frozen
         self._frozen_states: dict[tuple[str, ...], Tensor] = {}  # sentence words -> [words, H], frozen only
+        layers = _encoder_layers(encoder) if cache_below else None
+        self.cache_below = bool(cache_below and trainable_layers and layers is not None
+                                and trainable_layers < len(layers))
+        if cache_below and not self.cache_below:
+            raise ValueError("cache_below needs trainable_layers between 1 and the encoder's layers less one")
+        # sentence words -> (its sub-words' states at the first trained layer's input [T, H], their word ids)
+        self._below: dict[tuple[str, ...], tuple[Tensor, list[int | None]]] = {}
+        self._upper = _upper_stack(encoder, trainable_layers) if self.cache_below else None
         self._warned: set[tuple[str, ...]] = set()
 
     # -- set-up -------------------------------------------------------------------------------------
@@ -166,21 +178,29 @@ class EncoderLeaves(torch.nn.Module):
     def device(self) -> torch.device:
         return next(self.encoder.parameters()).device
 
+    def _tokenize(self, words: list[list[str]]) -> Any:
+        return self.tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.max_length,
+                              padding=True, return_tensors="pt")
+
     def _encode(self, sentences: Sequence[Sequence[str]]) -> list[Tensor]:
         words = [[encoder_text(w) for w in s] for s in sentences]
         if not words:
             return []
-        encoded = self.tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.max_length,
-                                 padding=True, return_tensors="pt")
         device = self.device
-        states = self.encoder(input_ids=encoded["input_ids"].to(device),
-                              attention_mask=encoded["attention_mask"].to(device)).last_hidden_state
+        if self.cache_below:
+            states, word_ids, filled = self._upper_states(sentences, words)
+        else:
+            encoded = self._tokenize(words)
+            states = self.encoder(input_ids=encoded["input_ids"].to(device),
+                                  attention_mask=encoded["attention_mask"].to(device)).last_hidden_state
+            word_ids = [encoded.word_ids(k) for k in range(len(words))]
+            filled = encoded["attention_mask"].sum(1).tolist()
         # One row per word of the batch: sentence k's words start at offsets[k].
         lengths = torch.tensor([len(s) for s in words], dtype=torch.long)
         offsets = torch.cumsum(lengths, 0) - lengths
         rows, tokens = [], []
         for k in range(len(words)):
-            ids = encoded.word_ids(k)
+            ids = word_ids[k]
             seen: set[int] = set()
             for t, w in enumerate(ids):
                 if w is None or (self.pool == "first" and w in seen):
@@ -189,7 +209,7 @@ class EncoderLeaves(torch.nn.Module):
                 rows.append(int(offsets[k]) + w)
                 tokens.append(k * states.size(1) + t)
             kept = max(seen, default=-1) + 1  # the tokenizer keeps a prefix of the words
-            if any(words[k][kept:]) and int(encoded["attention_mask"][k].sum()) >= self.max_length:
+            if any(words[k][kept:]) and int(filled[k]) >= self.max_length:
                 self._warn_cut(tuple(sentences[k]), kept)
         total = int(lengths.sum())
         flat = states.reshape(-1, states.size(-1))
@@ -200,6 +220,82 @@ class EncoderLeaves(torch.nn.Module):
             0, index, torch.ones_like(index, dtype=flat.dtype))
         pooled = summed / counts.clamp(min=1).unsqueeze(-1)
         return list(pooled.split(lengths.tolist()))
+
+    @property
+    def caches(self) -> bool:
+        """Whether this module keeps per-sentence states (a frozen encoder's, or the lower layers' with
+        ``cache_below``)."""
+        return self.cache_below or (self.frozen and self.cache_frozen)
+
+    def precompute(self, sentences: Iterable[Sequence[str]], batch_size: int = 64, progress: bool = True) -> int:
+        """Fill the cache (:attr:`caches`) for ``sentences`` not yet in it, in batches of similar length (less
+        padding), with a progress bar; returns how many were computed. A no-op without a cache."""
+        if not self.caches:
+            return 0
+        store = self._below if self.cache_below else self._frozen_states
+        todo = sorted({tuple(s) for s in sentences} - store.keys(), key=len)
+        from tqdm.auto import tqdm
+
+        for start in tqdm(range(0, len(todo), batch_size), desc="encoding sentences once", disable=not progress,
+                          unit="batch", leave=False):
+            chunk = todo[start:start + batch_size]
+            if self.cache_below:
+                self._fill_below(chunk, [[encoder_text(w) for w in s] for s in chunk])
+            else:
+                self.word_states(chunk)
+        return len(todo)
+
+    def cache_state(self) -> dict[str, Any]:
+        """The cache as data (to save with ``torch.save``), with what it depends on."""
+        return {"key": self._cache_key(), "below": self._below, "frozen": self._frozen_states}
+
+    def load_cache_state(self, state: dict[str, Any]) -> None:
+        """Take back a :meth:`cache_state`; one made under other settings or weights is refused."""
+        if state.get("key") != self._cache_key():
+            raise ValueError(f"the cache was made for {state.get('key')}, not {self._cache_key()}")
+        self._below.update(state["below"])
+        self._frozen_states.update(state["frozen"])
+
+    def _cache_key(self) -> dict[str, Any]:
+        config = getattr(self.encoder, "config", None)
+        frozen = [p for p in self.encoder.parameters() if not p.requires_grad]
+        checksum = float(sum(p.detach().double().sum() for p in frozen)) if frozen else 0.0
+        return {"encoder": getattr(config, "_name_or_path", type(self.encoder).__name__),
+                "model_type": getattr(config, "model_type", None), "trainable_layers": self.trainable_layers,
+                "cache_below": self.cache_below, "pool": self.pool, "max_length": self.max_length,
+                "frozen_weights_sum": round(checksum, 6)}
+
+    def _fill_below(self, keys: Sequence[tuple[str, ...]], words: list[list[str]]) -> None:
+        encoded = self._tokenize(words)
+        was_training = self.encoder.training
+        self.encoder.eval()
+        with torch.no_grad():
+            below = self.encoder(input_ids=encoded["input_ids"].to(self.device),
+                                 attention_mask=encoded["attention_mask"].to(self.device),
+                                 output_hidden_states=True).hidden_states[-1 - self.trainable_layers]
+        self.encoder.train(was_training)
+        for j, key in enumerate(keys):
+            count = int(encoded["attention_mask"][j].sum())
+            self._below[key] = (below[j, :count].detach().cpu().clone(), encoded.word_ids(j))
+
+    def _upper_states(self, sentences: Sequence[Sequence[str]], words: list[list[str]]
+                      ) -> tuple[Tensor, list[list[int | None]], list[int]]:
+        """The top layers' output over the sentences' cached lower states (computed here for those not seen):
+        ``[B, T, H]`` padded states, each sentence's word ids and its count of sub-word tokens."""
+        keys = [tuple(s) for s in sentences]
+        missing = [k for k in dict.fromkeys(keys) if k not in self._below]
+        if missing:
+            self._fill_below(missing, [words[keys.index(k)] for k in missing])
+        cached = [self._below[k] for k in keys]
+        filled = [c[0].size(0) for c in cached]
+        width = max(filled)
+        hidden = cached[0][0].new_zeros(len(cached), width, self.out_channels)
+        mask = torch.zeros(len(cached), width, dtype=torch.long)
+        for j, (states, _) in enumerate(cached):
+            hidden[j, :filled[j]] = states
+            mask[j, :filled[j]] = 1
+        out = self._upper(hidden.to(self.device), mask.to(self.device))
+        return out, [c[1] for c in cached], filled
 
     def _warn_cut(self, sentence: tuple[str, ...], kept: int) -> None:
         if sentence in self._warned:
@@ -308,3 +404,35 @@ class EncoderSpanClassifier(torch.nn.Module):
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.leaves}, num_classes={self.classifier.out_features})"
+
+
+class _UpperStack:
+    """The top ``k`` layers of a Hugging Face encoder, run on states at their input: the encoder's own layer
+    stack (BERT's and MPNet's ``encoder``, with MPNet's relative position bias) over a view of its last ``k``
+    layers, sharing their weights. Not a registered module, so the encoder's parameters are listed once."""
+
+    def __init__(self, encoder: torch.nn.Module, k: int) -> None:
+        import copy
+
+        stack = getattr(encoder, "encoder", None)
+        if stack is None or not isinstance(getattr(stack, "layer", None), torch.nn.ModuleList):
+            raise ValueError(f"cache_below needs an encoder with encoder.layer (BERT, MPNet, RoBERTa), not "
+                             f"{type(encoder).__name__}")
+        self.config = encoder.config
+        self.stack = copy.copy(stack)  # the same submodules, another list of layers
+        self.stack._modules = dict(stack._modules)
+        self.stack._modules["layer"] = torch.nn.ModuleList(list(stack.layer)[len(stack.layer) - k:])
+
+    def __call__(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        try:
+            from transformers.masking_utils import create_bidirectional_mask
+        except ImportError:  # transformers before 4.53: the additive mask of get_extended_attention_mask
+            extended = (1.0 - mask[:, None, None, :].to(hidden.dtype)) * torch.finfo(hidden.dtype).min
+        else:
+            extended = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=mask)
+        self.stack.train(self.stack.layer[0].training)
+        return self.stack(hidden, attention_mask=extended)[0]
+
+
+def _upper_stack(encoder: torch.nn.Module, k: int | None) -> _UpperStack:
+    return _UpperStack(encoder, int(k or 0))
