@@ -15,6 +15,8 @@ reports on yours.
     python experiments/sick.py --model constituency --seeds 1 2 3
     python experiments/sick.py --model lstm --seeds 1 2 3
     python experiments/sick.py --model mean --quick           # a minute, results under runs/quick/
+    python experiments/sick.py --model dependency --encoder mpnet --seeds 1 2 3   # over a fine-tuned MPNet
+    python experiments/sick.py --model mean --encoder mpnet   # the encoder alone: its word states mean-pooled
 
 Trees are the Stanford dependency parses of Tai et al.'s preprocessing. The
 "constituency" model is the binary N-ary Tree-LSTM on those dependency trees
@@ -32,6 +34,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from graphtree.experiments.encoder_runs import add_encoder_arguments, check_encoder_flags
 from graphtree.experiments.runs import (
     ArgumentParser,
     add_run_arguments,
@@ -67,8 +70,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="; ".join(f"{key}: {spec['name']}" for key, spec in MODELS.items()))
     p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
     add_run_arguments(p, REPO, EPOCHS, quick_sample="300 / 100 / 200 pairs")
+    p.add_argument("--lr", type=float, default=None, help="with --encoder: the tree's and similarity network's rate")
+    p.add_argument("--batch-size", type=int, default=None, help="with --encoder: pairs per minibatch (16)")
+    add_encoder_arguments(p)
     args = p.parse_args(argv)
-    check_embeddings(args.embeddings, ("glove50",))
+    check_encoder_flags(p, args)
+    if args.encoder is None:
+        if args.lr is not None or args.batch_size is not None:
+            p.error("--lr and --batch-size apply with --encoder (the GloVe runs keep Tai et al.'s settings)")
+        check_embeddings(args.embeddings, ("glove50",))
     return args
 
 
@@ -83,7 +93,16 @@ from graphtree.data.tree import lookup_words
 from graphtree.datasets import SICK
 from graphtree.datasets.sick import TREE_KEYS, make_pair
 from graphtree.embeddings import embedding_matrix
-from graphtree.experiments.harness import SPLITS, Experiment, split_sizes, vectors_name
+from graphtree.experiments.encoder_runs import (
+    ENCODER_DEFAULTS,
+    checkpoint_seconds,
+    encode_once,
+    encoder_leaves,
+    encoder_name_parts,
+    encoder_optimizer,
+    encoder_settings,
+)
+from graphtree.experiments.harness import SPLITS, Experiment, encoder_record, split_sizes, vectors_name
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.models import NodeEmbedding
 from graphtree.models.similarity import MeanEncoder, PairSimilarity, SequenceEncoder, TreeEncoder, similarity_loss
@@ -120,9 +139,11 @@ def mean_length(pair: Data) -> float:
     return (len(pair.tokens_a) + len(pair.tokens_b)) / 2
 
 
-def build_model(model: str, vocab_size: int, dim: int, pretrained: torch.Tensor | None) -> PairSimilarity:
-    """Encoder of ``model`` under the similarity network of eq 15, on fixed word vectors."""
-    embedding = NodeEmbedding(vocab_size, dim, pretrained, freeze=True)
+def build_model(model: str, vocab_size: int, dim: int, pretrained: torch.Tensor | None,
+                leaves: torch.nn.Module | None = None) -> PairSimilarity:
+    """Encoder of ``model`` under the similarity network of eq 15, on fixed word vectors (or on the contextual
+    ``leaves`` of a pretrained encoder, fine-tuned)."""
+    embedding = leaves if leaves is not None else NodeEmbedding(vocab_size, dim, pretrained, freeze=True)
     hidden = MODELS[model]["hidden"]
     if model == "dependency":
         encoder = TreeEncoder(embedding, ChildSumTreeLSTM(dim, hidden))
@@ -138,11 +159,19 @@ def build_model(model: str, vocab_size: int, dim: int, pretrained: torch.Tensor 
 def main(argv: list[str]) -> None:
     """Train, select on dev Pearson r and test one model per seed; write the JSON and CSV of each run."""
     args = parse_args(argv)
-    exp = Experiment.start("sick", args, argv, REPO, EPOCHS)
-    spec, vectors = MODELS[args.model], exp.vectors()
-    cfg = dict(model=args.model, trees=spec["trees"], parses="stanford", embeddings=args.embeddings,
-               freeze_embeddings=True, dim=vectors.dim, hidden=spec["hidden"], sim_hidden=SIM_HIDDEN,
-               epochs=exp.epochs, optimizer=OPTIMIZER.as_dict(), quick=args.quick)
+    over_encoder = args.encoder is not None
+    exp = Experiment.start("sick", args, argv, REPO, ENCODER_DEFAULTS["epochs"] if over_encoder else EPOCHS)
+    spec = MODELS[args.model]
+    if over_encoder:
+        vectors, record, optimizer = None, encoder_record(args.encoder), encoder_optimizer(args)
+        cfg = dict(model=args.model, trees=spec["trees"], parses="stanford", embeddings="encoder",
+                   freeze_embeddings=False, dim=record["width"], hidden=spec["hidden"], sim_hidden=SIM_HIDDEN,
+                   epochs=exp.epochs, optimizer=optimizer.as_dict(), quick=args.quick, **encoder_settings(args))
+    else:
+        vectors, record, optimizer = exp.vectors(), None, OPTIMIZER
+        cfg = dict(model=args.model, trees=spec["trees"], parses="stanford", embeddings=args.embeddings,
+                   freeze_embeddings=True, dim=vectors.dim, hidden=spec["hidden"], sim_hidden=SIM_HIDDEN,
+                   epochs=exp.epochs, optimizer=OPTIMIZER.as_dict(), quick=args.quick)
     with exp.main_first():  # the first run processes the corpus into datasets/ for the others
         raw = {s: list(SICK(args.data_root, s, mirror=exp.mirror, log=False)) for s in SPLITS}
     # Every SICK word with a GloVe vector (as written or lowercased); the others share <unk>, the mean vector.
@@ -153,6 +182,14 @@ def main(argv: list[str]) -> None:
     note(f"SICK ({spec['trees']} trees): {split_sizes(splits)} pairs, vocabulary {len(vocab)}")
 
     def build(run: SeedRun) -> PairTrainer:
+        if over_encoder:
+            leaves = encoder_leaves(cfg)
+            model = build_model(args.model, len(vocab), record["width"], None, leaves)
+            kept = Path(args.out) / "cache" / f"sick_{Path(args.encoder).name}_top{cfg.get('trainable_layers')}.pt"
+            encode_once(leaves, [list(t) for s in splits.values() for d in s for t in (d.tokens_a, d.tokens_b)],
+                        kept)
+            return run.trainer(model, leaves, optimizer, exp.epochs, PairTrainer, loss_fn=similarity_loss,
+                               checkpoint_every=checkpoint_seconds(args))
         model = build_model(args.model, len(vocab), vectors.dim, embedding_matrix(vocab, vectors, missing="mean"))
         return run.trainer(model, model.encoder.embedding, OPTIMIZER, exp.epochs, PairTrainer,
                            loss_fn=similarity_loss)
@@ -164,10 +201,15 @@ def main(argv: list[str]) -> None:
             # Only the statistic: gold ratings are corpus data and stay out of the results.
             "test_by_length": pearson_by_length(pred, gold, [mean_length(d) for d in raw["test"]]),
             "num_parameters_without_embeddings": count_parameters(
-                trainer.model, lambda name: name.startswith("encoder.embedding."))})
+                trainer.model, lambda name: name.startswith("encoder.embedding.")),
+            **({"encoder": record} if record else {})})
 
-    exp.train_seeds(cfg, exp.run_names(f"{args.model}_{vectors_name(args.embeddings)}"), build, score, splits,
-                    exp.data_identity(splits, vocab))
+    if over_encoder:
+        encoder, settings = encoder_name_parts(cfg, dropout_default=cfg.get("dropout"))
+        names = lambda seed: "_".join([args.model, encoder, *settings]) + f"_s{seed}"  # noqa: E731
+    else:
+        names = exp.run_names(f"{args.model}_{vectors_name(args.embeddings)}")
+    exp.train_seeds(cfg, names, build, score, splits, exp.data_identity(splits, vocab))
 
 
 if __name__ == "__main__":

@@ -34,8 +34,9 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+from graphtree.experiments.encoder_runs import ENCODER_DEFAULTS, checkpoint_seconds, encode_once
 from graphtree.experiments.runs import check_flags_first, main_guard
-from graphtree.experiments.sst_options import ENCODER_DEFAULTS, SSTOptions
+from graphtree.experiments.sst_options import SSTOptions
 from graphtree.train.presets import PRESETS
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -75,7 +76,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 if __name__ == "__main__" and sys.argv[1:2] != ["predict"]:
     check_flags_first(parse_args, "sst.py")  # --help and a mistyped flag answer here, before torch is imported
 
-import torch
 from torch_geometric.data import Data
 
 from graphtree.datasets import SST
@@ -93,7 +93,6 @@ from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.experiments.sst_models import sst_model
 from graphtree.experiments.sst_predict import predict
 from graphtree.train import OptimizerSpec, Trainer, recursive_tree, restrict_supervision
-from graphtree.train.checkpoint import atomic_save
 from graphtree.vocab import Vocab
 
 
@@ -126,20 +125,6 @@ def load_split(cfg: dict, split: str, vocab: Vocab, root: str, mirror: str | Non
 build_model = partial(sst_model, mlp_channels=MLP_CHANNELS)
 
 
-def encode_once(leaves, splits: dict[str, Sequence[Data]], path: Path) -> None:
-    """A frozen encoder's part (``--trainable-layers``) runs once per sentence of the corpus: its states are
-    computed before the first epoch and kept in ``path`` for the other seeds and a resumed run."""
-    if not leaves.caches:
-        return
-    if path.is_file():
-        leaves.load_cache_state(torch.load(path, weights_only=False))
-    computed = leaves.precompute([list(d.tokens) for split in splits.values() for d in split])
-    if computed:
-        note(f"encoded {computed} sentences through the frozen layers once; kept in {path}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_save(leaves.cache_state(), path)
-
-
 def train(args: argparse.Namespace, argv: list[str]) -> None:
     """Train, select on dev and test one model per seed; write the JSON and CSV of each run."""
     over_encoder = args.encoder is not None
@@ -156,18 +141,16 @@ def train(args: argparse.Namespace, argv: list[str]) -> None:
     note(f"SST {'fine-grained' if args.fine_grained else 'binary'}: {split_sizes(splits)} sentences, "
          f"vocabulary {len(vocab)}")
 
-    minutes = args.checkpoint_every or (ENCODER_DEFAULTS["checkpoint_minutes"] if over_encoder else None)
-
     def build(run: SeedRun) -> Trainer:
         pretrained = None if over_encoder else initial_vectors(vocab, vectors, cfg["dim"], run.seed,
                                                                args.random_init, RANDOM_INIT)
         model, embedding = build_model(cfg, len(vocab), len(classes), pretrained)
         if over_encoder:
-            encode_once(embedding, splits, Path(args.out) / "cache" /
-                        f"sst_{Path(cfg['encoder']).name}_top{cfg.get('trainable_layers')}.pt")
+            cache = Path(args.out) / "cache" / f"sst_{Path(cfg['encoder']).name}_top{cfg.get('trainable_layers')}.pt"
+            encode_once(embedding, [list(d.tokens) for split in splits.values() for d in split], cache)
         return run.trainer(model, embedding, OptimizerSpec(**cfg["optimizer"]), cfg["epochs"],
                            extra={"vocab": vocab.itos[1:], "lowercase": vocab.lowercase, "classes": list(classes)},
-                           checkpoint_every=minutes * 60 if minutes else None)
+                           checkpoint_every=checkpoint_seconds(args))
 
     def score(trainer: Trainer, fit) -> Outcome:
         test = trainer.test(splits["test"])

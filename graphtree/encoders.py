@@ -202,9 +202,11 @@ def load_encoder(name_or_path: str | os.PathLike) -> tuple[Any, Any, Path]:
                                    "pip install 'graphtree[transformers]'") from None
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # the sentence-transformers pooling files are not the model's
+    transformers.utils.logging.disable_progress_bar()  # a bar for reading one file, on every start
     try:
         model = transformers.AutoModel.from_pretrained(folder, local_files_only=True)
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True, use_fast=True)
     finally:
         transformers.logging.set_verbosity(verbosity)
+        transformers.utils.logging.enable_progress_bar()
     return model, tokenizer, folder

@@ -19,6 +19,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
+from tiny_encoder import tiny_encoder, tiny_tokenizer  # noqa: E402  (beside this file)
 from torch_geometric.data import Batch  # noqa: E402
 
 from graphtree import encoders  # noqa: E402
@@ -27,30 +28,6 @@ from graphtree.encoders import EncoderNotFoundError, encoder_files, encoder_fold
 from graphtree.models import EncoderLeaves, EncoderSpanClassifier, TreeClassifier  # noqa: E402
 from graphtree.models.contextual import encoder_text  # noqa: E402
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM  # noqa: E402
-
-PIECES = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "film", "is", "good", "bad", "un", "##believ", "##ably", "(",
-          ")", '"', "it", "##s", "a", "/", "no", "not", "very", "funny", "##ny", "fun", "at", "all", "[", "]", "*"]
-
-
-def tiny_tokenizer() -> transformers.PreTrainedTokenizerFast:
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
-    vocab = {w: i for i, w in enumerate(PIECES)}
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]",
-                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
-                                                cls_token="[CLS]", sep_token="[SEP]", model_max_length=64)
-
-
-def tiny_encoder(seed: int = 0) -> transformers.BertModel:
-    config = transformers.BertConfig(vocab_size=len(PIECES), hidden_size=16, num_hidden_layers=2,
-                                     num_attention_heads=2, intermediate_size=32, max_position_embeddings=64,
-                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    torch.manual_seed(seed)
-    return transformers.BertModel(config).double().eval()
 
 
 def reference_states(encoder, tokenizer, words: list[str], pool: str = "mean") -> torch.Tensor:

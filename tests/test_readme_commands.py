@@ -65,9 +65,33 @@ def training_commands() -> list[str]:
     return list(seen)
 
 
+def stand_in_encoder(name: str) -> str:
+    """``--encoder NAME`` as a short form runs it: the registry's encoder where its package is installed, else
+    the tiny encoder of ``tests/tiny_encoder.py`` (the command's flags and code path, without the weights)."""
+    from graphtree.encoders import EncoderNotFoundError, encoder_folder
+
+    try:
+        encoder_folder(name)
+        return name
+    except EncoderNotFoundError:
+        global _TINY
+        if _TINY is None:
+            from tiny_encoder import tiny_encoder_folder
+
+            _TINY = str(tiny_encoder_folder())
+        return _TINY
+
+
+_TINY: str | None = None  # the tiny encoder's folder, made by the first short form that needs it
+
+
 def short_form(command: str, out: Path) -> list[str]:
-    """``command`` with its first seed only, one quick epoch, and its output under ``out``."""
+    """``command`` with its first seed only, one quick epoch, and its output under ``out`` (and, without the
+    encoder's package, the tiny stand-in encoder: :func:`stand_in_encoder`)."""
     words = shlex.split(command)
+    if "--encoder" in words:
+        k = words.index("--encoder") + 1
+        words[k] = stand_in_encoder(words[k])
     if "--seeds" in words:
         k = words.index("--seeds")
         end = k + 1

@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
-from ..models import BiTreeLSTM, EncoderLeaves, EncoderSpanClassifier, NodeEmbedding, TreeClassifier
+from ..models import BiTreeLSTM, EncoderSpanClassifier, NodeEmbedding, TreeClassifier
 from ..models.spans import SpanLSTMClassifier
 from ..nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from ..train import WordInputModel
+from .encoder_runs import encoder_leaves
 from .runs import fail
 
 __all__ = ["TENG_VARIANTS", "sst_model"]
@@ -34,24 +35,6 @@ __all__ = ["TENG_VARIANTS", "sst_model"]
 TENG_VARIANTS = {"contree": "contree", "contree_lex": "contree_lex", "topdown": "top_down", "bicontree": "bicontree"}
 """Teng & Zhang's models by their names in ``experiments/sst.py``, and the :class:`~graphtree.models.BiTreeLSTM`
 variant of each."""
-
-
-def encoder_leaves(cfg: Mapping[str, Any]) -> EncoderLeaves:
-    """The contextual leaves of a run over an encoder: the encoder of ``cfg["encoder"]``, found offline
-    (:func:`graphtree.encoders.load_encoder`), pooled and frozen as ``cfg`` says."""
-    from ..encoders import load_encoder
-
-    encoder, tokenizer, _ = load_encoder(cfg["encoder"])
-    top = cfg.get("trainable_layers")
-    # Top layers only: the frozen ones below run once per sentence, their output kept (cache_below)
-    return EncoderLeaves(encoder, tokenizer, pool=cfg.get("pool", "mean"), trainable_layers=top,
-                         cache_below=bool(top) and top < len(_layers(encoder)))
-
-
-def _layers(encoder: torch.nn.Module) -> torch.nn.ModuleList:
-    from ..models.contextual import _encoder_layers
-
-    return _encoder_layers(encoder)
 
 
 def sst_model(cfg: Mapping[str, Any], vocab_size: int, num_classes: int, pretrained: torch.Tensor | None, *,

@@ -15,6 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from ..train.presets import OptimizerSpec
+from .encoder_runs import (
+    ENCODER_DEFAULTS,
+    add_encoder_arguments,
+    check_encoder_flags,
+    encoder_name_parts,
+    encoder_optimizer,
+    encoder_settings,
+)
 from .runs import (
     ArgumentParser,
     add_run_arguments,
@@ -24,14 +32,8 @@ from .runs import (
     epochs_of,
 )
 
-__all__ = ["ENCODER_DEFAULTS", "PREDICT_USAGE", "SSTOptions"]
+__all__ = ["PREDICT_USAGE", "SSTOptions"]
 
-ENCODER_DEFAULTS = dict(lr=1e-3, encoder_lr=3e-5, batch_size=16, dropout=0.1, epochs=3, warmup=0.1,
-                        weight_decay=0.01, checkpoint_minutes=10.0)
-"""A run over a pretrained encoder (``--encoder``): the fine-tuning recipe of BERT (Devlin et al. 2019, §A.3:
-AdamW, a small learning rate for the encoder with a linear warm-up over the first 10% of the updates and a linear
-decay to 0, weight decay 0.01, minibatches of 16, 3 epochs, dropout 0.1), with a larger rate (``lr``) for the
-tree cell and classifier, which start from scratch; a checkpoint every 10 minutes inside the epoch."""
 
 PREDICT_USAGE = 'python experiments/sst.py predict CHECKPOINT "a sentence" [--png PICTURE.png]'
 
@@ -96,29 +98,7 @@ class SSTOptions:
                        help="topdown, bicontree: the top-down cell's two positions share their input maps and "
                             "biases (Table 4's parameter count and the released code; eq 14 gives each its own); "
                             "listed apart in sst.md")
-        enc = p.add_argument_group("a pretrained encoder under the tree (contextual leaves)")
-        enc.add_argument("--encoder", default=None, metavar="NAME|FOLDER",
-                         help="minilm or mpnet (their registry packages, see README) or a folder of a Hugging Face "
-                              "encoder with a fast tokenizer: each word's state over its sentence is the input of its "
-                              "node, and the encoder is fine-tuned with the model (AdamW, warm-up, linear decay: "
-                              "ENCODER_DEFAULTS); --model encoder is the encoder alone (each phrase the mean of its "
-                              "words' states)")
-        enc.add_argument("--encoder-lr", type=float, default=None,
-                         help=f"the encoder's learning rate (default {ENCODER_DEFAULTS['encoder_lr']:g}); --lr is then "
-                              f"the tree's and classifier's (default {ENCODER_DEFAULTS['lr']:g})")
-        enc.add_argument("--warmup", type=float, default=None,
-                         help=f"fraction of the updates with a rising learning rate (default "
-                              f"{ENCODER_DEFAULTS['warmup']:g}), then a linear decay to 0")
-        enc.add_argument("--weight-decay", type=float, default=None,
-                         help=f"AdamW's weight decay of the matrices (default {ENCODER_DEFAULTS['weight_decay']:g})")
-        enc.add_argument("--trainable-layers", type=int, default=None, metavar="K",
-                         help="fine-tune only the encoder's top K layers (0: a frozen encoder, its states computed "
-                              "once per sentence); default: all, with its embeddings")
-        enc.add_argument("--pool", choices=["mean", "first"], default="mean",
-                         help="a word's vector: the mean of its sub-words' states (default) or the first one's")
-        enc.add_argument("--checkpoint-every", type=float, default=None, metavar="MINUTES",
-                         help="also checkpoint inside an epoch, every MINUTES (default "
-                              f"{ENCODER_DEFAULTS['checkpoint_minutes']:g} with --encoder, else after each epoch)")
+        add_encoder_arguments(p, alone="encoder")
         p.add_argument("--random-init", choices=["uniform", "normal"], default="uniform",
                        help="random vectors: uniform U(-0.05, 0.05) (default, as Tai et al.'s code initializes "
                             "unknown words) or normal N(0, 1) (Torch7's nn.LookupTable default); not a reproduction "
@@ -131,22 +111,13 @@ class SSTOptions:
         args = p.parse_args(argv)
         if args.model not in self.baselines:
             check_embeddings(args.embeddings, ("random", "glove50"))
-        encoder_only = [flag for flag, value in (("--encoder-lr", args.encoder_lr), ("--warmup", args.warmup),
-                                                 ("--weight-decay", args.weight_decay),
-                                                 ("--trainable-layers", args.trainable_layers))
-                        if value is not None] + (["--pool"] if args.pool != "mean" else [])
-        if args.encoder is None and (encoder_only or args.model == "encoder"):
-            p.error(f"{', '.join(encoder_only) or '--model encoder'} needs --encoder")
+        check_encoder_flags(p, args, alone="encoder", without=self.baselines + ("bilstm", "lstmrnn"))
         if args.encoder is not None:
             if args.embeddings != "random":
                 p.error("--encoder gives the leaves' inputs: leave out --embeddings")
-            if args.model in self.baselines + ("bilstm", "lstmrnn"):
-                p.error(f"--encoder applies to the tree models and --model encoder, not {args.model}")
             if args.optimizer != "paper" or args.settings_of is not None or args.l2 is not None:
                 p.error("--encoder trains with its own recipe (AdamW): --optimizer, --settings-of and --l2 do not "
                         "apply")
-            if args.warmup is not None and not 0 <= args.warmup < 1:
-                p.error(f"--warmup must be in [0, 1), got {args.warmup}")
         if args.settings_of is not None and args.model in self.baselines + ("bilstm",):
             p.error(f"--settings-of applies to the tree models, not {args.model}")
         if args.settings_of is not None and (self.models[args.model]["paper"] == "teng") != (
@@ -204,22 +175,15 @@ class SSTOptions:
             raise ValueError("a run over an encoder needs the encoder's width")
         d = ENCODER_DEFAULTS
         paper = self.models[args.model]
-        spec = OptimizerSpec("adamw", args.lr or d["lr"], "adamw",
-                             d["encoder_lr"] if args.encoder_lr is None else args.encoder_lr, 0.0,
-                             args.batch_size or d["batch_size"],
-                             weight_decay=d["weight_decay"] if args.weight_decay is None else args.weight_decay,
-                             warmup=d["warmup"] if args.warmup is None else args.warmup, schedule="linear")
-        cfg = dict(model=args.model, embeddings="encoder", encoder=args.encoder, fine_grained=args.fine_grained,
+        spec = encoder_optimizer(args)
+        cfg = dict(model=args.model, embeddings="encoder", fine_grained=args.fine_grained,
                    supervision=args.supervision, structure=args.structure,
                    head=args.head if paper["paper"] == "teng" and args.model != "contree" else None,
                    activation=None, paper=paper["paper"], dim=width,
                    hidden=paper["hidden"] if args.model != "encoder" else width,
                    dropout=d["dropout"] if args.dropout is None else args.dropout,
-                   epochs=epochs_of(args, d["epochs"]), optimizer=spec.as_dict(), quick=args.quick)
-        if args.trainable_layers is not None:
-            cfg["trainable_layers"] = args.trainable_layers
-        if args.pool != "mean":
-            cfg["pool"] = args.pool
+                   epochs=epochs_of(args, d["epochs"]), optimizer=spec.as_dict(), quick=args.quick,
+                   **encoder_settings(args))
         if args.share_input_weights:
             cfg["share_input_weights"] = True
         return cfg
@@ -264,27 +228,16 @@ class SSTOptions:
     def _encoder_run_name(self, cfg: Mapping[str, Any], seed: int) -> str:
         """File name of a run over an encoder: model, encoder, task, options that differ from
         :data:`ENCODER_DEFAULTS`, seed (``nary_mpnet_fine_s1``)."""
-        d, opt = ENCODER_DEFAULTS, cfg["optimizer"]
         parts = [cfg["model"]]
         if self.models[cfg["model"]]["paper"] == "teng" and cfg["model"] != "contree":
             parts.append(f"head-{cfg['head']}")
-        parts += [Path(cfg["encoder"]).name, "fine" if cfg["fine_grained"] else "binary"]
+        encoder, settings = encoder_name_parts(cfg)
+        parts += [encoder, "fine" if cfg["fine_grained"] else "binary"]
         if cfg["supervision"] != "all":
             parts.append(f"sup-{cfg['supervision'].replace('+', '-')}")
         if cfg["structure"] != "gold":
             parts.append(f"struct-{cfg['structure']}")
-        for key, default, tag in (("epochs", d["epochs"], "ep"), ("dropout", d["dropout"], "do")):
-            if cfg[key] != default and not (key == "epochs" and cfg["quick"]):
-                parts.append(f"{tag}{cfg[key]:g}")
-        for key, default, tag in (("batch_size", d["batch_size"], "bs"), ("lr", d["lr"], "lr"),
-                                  ("embedding_lr", d["encoder_lr"], "elr"), ("warmup", d["warmup"], "warm"),
-                                  ("weight_decay", d["weight_decay"], "wd")):
-            if opt.get(key, 0.0) != default:
-                parts.append(f"{tag}{opt.get(key, 0.0):g}")
-        if cfg.get("trainable_layers") is not None:
-            parts.append(f"top{cfg['trainable_layers']}")
-        if cfg.get("pool"):
-            parts.append(f"pool-{cfg['pool']}")
+        parts += settings
         if cfg.get("share_input_weights"):
             parts.append("shared-inputs")
         return "_".join(parts) + f"_s{seed}"

@@ -38,7 +38,7 @@ from torch import Tensor
 from ..data import NO_WORD
 from ..nn.functional import dropout
 
-__all__ = ["POOLS", "EncoderLeaves", "EncoderSpanClassifier", "encoder_text"]
+__all__ = ["POOLS", "EncoderLeaves", "EncoderSpanClassifier", "encoder_layers", "encoder_text"]
 
 POOLS = ("mean", "first")
 """How a word's sub-word states become its vector."""
@@ -121,7 +121,7 @@ class EncoderLeaves(torch.nn.Module):
         self._freeze(trainable_layers)
         self.cache_frozen = cache_frozen
         self._frozen_states: dict[tuple[str, ...], Tensor] = {}  # sentence words -> [words, H], frozen only
-        layers = _encoder_layers(encoder) if cache_below else None
+        layers = encoder_layers(encoder) if cache_below else None
         self.cache_below = bool(cache_below and trainable_layers and layers is not None
                                 and trainable_layers < len(layers))
         if cache_below and not self.cache_below:
@@ -136,7 +136,7 @@ class EncoderLeaves(torch.nn.Module):
     def _freeze(self, trainable_layers: int | None) -> None:
         if trainable_layers is None:
             return
-        layers = _encoder_layers(self.encoder)
+        layers = encoder_layers(self.encoder)
         if not 0 <= trainable_layers <= len(layers):
             raise ValueError(f"trainable_layers must be between 0 and the encoder's {len(layers)} layers, got "
                              f"{trainable_layers}")
@@ -346,7 +346,7 @@ class EncoderLeaves(torch.nn.Module):
                 f"trainable_layers={layers}, max_length={self.max_length})")
 
 
-def _encoder_layers(encoder: torch.nn.Module) -> torch.nn.ModuleList:
+def encoder_layers(encoder: torch.nn.Module) -> torch.nn.ModuleList:
     """The stack of transformer layers of a Hugging Face encoder (``encoder.encoder.layer`` in BERT, MPNet,
     RoBERTa and their kin; ``transformer.layer`` in DistilBERT)."""
     for path in (("encoder", "layer"), ("transformer", "layer"), ("layers",)):

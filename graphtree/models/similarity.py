@@ -102,7 +102,8 @@ class TreeEncoder(torch.nn.Module):
     """The root hidden state :math:`h_{root}` of a tree cell run on word vectors.
 
     Args:
-        embedding (NodeEmbedding): Word vectors (inner nodes without a word get zeros).
+        embedding (NodeEmbedding): Word vectors (inner nodes without a word get zeros), or another input
+            module with ``node_inputs(batch)`` (:class:`~graphtree.models.EncoderLeaves`).
         cell (TreeCell): Any cell returning ``(h, c, ...)``, e.g.
             :class:`~graphtree.nn.ChildSumTreeLSTM` or :class:`~graphtree.nn.NaryTreeLSTM`.
         input_dropout (float): Dropout on the word vectors in training (default 0).
@@ -118,7 +119,7 @@ class TreeEncoder(torch.nn.Module):
         self.out_channels = cell.state_channels[0]
 
     def forward(self, batch: Any) -> Tensor:
-        x = dropout(self.embedding(batch.word), self.input_dropout, self.training)
+        x = dropout(self.embedding.node_inputs(batch), self.input_dropout, self.training)
         return root_states(first_state(self.cell(x, batch)), batch)
 
 
@@ -157,7 +158,7 @@ class SequenceEncoder(torch.nn.Module):
         return lstm(packed)[1][0][-1]
 
     def forward(self, batch: Any) -> Tensor:
-        x = dropout(self.embedding(batch.word), self.input_dropout, self.training)
+        x = dropout(self.embedding.node_inputs(batch), self.input_dropout, self.training)
         seq, lengths = padded_words(x, batch)
         h = self._last_state(self.lstm, seq, lengths)
         if not self.bidirectional:
@@ -180,7 +181,7 @@ class MeanEncoder(torch.nn.Module):
         self.out_channels = embedding.embedding_dim
 
     def forward(self, batch: Any) -> Tensor:
-        x = self.embedding(batch.word)
+        x = self.embedding.node_inputs(batch)
         is_word = (batch.word_pos != NO_WORD).to(x.dtype)
         graph = _graph_of_nodes(batch, x.size(0), x.device)
         total = x.new_zeros(_num_graphs(batch), x.size(-1)).index_add(0, graph, x * is_word.unsqueeze(-1))
