@@ -261,3 +261,20 @@ def test_cached_lower_layers_give_the_whole_encoders_states() -> None:
     assert len(list(top.parameters())) == len(list(encoder.parameters()))  # the top stack is not listed twice
     with pytest.raises(ValueError, match="cache_below needs trainable_layers"):
         EncoderLeaves(encoder, tokenizer, cache_below=True)
+
+
+def test_the_kept_states_load_into_another_run_and_only_there() -> None:
+    encoder, tokenizer = tiny_encoder(), tiny_tokenizer()
+    sentences = [list(from_ptb(s).tokens) for s in SENTENCES]
+    first = EncoderLeaves(encoder, tokenizer, trainable_layers=1, cache_below=True)
+    kept = []
+    assert first.precompute(sentences, batch_size=1, progress=False,
+                            keep=lambda: kept.append(len(first.cache_state()["below"])), keep_every=0) == 3
+    assert kept == [1, 2, 3]  # kept on the way, not only at the end
+    second = EncoderLeaves(encoder, tokenizer, trainable_layers=1, cache_below=True)
+    second.load_cache_state(first.cache_state())
+    assert second.precompute(sentences, progress=False) == 0
+    torch.testing.assert_close(second.eval()(constituency_batch()), first.eval()(constituency_batch()), rtol=0, atol=0)
+    other = EncoderLeaves(tiny_encoder(seed=1), tokenizer, trainable_layers=1, cache_below=True)
+    with pytest.raises(ValueError, match="the cache was made for"):
+        other.load_cache_state(first.cache_state())  # other frozen weights

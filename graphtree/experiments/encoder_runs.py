@@ -147,7 +147,8 @@ def encode_once(leaves: Any, sentences: Iterable[Sequence[str]], path: Path) -> 
         return
     if path.is_file():
         leaves.load_cache_state(torch.load(path, weights_only=False))
-    computed = leaves.precompute(sentences)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    computed = leaves.precompute(sentences, keep=lambda: atomic_save(leaves.cache_state(), path))
     if computed:
         note(f"encoded {computed} sentences through the frozen layers once; kept in {path}")
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,8 +28,9 @@ Alignment, per sentence of ``tokens`` (the graph's words as its converter wrote 
 
 from __future__ import annotations
 
+import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -227,15 +228,19 @@ class EncoderLeaves(torch.nn.Module):
         ``cache_below``)."""
         return self.cache_below or (self.frozen and self.cache_frozen)
 
-    def precompute(self, sentences: Iterable[Sequence[str]], batch_size: int = 64, progress: bool = True) -> int:
+    def precompute(self, sentences: Iterable[Sequence[str]], batch_size: int = 64, progress: bool = True,
+                   keep: Callable[[], None] | None = None, keep_every: float = 600.0) -> int:
         """Fill the cache (:attr:`caches`) for ``sentences`` not yet in it, in batches of similar length (less
-        padding), with a progress bar; returns how many were computed. A no-op without a cache."""
+        padding), with a progress bar; returns how many were computed. ``keep`` (e.g. saving
+        :meth:`cache_state`) is called every ``keep_every`` seconds on the way, so that a stopped run keeps
+        what it computed. A no-op without a cache."""
         if not self.caches:
             return 0
         store = self._below if self.cache_below else self._frozen_states
         todo = sorted({tuple(s) for s in sentences} - store.keys(), key=len)
         from tqdm.auto import tqdm
 
+        last_kept = time.perf_counter()
         for start in tqdm(range(0, len(todo), batch_size), desc="encoding sentences once", disable=not progress,
                           unit="batch", leave=False):
             chunk = todo[start:start + batch_size]
@@ -243,6 +248,9 @@ class EncoderLeaves(torch.nn.Module):
                 self._fill_below(chunk, [[encoder_text(w) for w in s] for s in chunk])
             else:
                 self.word_states(chunk)
+            if keep is not None and time.perf_counter() - last_kept >= keep_every:
+                keep()
+                last_kept = time.perf_counter()
         return len(todo)
 
     def cache_state(self) -> dict[str, Any]:
