@@ -142,11 +142,12 @@ class PairTrainer(Trainer):
                  config: dict[str, Any] | None = None, eval_batch_size: int = 256, progress: bool = True,
                  desc: str = "", extra: dict[str, Any] | None = None,
                  device: str | torch.device | None = None, verbose: bool = True, replay: str = "auto",
-                 group_by_height: int | None = None) -> None:
+                 group_by_height: int | None = None, checkpoint_every: float | None = None) -> None:
         super().__init__(model, optimizer, epochs=epochs, batch_size=batch_size, seed=seed, checkpoint=checkpoint,
                          metrics_csv=metrics_csv, config=config, loss_fn=loss_fn,
                          eval_batch_size=eval_batch_size, progress=progress, desc=desc, extra=extra, device=device,
-                         verbose=verbose, replay=replay, group_by_height=group_by_height)
+                         verbose=verbose, replay=replay, group_by_height=group_by_height,
+                         checkpoint_every=checkpoint_every)
 
     def _batch_loss(self, model: torch.nn.Module, batch: Batch) -> Tensor:
         return self.loss_fn(model(batch), batch.target)
