@@ -36,6 +36,7 @@ import ast
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -264,7 +265,7 @@ def _ratio(row: dict, disk: str, memory: str) -> str:
         return "—"
     paired = row.get(f"paired{disk[-1]}")
     if paired and len(paired) > 1:  # the median of the rounds' ratios, and their range
-        return f"{paired[(len(paired) - 1) // 2]:.2f} ({paired[0]:.2f}-{paired[-1]:.2f})"
+        return f"{statistics.median(paired):.2f} ({paired[0]:.2f}-{paired[-1]:.2f})"
     return f"{row[disk]['graphs_per_s'] / row[memory]['graphs_per_s']:.2f}"
 
 
@@ -388,7 +389,7 @@ def main() -> None:
     for row in rows:  # each round's disk over memory (median, range), and the baseline checkout's
         for key in sorted(k for k in row if k.startswith("paired")):
             ratios = row[key]
-            print(f"{row['graphs']:,} graphs, {key}: {ratios[(len(ratios) - 1) // 2]:.2f} "
+            print(f"{row['graphs']:,} graphs, {key}: {statistics.median(ratios):.2f} "
                   f"({ratios[0]:.2f}-{ratios[-1]:.2f}) over {len(ratios)} round(s)")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
