@@ -22,11 +22,19 @@ alike; tables give the median over rounds.
     python benchmarks/epoch.py --setups 1x1 1x2 --rounds 1 --baseline ../graphtree-before   # an A/B
     python benchmarks/epoch.py --models nary --setups 1x1 1x2 --rounds 3 --embeddings random --readme epoch-random
     python benchmarks/epoch.py --device cuda --setups 1x1 --rounds 1 --embeddings random   # on a GPU
+    python benchmarks/epoch.py --breakdown --models nary --embeddings random --threads 2 --rounds 3
+        # one epoch piece by piece, in this process (below)
 
 ``--baseline CHECKOUT`` alternates every run with the same run of another checkout (each imports its own
 graphtree) and adds a before/after table of epoch seconds: the ratio of the two medians, and ``paired``, the
 median over rounds of each round's ratio (the two checkouts run back to back), which drift of the machine between
 rounds moves less.
+
+``--breakdown`` times one epoch of the first model in this process instead, piece by piece: what the trainer
+does outside the step (cutting the minibatches out of the concatenated corpus, their schedules, dev evaluation,
+the thread budget's looks) and the step four ways, interleaved in blocks of minibatches: as the script trains,
+without dropout, with frozen word vectors, and as ``benchmarks/tree_lstm.py`` times it (neither). Its last line,
+the epoch over the benchmark's step, is the epoch's cost over its step's in one run.
 
 ``--readme processes`` writes the speed-up table into docs/performance.md's ``<!-- results:processes -->`` block,
 ``--readme epoch`` the phase table (and the before/after table) into ``<!-- results:epoch -->``. ``× step`` is
@@ -354,6 +362,160 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+# --------------------------------------------------------------------------- --breakdown: the epoch, piece by piece
+
+VARIANTS = {  # name: (dropout as the script's, embeddings trained)
+    "as trained": (True, True),
+    "without dropout": (False, True),
+    "embeddings frozen": (True, False),
+    "as the step benchmark": (False, False),  # benchmarks/tree_lstm.py's step: no dropout, frozen vectors
+}
+BLOCK = 20  # minibatches a variant runs before the next one's turn
+
+
+def _sst_script():
+    """``experiments/sst.py`` as a module (its run settings, vocabulary, splits and models)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sst_script", REPO / "experiments" / "sst.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sst_script"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def breakdown(args: argparse.Namespace) -> dict:
+    """One SST epoch of ``args.models[0]`` in this process, split into what the trainer does outside the step
+    (cutting minibatches, their schedules, dev evaluation, the thread budget's looks) and the step itself, which
+    is timed four ways in blocks of :data:`BLOCK` minibatches, the four interleaved (each with a model of its
+    own, from the same initial weights): as the script trains (dropout, word vectors updated), without dropout,
+    with frozen vectors, and as ``benchmarks/tree_lstm.py`` times its step (neither). Each block's least time
+    over ``args.rounds`` rounds, summed over the epoch: what the machine's load adds to a block is left out."""
+    from graphtree.backend.thread_budget import ThreadBudget
+    from graphtree.backend.threads import denormals_flushed
+    from graphtree.data import with_schedule
+    from graphtree.data.batching import BatchCutter
+    from graphtree.experiments.harness import initial_vectors
+    from graphtree.experiments.runs import default_mirror
+    from graphtree.models import node_loss
+    from graphtree.train import OptimizerSpec, PaperOptimizer
+    from graphtree.train.metrics import evaluate
+    from graphtree.train.trainer import collate, epoch_order
+
+    sst = _sst_script()
+    model_name = args.models[0]
+    torch.set_num_threads(args.threads)
+    cfg = sst.OPTIONS.config(sst.parse_args(["--model", model_name, "--embeddings", args.embeddings,
+                                             "--fine-grained", "--epochs", "1"]), None)
+    if args.embeddings != "random":
+        raise SystemExit("--breakdown: --embeddings random (the issue's setting)")
+    root, mirror = str(REPO / "datasets"), default_mirror(REPO)
+    vocab = sst.build_vocab(cfg, root, mirror, None)
+    train, dev = (sst.load_split(cfg, split, vocab, root, mirror) for split in ("train", "dev"))
+    batch_size = OptimizerSpec(**cfg["optimizer"]).batch_size
+
+    def make(dropout: bool, trained: bool) -> tuple[torch.nn.Module, PaperOptimizer]:
+        torch.manual_seed(1)
+        vectors = initial_vectors(vocab, None, cfg["dim"], 1, "uniform", sst.RANDOM_INIT)
+        model, embedding = sst.build_model({**cfg, "dropout": cfg["dropout"] if dropout else 0.0}, len(vocab),
+                                           5, vectors)
+        embedding.requires_grad_(trained)
+        model.train()
+        return model, PaperOptimizer.for_model(model, embedding, OptimizerSpec(**cfg["optimizer"]))
+
+    seconds: dict[str, float] = {}
+    with denormals_flushed():
+        began = time.perf_counter()
+        cutter = BatchCutter.of(train)
+        seconds["concatenation (once a run)"] = time.perf_counter() - began
+        cuts, schedules = [], []
+        for round_ in range(args.rounds):
+            order = epoch_order(len(train), 1, round_).tolist()
+            began = time.perf_counter()
+            cut = list(cutter.batches(order, batch_size))
+            cuts.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            batches = [with_schedule(batch) for batch in cut]
+            schedules.append(time.perf_counter() - began)
+        seconds["cutting minibatches"], seconds["schedules"] = min(cuts), min(schedules)
+        models = {name: make(*flags) for name, flags in VARIANTS.items()}
+        phases = {name: dict.fromkeys(("forward", "backward", "optimizer", "embeddings"), 0.0) for name in VARIANTS}
+        for start in range(0, len(batches), BLOCK):
+            block = batches[start:start + BLOCK]
+            best: dict[str, dict[str, float]] = {}
+            for _ in range(args.rounds):
+                for name, (model, optimizer) in models.items():
+                    times = dict.fromkeys(phases[name], 0.0)
+                    for batch in block:
+                        t0 = time.perf_counter()
+                        loss = node_loss(model(batch), batch.y)
+                        t1 = time.perf_counter()
+                        optimizer.zero_grad()
+                        (loss / batch.num_graphs).backward()
+                        t2 = time.perf_counter()
+                        optimizer.step_model()
+                        t3 = time.perf_counter()
+                        optimizer.step_embeddings()
+                        t4 = time.perf_counter()
+                        for phase, took in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                            times[phase] += took
+                    if name not in best or sum(times.values()) < sum(best[name].values()):
+                        best[name] = times
+            for name, times in best.items():
+                for phase, took in times.items():
+                    phases[name][phase] += took
+        model = models["as trained"][0]
+        evaluations, building = [], []
+        for _ in range(args.rounds):
+            began = time.perf_counter()
+            dev_batches = [with_schedule(b) for b in collate(dev, 256)]
+            built = time.perf_counter()
+            evaluate(model, dev_batches)
+            building.append(built - began)
+            evaluations.append(time.perf_counter() - built)
+        seconds["dev batches (once a run)"], seconds["dev evaluation"] = min(building), min(evaluations)
+        budget = ThreadBudget(max(args.threads, 2), interval=1e-9)  # a look at every call: its cost
+        began = time.perf_counter()
+        for _ in range(100):
+            budget.check()
+        look = (time.perf_counter() - began) / 100
+        torch.set_num_threads(args.threads)
+    # The trainer looks at most every half second: an epoch of E seconds takes at most 2E looks.
+    step = {name: sum(p.values()) for name, p in phases.items()}
+    epoch = seconds["cutting minibatches"] + seconds["schedules"] + step["as trained"]
+    seconds["thread budget's looks (at most 2 a second)"] = 2 * epoch * look
+    return {"model": model_name, "threads": args.threads, "rounds": args.rounds, "minibatches": len(batches),
+            "outside the step": seconds, "step": phases, "step seconds": step, "epoch (training)": epoch,
+            "budget look seconds": look, "budget other load": budget.other_load,
+            "epoch over the benchmark's step": epoch / step["as the step benchmark"],
+            "epoch over its own step": epoch / step["as trained"],
+            "machine": f"{processor()}, {os.cpu_count()} CPUs", "commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "load average": os.getloadavg(),
+            "command": shlex.join(["python", "benchmarks/epoch.py", "--breakdown", "--models", model_name,
+                                   "--threads", str(args.threads), "--rounds", str(args.rounds),
+                                   "--embeddings", args.embeddings])}
+
+
+def breakdown_table(result: dict) -> str:
+    """The breakdown as a table: seconds per epoch of each part, and the step's variants."""
+    step = result["step seconds"]
+    lines = [f"One SST training epoch of {NAMES.get(result['model'], result['model'])} ({result['minibatches']} "
+             f"minibatches) piece by piece, {result['machine']}, {result['threads']} thread(s), each block's least "
+             f"of {result['rounds']} round(s) (`{result['command']}`, at {result['commit'][:7]}"
+             f"{'+dirty' if result['dirty'] else ''}; load average {result['load average'][0]:.1f}):", "",
+             "| part | seconds an epoch | × the benchmark's step |", "|---|---:|---:|"]
+    base = step["as the step benchmark"]
+    for part, took in result["outside the step"].items():
+        lines.append(f"| {part} | {took:.3f} | {took / base:.3f} |")
+    for name, phases in result["step"].items():
+        split = ", ".join(f"{phase} {took:.2f}" for phase, took in phases.items())
+        lines.append(f"| step {name} ({split}) | {step[name]:.3f} | {step[name] / base:.3f} |")
+    epoch = result["epoch (training)"]
+    lines.append(f"| epoch (training): cutting, schedules, step as trained | {epoch:.3f} | {epoch / base:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=ALL_MODELS, choices=ALL_MODELS)
@@ -375,9 +537,20 @@ def main() -> None:
     parser.add_argument("--readme", choices=("processes", "epoch", "epoch-random"), default=None,
                         help="write the speed-up table (processes) or the phase table (epoch; epoch-random for a "
                              "run with --embeddings random) into docs/performance.md")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="time the epoch of the first of --models piece by piece in this process (cutting, "
+                             "schedules, the step with and without dropout and trained vectors, dev, the thread "
+                             "budget's looks) instead of running the script")
+    parser.add_argument("--threads", type=int, default=1, help="--breakdown's intra-op threads (default 1)")
     parser.add_argument("--plot", default=None, metavar="PNG",
                         help="draw the phase table as a figure into this file (matplotlib: pip install -e '.[plot]')")
     args = parser.parse_args()
+    if args.breakdown:
+        result = breakdown(args)
+        print(breakdown_table(result))
+        if args.out:
+            atomic_write_text(json.dumps(result, indent=1) + "\n", Path(args.out))
+        return
     if args.table:
         results = json.loads(Path(args.table).read_text())
     else:

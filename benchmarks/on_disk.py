@@ -26,6 +26,7 @@ For each ``N`` of ``--sizes``, each in a fresh process (so that its peak RSS is 
     python benchmarks/on_disk.py --quick                                  # 10^3 and 10^4 graphs, minutes
     python benchmarks/on_disk.py --out runs/on-disk.json                  # the table of docs/performance.md
     python benchmarks/on_disk.py --table benchmarks/results/on-disk-cpu.json
+    python benchmarks/on_disk.py --sizes 10000 --memory-up-to 10000 --rounds 3   # one size, three interleaved rounds
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import ast
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -230,14 +232,16 @@ def _peak_mib(who: int) -> float:
     return resource.getrusage(who).ru_maxrss / 1024  # KiB on Linux
 
 
-def run_measure(kind: str, corpus: Path, root: Path, steps: int, processes: int = 1, source: Path | None = None
-                ) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+def run_measure(kind: str, corpus: Path, root: Path, steps: int, processes: int = 1, source: Path | None = None,
+                repo: Path = REPO) -> dict:
+    """One measurement in a fresh process, with the graphtree and this script of the checkout ``repo``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
                 if processes > 1 else [sys.executable])
-    argv = [*launcher, __file__, "--measure", kind, "--corpus", str(corpus), "--root", str(root), "--steps",
+    script = str(repo / "benchmarks" / "on_disk.py")
+    argv = [*launcher, script, "--measure", kind, "--corpus", str(corpus), "--root", str(root), "--steps",
             str(steps), *(["--source", str(source)] if source is not None else [])]
     result = subprocess.run(argv, capture_output=True, text=True, env=env)
     if result.returncode != 0:
@@ -259,6 +263,9 @@ def _cell(row: dict, key: str, sub: str, fmt: str) -> str:
 def _ratio(row: dict, disk: str, memory: str) -> str:
     if row.get(memory) is None or row.get(disk) is None:
         return "—"
+    paired = row.get(f"paired{disk[-1]}")
+    if paired and len(paired) > 1:  # the median of the rounds' ratios, and their range
+        return f"{statistics.median(paired):.2f} ({paired[0]:.2f}-{paired[-1]:.2f})"
     return f"{row[disk]['graphs_per_s'] / row[memory]['graphs_per_s']:.2f}"
 
 
@@ -300,6 +307,12 @@ def main() -> None:
     parser.add_argument("--max-nodes", type=int, default=40, help="largest function AST kept (default 40 nodes)")
     parser.add_argument("--work", default="runs/on_disk", help="corpora and data root (default runs/on_disk)")
     parser.add_argument("--no-torchrun", action="store_true", help="one process only")
+    parser.add_argument("--baseline", metavar="CHECKOUT",
+                        help="also train on disk with another checkout's graphtree, interleaved with the rest (an A/B "
+                             "of the disk path; its store and the in-memory runs are this checkout's)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="training runs of each mode, disk and memory interleaved (default 1); the table gives "
+                             "the median round and, above one round, the median and range of the rounds' ratios")
     parser.add_argument("--quick", action="store_true", help="10^3 and 10^4 graphs, 60 steps")
     parser.add_argument("--out", help="write the results here as JSON (default: print only)")
     parser.add_argument("--table", metavar="JSON", help="print the table of a results file and exit")
@@ -326,6 +339,7 @@ def main() -> None:
     from graphtree.experiments.provenance import code_state, processor
 
     code = code_state()  # the code this run imports, asked before it runs
+    baseline = Path(args.baseline).resolve() if args.baseline else None
     work = Path(args.work)
     rows = []
     for size in args.sizes:
@@ -341,17 +355,42 @@ def main() -> None:
         print(f"{size:,}: store built in {row['build_disk']['seconds']:.1f} s", file=sys.stderr)
         if size <= args.memory_up_to:
             row["build_memory"] = run_measure("build-memory", corpus, root, args.steps)
-        modes = ["disk"] + (["memory"] if size <= args.memory_up_to else [])
+        modes = ["disk"] + (["memory"] if size <= args.memory_up_to else []) + (["disk_baseline"] if baseline else [])
         for processes in (1,) if args.no_torchrun else (1, 2):
-            for mode in modes:  # interleaved: disk, memory at each size and process count
-                row[f"{mode}{processes}"] = run_measure(f"train-{mode}", corpus, root, args.steps, processes)
-                print(f"{size:,} {mode} {processes} proc: {row[f'{mode}{processes}']}", file=sys.stderr)
+            runs: dict[str, list[dict]] = {mode: [] for mode in modes}
+            for round_ in range(args.rounds):  # interleaved, the order turned each round: disk, memory, memory, disk
+                for mode in modes if round_ % 2 == 0 else modes[::-1]:
+                    run = run_measure(f"train-{mode.removesuffix('_baseline')}", corpus, root, args.steps, processes,
+                                      repo=baseline if mode.endswith("_baseline") else REPO)
+                    runs[mode].append(run)
+                    print(f"{size:,} {mode} {processes} proc, round {round_ + 1}: {run}", file=sys.stderr)
+            for mode, done in runs.items():  # the round of the median speed stands for the mode
+                done = sorted(done, key=lambda run: run["graphs_per_s"])
+                row[f"{mode}{processes}"] = {**done[(len(done) - 1) // 2], "rounds": done}
+            if "memory" in runs:  # each round's disk over memory: drift of the machine between rounds cancels
+                row[f"paired{processes}"] = sorted(d["graphs_per_s"] / m["graphs_per_s"]
+                                                   for d, m in zip(runs["disk"], runs["memory"]))
+                if baseline:
+                    row[f"paired_baseline{processes}"] = sorted(d["graphs_per_s"] / m["graphs_per_s"] for d, m in
+                                                                zip(runs["disk_baseline"], runs["memory"]))
         rows.append(row)
-    command = "python benchmarks/on_disk.py " + " ".join(sys.argv[1:])
+    argv = sys.argv[1:]
+    if baseline:  # named by its commit, not by a folder of this machine
+        at = argv.index("--baseline") if "--baseline" in argv else None
+        argv = [a for k, a in enumerate(argv) if at is None or k not in (at, at + 1)]
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline, capture_output=True,
+                                text=True).stdout.strip()
+        argv += ["--baseline", f"<checkout of {commit}>"]
+    command = "python benchmarks/on_disk.py " + " ".join(argv)
     result = dict(command=command, code=code, processor=processor(), torch=torch.__version__,
                   cpus=os.cpu_count(), args={k: v for k, v in vars(args).items() if k not in ("out", "table")},
                   rows=rows)
     print(table(result))
+    for row in rows:  # each round's disk over memory (median, range), and the baseline checkout's
+        for key in sorted(k for k in row if k.startswith("paired")):
+            ratios = row[key]
+            print(f"{row['graphs']:,} graphs, {key}: {statistics.median(ratios):.2f} "
+                  f"({ratios[0]:.2f}-{ratios[-1]:.2f}) over {len(ratios)} round(s)")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

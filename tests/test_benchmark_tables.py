@@ -275,3 +275,30 @@ def test_the_on_disk_table_of_the_performance_page_is_what_its_results_file_give
     # A store written by repeating graphs is marked so, never shown as a build.
     for row in result["rows"]:
         assert ("replicated_from" in row["build_disk"]) == (row["graphs"] > result["args"]["parse_up_to"])
+
+
+def test_the_epoch_breakdown_tables_of_the_performance_page_are_what_their_results_files_give():
+    """Each committed piece-by-piece epoch (``benchmarks/epoch.py --breakdown``) is on the page as its table
+    writes it, and the table's last line is the sum of the parts it names over the benchmark's step."""
+    epoch = epoch_module()
+    page = (BENCHMARKS.parent / "docs" / "performance.md").read_text()
+    files = sorted((BENCHMARKS / "results").glob("epoch-breakdown-*.json"))
+    assert files
+    for path in files:
+        result = json.loads(path.read_text())
+        assert epoch.breakdown_table(result) in page, f"{path.name}'s table is not on docs/performance.md"
+        parts = result["outside the step"]
+        whole = parts["cutting minibatches"] + parts["schedules"] + result["step seconds"]["as trained"]
+        assert abs(whole - result["epoch (training)"]) < 1e-9
+        assert abs(result["epoch over the benchmark's step"]
+                   - whole / result["step seconds"]["as the step benchmark"]) < 1e-9
+
+
+def test_the_on_disk_ratio_is_the_median_of_the_rounds_where_there_are_several():
+    spec = importlib.util.spec_from_file_location("benchmark_on_disk", BENCHMARKS / "on_disk.py")
+    on_disk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(on_disk)
+    row = {"disk1": {"graphs_per_s": 90.0}, "memory1": {"graphs_per_s": 100.0}, "paired1": [0.5, 0.8, 1.0]}
+    assert on_disk._ratio(row, "disk1", "memory1") == "0.80 (0.50-1.00)"
+    assert on_disk._ratio({**row, "paired1": [0.7]}, "disk1", "memory1") == "0.90"  # one round: the two rates
+    assert on_disk._ratio({"disk1": {"graphs_per_s": 1.0}}, "disk1", "memory1") == "—"

@@ -308,3 +308,6 @@ def test_a_packed_batch_unpacks_to_the_same_batch_and_schedule():
     first[0] = 7.0  # one tensor met twice comes back as one
     assert second[0] == 7.0
     assert back["half"].dtype == torch.bfloat16 and back["view"].tolist() == [0, 3, 6, 9]
+    # the batch is PyG's own class again (rebuilt without its metaclass), whole: graphs cut back out of it
+    assert type(back["batch"]) is type(batch) and back["batch"].get_example(0).num_nodes == 3
+    assert back["batch"].to_data_list()[1].tokens == ["d"]

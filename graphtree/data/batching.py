@@ -42,12 +42,12 @@ __all__ = ["BatchCutter", "batch_of_columns", "collate_graphs", "separate_graphs
 
 # PyG's batch class for Data, looked up once: Batch(_base_cls=Data) resolves its metaclass and reads
 # Data.__init__'s signature on every call.
-_DataBatch = type(Batch(_base_cls=Data))
+DATA_BATCH = type(Batch(_base_cls=Data))
 
 
-def _new_batch() -> Batch:
+def new_data_batch() -> Batch:
     """An empty ``DataBatch``, made as ``Batch(_base_cls=Data)`` makes it: ``__new__``, then ``Data.__init__``."""
-    out = _DataBatch.__new__(_DataBatch)
+    out = DATA_BATCH.__new__(DATA_BATCH)
     Data.__init__(out)
     return out
 
@@ -77,7 +77,7 @@ def batch_of_columns(columns: Mapping[str, list[Any]], num_graphs: int, follow_b
     ``num_nodes`` among them; dense CPU tensors as plain ``Data`` holds them): for graphs read as columns, e.g.
     from a graph store, never made into ``Data`` one by one."""
     follow_batch = list(follow_batch)
-    out = _new_batch()
+    out = new_data_batch()
     slice_dict: dict[str, Tensor] = {}
     inc_dict: dict[str, Tensor | None] = {}
     counts = list(columns["num_nodes"])
@@ -279,7 +279,7 @@ class BatchCutter:
         zeros = torch.zeros(batch_size, dtype=torch.long)
         for begin in range(0, count, batch_size):
             end = min(begin + batch_size, count)
-            out = _new_batch()
+            out = new_data_batch()
             # straight into the store: Data's item assignment would also clear caches that a new batch lacks
             mapping = out.stores[0]._mapping
             slices = {extent: bounds[begin:end + 1] - listed[begin] for extent, (bounds, listed) in extents.items()}
@@ -332,7 +332,7 @@ def _stored_whole(dataset: InMemoryDataset) -> tuple[Batch, list[str]] | None:
     store = data.stores[0]
     if any(isinstance(store[key], Tensor) and ("batch" in key or store[key].device.type != "cpu") for key in keys):
         return None
-    whole = _new_batch()
+    whole = new_data_batch()
     whole.stores[0]._mapping.update((key, store[key]) for key in keys)
     whole.stores[0]._num_nodes = list(num_nodes)
     whole.stores[0].num_nodes = sum(num_nodes)

@@ -24,6 +24,7 @@ Any dataset class takes the store through :class:`OnDiskMixin` (``on_disk=True``
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import struct
@@ -116,28 +117,34 @@ def _decoded_fields(blob: bytes) -> list[tuple[str, Any]]:
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"unreadable header ({err})") from None
     buffer = bytearray(blob[8 + size:])  # writable, so tensors are views of it, not copies
-    out, offset = [], 0
-    for field in fields:
+    out, offset, end = [], 0, len(buffer)
+    for field in fields:  # a loader worker's inner loop: a batch of 25 graphs of 11 attributes runs it 275 times
         if len(field) == 2:
             out.append((field[0], field[1]))
             continue
         key, dtype_name, shape, nbytes = field
-        dtype = getattr(torch, dtype_name, None)
-        if not isinstance(dtype, torch.dtype) or offset + nbytes > len(buffer):
-            raise ValueError(f"attribute {key!r}: {'bytes missing' if isinstance(dtype, torch.dtype) else 'bad dtype'}")
+        dtype = _DTYPES.get(dtype_name)
+        if dtype is None or offset + nbytes > end:
+            raise ValueError(f"attribute {key!r}: {'bytes missing' if dtype is not None else 'bad dtype'}")
+        stored = torch.int16 if dtype is torch.bfloat16 else dtype
         if nbytes:
-            stored = torch.int16 if dtype == torch.bfloat16 else dtype
             tensor = torch.frombuffer(buffer, dtype=stored, count=nbytes // stored.itemsize, offset=offset)
             tensor = tensor.view(dtype) if stored is not dtype else tensor
         else:
             tensor = torch.empty(0, dtype=dtype)
-        if tensor.numel() != _numel(shape):
-            raise ValueError(f"attribute {key!r}: {tensor.numel()} values for shape {shape}")
+        count = nbytes // stored.itemsize if nbytes else 0
+        if count != math.prod(shape):
+            raise ValueError(f"attribute {key!r}: {count} values for shape {shape}")
         out.append((key, tensor.view(shape) if len(shape) != 1 else tensor))
         offset += nbytes
-    if offset != len(buffer):
-        raise ValueError(f"{len(buffer) - offset} stray bytes after the last tensor")
+    if offset != end:
+        raise ValueError(f"{end - offset} stray bytes after the last tensor")
     return out
+
+
+# A stored dtype's name (str(dtype) without "torch.") to the dtype, looked up once rather than per attribute read.
+_DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in (
+    getattr(torch, name) for name in dir(torch)) if isinstance(dtype, torch.dtype)}
 
 
 class EncodedGraphs:
@@ -186,13 +193,6 @@ class EncodedGraphs:
             return collate_graphs(self.graphs(), follow_batch, exclude_keys)  # PyG's rules, graph by graph
         columns = {key: [fields[k][1] for fields in decoded] for k, key in enumerate(keys)}
         return batch_of_columns(columns, len(decoded), follow_batch)
-
-
-def _numel(shape: Sequence[int]) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
 
 
 # --------------------------------------------------------------------------- writing
