@@ -290,19 +290,19 @@ def head_gated_loop(cell) -> Callable[[Tensor, PlainLevels], tuple[Tensor, ...]]
 
 
 def gru_loop(cell) -> Callable[[Tensor, PlainLevels], tuple[Tensor, ...]]:
-    """:class:`ChildSumGRU`: ``U`` has no bias, so an empty slot's zero state gives zero terms."""
+    """:class:`ChildSumGRU`: ``U`` has no bias, so an empty slot's zero state gives zero terms. As in the cell,
+    ``W`` is applied level by level."""
     d = cell.state_channels[0]
 
     def run(x: Tensor, lv: PlainLevels) -> tuple[Tensor, ...]:
         N = lv.num_nodes
-        Wx = cell.W(x)
-        (h,) = _buffers(Wx, N, d)
-        _, W_z, W_n = Wx.index_select(0, lv.first).chunk(3, dim=1)  # a leaf: no children, no U terms
+        (h,) = _buffers(x, N, d)
+        _, W_z, W_n = cell.W(x.index_select(0, lv.first)).chunk(3, dim=1)  # a leaf: no children, no U terms
         z = torch.sigmoid(W_z)
         h[lv.first] = (1 - z) * torch.tanh(W_n)
         for nodes, slots, K in lv.levels:
             n = nodes.numel()
-            W_r, W_z, W_n = Wx.index_select(0, nodes).chunk(3, dim=1)
+            W_r, W_z, W_n = cell.W(x.index_select(0, nodes)).chunk(3, dim=1)
             h_k = h.index_select(0, slots).view(n, K, d)
             U_r, U_z, U_n = (h_k @ cell.U.weight.t()).chunk(3, dim=-1)
             z = torch.sigmoid(W_z + U_z.sum(dim=1))
