@@ -100,6 +100,9 @@ class LevelPlan:
     # [level][p]: filled slots at position p, or None where the plan cannot know them (a static-shape plan)
     position_table: list[list[int]] | None = field(default_factory=list, repr=False)
     position_groups: list[list[int]] = field(default_factory=list)
+    # A static-shape plan's tensors are refilled for every batch of its shape, so nothing read from their values
+    # on the host holds beyond one batch (a captured step would keep it).
+    is_static: bool = False
     _derived: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -125,7 +128,8 @@ class LevelPlan:
         table = None if position_table is None else [list(row) for row in position_table]
         return cls(direction, identity if order is None else order, identity if rank is None else rank, starts,
                    slot_index.view(-1), slot_position.view(-1), [0] + [slots] * (len(widths) - 1),
-                   [start * slots for start in starts[:-1]], table, [list(row) for row in position_groups])
+                   [start * slots for start in starts[:-1]], table, [list(row) for row in position_groups],
+                   is_static=True)
 
     def derived(self, key: tuple, make: Callable[[], Any]) -> Any:
         """What ``make()`` derives from this plan (its tensors on a device, a level layout), made once per
@@ -191,7 +195,7 @@ class LevelPlan:
         return self.derived(("plan on", device), lambda: LevelPlan(
             self.direction, self.order.to(device), self.rank.to(device), self.ptr, self.slot_index.to(device),
             self.slot_position.to(device), self.widths, self.slot_start, self.position_table,
-            self.position_groups))
+            self.position_groups, self.is_static))
 
 
 class Schedule:

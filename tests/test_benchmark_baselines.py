@@ -78,3 +78,61 @@ def test_the_benchmark_writes_a_results_file_only_where_asked(tmp_path, monkeypa
     assert "not written" in capsys.readouterr().err and not list(tmp_path.rglob("*.json"))
     tree_lstm.write_results(str(tmp_path / "out" / "ops.json"), "{}")
     assert (tmp_path / "out" / "ops.json").read_text() == "{}"
+
+
+def _plain_cells_and_batch():
+    cells = module("plain_cells")
+    ab = module("ab_cells")
+    import graphtree.nn
+
+    made = {}
+    for name in cells.PLAIN_LOOPS:
+        if name == "gru":
+            made[name] = (cells.ChildSumGRU(6, 5), 6)
+            continue
+        config = ab.CELLS[name]
+        wide = config.args[0] if len(config.args) == 1 else None  # a cell of one width (the head's)
+        args = (6,) if wide else (6 if config.args[0] != config.args[1] else 5, 5)
+        made[name] = (getattr(graphtree.nn, config.cls)(*args, **config.kwargs), args[0])
+    return cells, ab, made
+
+
+def test_every_plain_cell_loop_computes_its_cell():
+    """engine_vs_plain.py's baselines: each plain loop gives its cell's states and gradients in float64."""
+    torch.manual_seed(0)
+    cells, ab, made = _plain_cells_and_batch()
+    from graphtree.data import with_schedule
+
+    for name, (cell, width) in made.items():
+        batch, x = ab.make_batches(6, width, 0)[0]
+        assert cells.check_equal(name, cell, with_schedule(batch), x) < 1e-12, name
+
+
+def test_the_plain_cell_check_finds_a_loop_that_differs():
+    """The check can fail: a plain loop on a weight changed by one part in 10^6 is caught."""
+    torch.manual_seed(0)
+    cells, ab, made = _plain_cells_and_batch()
+    from graphtree.data import with_schedule
+
+    cell, width = made["childsum"]
+    batch, x = ab.make_batches(6, width, 0)[0]
+    loop = cells.PLAIN_LOOPS["childsum"]
+
+    def nudged(c):
+        run = loop(c)
+
+        def differs(x, levels):
+            with torch.no_grad():
+                c.U_f.bias.mul_(1 + 1e-6)
+            try:
+                return run(x, levels)
+            finally:
+                with torch.no_grad():
+                    c.U_f.bias.div_(1 + 1e-6)
+        return differs
+
+    cells.PLAIN_LOOPS["childsum"] = nudged
+    try:
+        assert cells.check_equal("childsum", cell, with_schedule(batch), x) > 1e-9
+    finally:
+        cells.PLAIN_LOOPS["childsum"] = loop

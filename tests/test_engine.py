@@ -124,3 +124,55 @@ def test_backward_through_a_pass_of_update_writes_elements_linear_in_the_nodes(d
     assert x.grad.abs().sum() > 0
     state_elements = depth * sum(InternalStateCell.state_channels)
     assert written.elements < 40 * state_elements, written.elements / state_elements
+
+
+@pytest.mark.parametrize("direction", ["bottom_up", "top_down"])
+@pytest.mark.parametrize("split_cost", [None, 1])
+def test_a_level_is_marked_full_exactly_where_no_slot_of_it_is_empty(direction, split_cost):
+    """The reductions skip masking on a level marked full: the mark must match the slots themselves."""
+    from graphtree.engine.layout import level_slots
+    from graphtree.schedule import Schedule
+
+    rng = random.Random(3)
+    graphs = []
+    for _ in range(6):  # DAGs: nodes of several children and several parents, so that most levels mix widths
+        n = rng.randint(3, 12)
+        edges = {(i, rng.randrange(i)) for i in range(1, n)} | {(i, rng.randrange(i)) for i in range(2, n, 2)}
+        graphs.append(torch.tensor(sorted(edges)).t())
+    offset, edges = 0, []
+    for edge_index in graphs:
+        edges.append(edge_index + offset)
+        offset += int(edge_index.max()) + 1
+    schedule = Schedule(torch.cat(edges, dim=1), offset)
+    plan = schedule.plan(direction, split_cost)
+    marks = [(slots.every_slot_filled, bool(slots.mask.all())) for slots in
+             level_slots(torch.nn.Module(), plan, schedule, torch.device("cpu"))]
+    assert all(mark == filled for mark, filled in marks)
+    if split_cost is None:  # one level a height: both kinds occur (split at every width, every level is full)
+        assert {mark for mark, _ in marks} == {True, False}
+
+
+def test_a_static_plan_never_marks_a_level_full():
+    """A replayed step refills a static plan's slots for every batch: nothing read from them holds for the next."""
+    from graphtree.engine.layout import level_slots
+    from graphtree.schedule import LevelPlan, Schedule
+
+    index = torch.tensor([[0, 1], [2, 3], [0, 1]])  # rows 0-1: the first level; row 2: a level of one node
+    plan = LevelPlan.static([2, 1], 2, index, torch.zeros_like(index))
+    slots = level_slots(torch.nn.Module(), plan, Schedule.of_plan(plan), torch.device("cpu"))
+    assert not any(s.every_slot_filled for s in slots)
+
+
+def test_the_reductions_of_a_full_level_equal_the_masked_ones():
+    """Where every slot is filled, skipping the mask changes no value of any reduction."""
+    torch.manual_seed(0)
+    n, K, d = 5, 3, 4
+    states = (torch.randn(n, K, d, dtype=torch.float64),)
+    mask, position = torch.ones(n, K, dtype=torch.bool), torch.arange(K).repeat(n, 1)
+    masked, full = Children(states, mask, position), Children(states, mask, position, (), True)
+    value, scores = torch.randn(n, K, d, dtype=torch.float64), torch.randn(n, K, dtype=torch.float64)
+    layer = torch.nn.Linear(d, 2, dtype=torch.float64)
+    for reduce in (lambda c: c.sum(value), lambda c: c.mean(value), lambda c: c.max(value),
+                   lambda c: c.attend(scores, value), lambda c: c.softmax_weights(scores), lambda c: c.map(layer),
+                   lambda c: c.filled(value, 7.0)):
+        assert torch.equal(reduce(masked), reduce(full))

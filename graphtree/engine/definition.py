@@ -61,14 +61,17 @@ def run_update_levels(prepared: Prepared) -> list[Tensor]:
     call, plan, levels, inputs = prepared.call, prepared.plan, prepared.levels, prepared.inputs
     buffers = state_buffers(prepared.cell, plan, inputs)
     check = slot_check.wanted(prepared.cell, plan)
+    # Each buffer's and input's levels as views, cut once per pass rather than sliced level by level.
+    sizes = plan.level_sizes()
+    buffer_levels = [buf[:-1].split(sizes) for buf in buffers]  # the last row: the empty slots' zeros
+    input_levels = [x.split(sizes) for x in inputs]
     for level in range(plan.num_levels):
-        a, b = plan.ptr[level], plan.ptr[level + 1]
-        children, level_inputs = gather(buffers, levels[level]), [x[a:b] for x in inputs]
+        children, level_inputs = gather(buffers, levels[level]), [x[level] for x in input_levels]
         if check:
             slot_check.check_level(call, prepared.cell, children, level_inputs, plan, level, prepared.describe_node)
         states = call(children, level_inputs)
-        for buf, value in zip(buffers, states):
-            buf[a:b] = value
+        for rows, value in zip(buffer_levels, states):
+            rows[level].copy_(value)
     return buffers
 
 
@@ -107,10 +110,12 @@ class _DefinitionPass:
     """What the levels of one pass of ``update`` under autograd share (see :func:`definition_pass`): the
     level-sorted state buffers, and in backward the gradients of every buffer row."""
 
-    __slots__ = ("buffers", "extension", "grads", "levels", "num_outputs", "plan")
+    __slots__ = ("buffer_levels", "buffers", "extension", "grads", "levels", "num_outputs", "plan")
 
     def __init__(self, plan: LevelPlan, levels: list[Slots], buffers: list[Tensor], num_outputs: int) -> None:
         self.plan, self.levels, self.buffers, self.num_outputs = plan, levels, buffers, num_outputs
+        sizes = plan.level_sizes()
+        self.buffer_levels = [buf[:-1].split(sizes) for buf in buffers]  # each level's rows, cut once
         self.grads: list[Tensor] = []
         self.extension: ModuleType | None = None
 
@@ -125,8 +130,9 @@ class _NextLevel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run, level, token, *states):
         a, b = (run.plan.ptr[level - 1], run.plan.ptr[level]) if level else (0, 0)
-        for buf, value in zip(run.buffers, states):
-            buf[a:b] = value
+        if level:
+            for rows, value in zip(run.buffer_levels, states):
+                rows[level - 1].copy_(value)
         ctx.run, ctx.level, ctx.rows, ctx.num_states = run, level, (a, b), len(states)
         ctx.set_materialize_grads(False)
         children = gathered(run.buffers, run.levels[level]) if level < run.plan.num_levels else ()

@@ -50,12 +50,17 @@ class Children(NamedTuple):
             ``-1`` where empty.
         host_position_counts: What :attr:`position_counts` reads: the counts,
             or ``None`` where the plan cannot know them (a static-shape plan).
+        every_slot_filled: ``True`` only where the schedule knows, on the host,
+            that no slot of the level is empty (every node has ``K``
+            predecessors); the reductions then have nothing to mask and skip
+            it. ``False`` (the default) always masks.
     """
 
     states: tuple[Tensor, ...]
     mask: Tensor
     position: Tensor
     host_position_counts: tuple[int, ...] | None = ()
+    every_slot_filled: bool = False
 
     @property
     def position_counts(self) -> tuple[int, ...]:
@@ -77,7 +82,8 @@ class Children(NamedTuple):
         slot."""
         if isinstance(value, int):
             return self.states[value]
-        if not isinstance(value, Tensor) or value.dim() < 2 or value.shape[:2] != self.mask.shape:
+        shape, slots = getattr(value, "shape", ()), self.mask.shape
+        if len(shape) < 2 or shape[0] != slots[0] or shape[1] != slots[1] or not isinstance(value, Tensor):
             shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
             raise ValueError(f"a reduction over the slots takes a state index or a tensor of shape [n, K, ...] = "
                              f"[{', '.join(map(str, self.mask.shape))}, ...], one entry per slot; got {shape}")
@@ -87,6 +93,8 @@ class Children(NamedTuple):
         """``[n, K, ...]``: ``value`` (a state index or a tensor with one entry per slot) with ``fill`` in the
         empty slots, whatever they held."""
         values = self.values(value)
+        if self.every_slot_filled:  # nothing to fill: the level has no empty slot
+            return values
         mask = self.mask.view(*self.mask.shape, *([1] * (values.dim() - 2)))
         return values.masked_fill(~mask, fill)
 
@@ -118,6 +126,8 @@ class Children(NamedTuple):
         if values.size(1) == 0:
             return values.new_zeros(values.size(0), *values.shape[2:])
         best = self.filled(values, -math.inf).amax(dim=1)
+        if self.every_slot_filled:
+            return best
         any_filled = self.mask.any(dim=1).view(-1, *([1] * (best.dim() - 1)))
         return torch.where(any_filled, best, torch.zeros_like(best))
 
@@ -141,6 +151,8 @@ class Children(NamedTuple):
                              f"{list(scores.shape)}")
         if scores.size(1) == 0:
             return scores
+        if self.every_slot_filled:
+            return torch.softmax(scores, dim=1)
         # A row with no slot filled is softmaxed over zeros instead of all -inf, whose softmax is NaN: no NaN
         # is made at all, rather than made and then masked away.
         masked = scores.masked_fill(~self.mask, -math.inf).masked_fill(~self.mask.any(dim=1, keepdim=True), 0.0)
@@ -194,12 +206,25 @@ class Slots:
     """One level's slots: ``index`` ``[n, K]``, the level-sorted predecessor ids (``num_nodes`` where empty), and
     ``flat_index``, its ``view(-1)`` (the gathers and the gradient accumulation use it). ``mask``, ``position``
     and ``position_counts``, the layout a level's :class:`Children` carry, are made on first use (from flat
-    tensors made once for all levels): the compiled level loops read only ``flat_index``."""
+    tensors made once for all levels): the compiled level loops read only ``flat_index``. ``every_slot_filled``:
+    whether no slot of the level is empty, known on the host (``False`` where the plan cannot know)."""
 
-    __slots__ = ("_layout", "_level", "flat_index", "index")
+    __slots__ = ("_children_layout", "_layout", "_level", "every_slot_filled", "flat_index", "index", "shape")
 
-    def __init__(self, index: Tensor, flat_index: Tensor, layout: SlotLayout, level: int) -> None:
+    def __init__(self, index: Tensor, flat_index: Tensor, layout: SlotLayout, level: int,
+                 every_slot_filled: bool = False) -> None:
         self.index, self.flat_index, self._layout, self._level = index, flat_index, layout, level
+        self.every_slot_filled = every_slot_filled
+        self.shape = tuple(index.shape)  # (n, K), as plain ints
+        self._children_layout: tuple | None = None
+
+    @property
+    def children_layout(self) -> tuple:
+        """What a level's :class:`Children` carry besides the states (mask, position, counts, whether every
+        slot is filled), made once."""
+        if self._children_layout is None:
+            self._children_layout = (self.mask, self.position, self.position_counts, self.every_slot_filled)
+        return self._children_layout
 
     @property
     def mask(self) -> Tensor:
@@ -274,9 +299,20 @@ def _level_slots(cell: torch.nn.Module, arity: int | None, plan: LevelPlan, sche
                               for block, w in zip(plan.slot_pos, widths)]) if plan.num_levels else position
         sizes = [(b - a) * w for a, b, w in zip(plan.ptr, plan.ptr[1:], widths)]
         starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    # Which levels have no empty slot, read on the host once per plan (a static-shape plan's slots are refilled
+    # for every batch, so it cannot know: its levels always mask).
+    if plan.is_static or index.device.type != "cpu":
+        full = [False] * len(widths)
+    else:
+        # The empty slots before each level's block and after it, from one running count over all slots.
+        empty_before = torch.cat([index.new_zeros(1), (index == plan.num_nodes).cumsum(0)])
+        ends = [start + (b - a) * width for a, b, width, start in zip(plan.ptr, plan.ptr[1:], widths, starts)]
+        counts = empty_before[torch.tensor([*starts, *ends], dtype=torch.long)].tolist()
+        full = [before == after for before, after in zip(counts[:len(ends)], counts[len(ends):])]
     index, position = index.to(device), position.to(device)
     layout = SlotLayout(plan, widths, starts, index, position)
-    return [Slots(block, block.view(-1), layout, level) for level, block in enumerate(layout.blocks(index))]
+    return [Slots(block, block.view(-1), layout, level, full[level])
+            for level, block in enumerate(layout.blocks(index))]
 
 
 def position_counts(plan: LevelPlan) -> list[tuple[int, ...] | None]:
@@ -300,14 +336,15 @@ def gather(buffers: list[Tensor], slots: Slots) -> Children:
 
 def children_of(states: Sequence[Tensor], slots: Slots) -> Children:
     """A level's :class:`Children`: the children's ``states`` (``[n, K, d]`` each) and the slots' layout."""
-    return Children(tuple(states), slots.mask, slots.position, slots.position_counts)
+    return Children(tuple(states), *slots.children_layout)
 
 
 def gathered(buffers: list[Tensor], slots: Slots) -> tuple[Tensor, ...]:
     """Each buffer's rows of the level's slots, ``[n, K, d]``."""
     # index_select on the flat index, then a view: cheaper than advanced indexing on small levels.
-    n, K = slots.index.shape
-    return tuple(buf.index_select(0, slots.flat_index).view(n, K, buf.size(1)) for buf in buffers)
+    n, K = slots.shape
+    index = slots.flat_index
+    return tuple([buf.index_select(0, index).view(n, K, buf.size(1)) for buf in buffers])
 
 
 def state_buffers(cell: torch.nn.Module, plan: LevelPlan, inputs: list[Tensor]) -> list[Tensor]:

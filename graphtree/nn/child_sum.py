@@ -86,13 +86,14 @@ class ChildSumTreeLSTM(TreeCell):
     def update(self, children: Children, Wx: Tensor) -> tuple[Tensor, Tensor]:
         r"""Eqs 2-8 for one level's nodes; ``Wx``: their :math:`W^{(\cdot)} x_j + b^{(\cdot)}`."""
         h_k, c_k = children.states  # [n, K, d]: the children's states (K: the level's most children)
-        Wx_i, Wx_o, Wx_u, Wx_f = Wx.split(self.hidden_channels, dim=1)
+        d = self.hidden_channels
         h_tilde = children.sum(0)  # eq 2
-        U_i, U_o, U_u = self.U_iou(h_tilde).split(self.hidden_channels, dim=1)
-        i = torch.sigmoid(Wx_i + U_i)  # eq 3
-        f = torch.sigmoid(Wx_f.unsqueeze(1) + self.U_f(h_k))  # eq 4: one forget gate per child k
-        o = torch.sigmoid(Wx_o + U_o)  # eq 5
-        u = torch.tanh(Wx_u + U_u)  # eq 6
+        # W x_j + U h~_j for the gates i, o, u at once (one addition for the three), then each gate's rows.
+        z_i, z_o, z_u = (self.U_iou(h_tilde) + Wx[:, :3 * d]).split(d, dim=1)
+        i = torch.sigmoid(z_i)  # eq 3
+        f = torch.sigmoid(Wx[:, 3 * d:].unsqueeze(1) + self.U_f(h_k))  # eq 4: one forget gate per child k
+        o = torch.sigmoid(z_o)  # eq 5
+        u = torch.tanh(z_u)  # eq 6
         c = i * u + children.sum(f * c_k)  # eq 7, over the children there are
         h = o * torch.tanh(c)  # eq 8
         return h, c

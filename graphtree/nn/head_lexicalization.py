@@ -123,9 +123,12 @@ class HeadLexicalization(TreeCell):
         a = F.linear(x_child.reshape(n, K * D), self.W_zx, self.b_z)  # W_zx^L x^L + W_zx^R x^R + b_z
         if K == 2:
             # Eqs 8-9: z = sigmoid(a). A unary node's logit goes to +inf (child 0 only) or -inf (child 1 only),
-            # so that z is exactly 1 or 0 there.
-            side = torch.where(mask[:, 1:], torch.where(mask[:, :1], 0.0, -math.inf), math.inf).to(a.dtype)
-            z = torch.sigmoid(a + side)  # eq 8
+            # so that z is exactly 1 or 0 there; a level where every node has both children has none.
+            if children.every_slot_filled:
+                z = torch.sigmoid(a)  # eq 8
+            else:
+                side = torch.where(mask[:, 1:], torch.where(mask[:, :1], 0.0, -math.inf), math.inf).to(a.dtype)
+                z = torch.sigmoid(a + side)  # eq 8
             return (torch.lerp(x_child[:, 1], x_child[:, 0], z),)  # eq 9: z x^L + (1 - z) x^R, exact at z = 0, 1
         a = torch.cat([a.view(n, K - 1, D), a.new_zeros(n, 1, D)], dim=1)  # the last child's logit is the constant 0
         weight = torch.softmax(a.masked_fill(~mask.unsqueeze(-1), -math.inf), dim=1)

@@ -124,7 +124,7 @@ class LexicalizedTreeLSTM(TreeCell):
             return self._leaf(x)
         n, d, N = x.size(0), self.hidden_channels, self.n_ary
         # Row blocks i, f_1..f_N, g, o of the children's terms W_h [h^1..h^N] + b; i, f_1..f_N of the peepholes.
-        z_i, z_f, z_g, z_o = (h_ch.reshape(n, N * d) @ self.W_h.t() + self.b).split([d, N * d, d, d], dim=1)
+        z_i, z_f, z_g, z_o = torch.addmm(self.b, h_ch.reshape(n, N * d), self.W_h.t()).split([d, N * d, d, d], dim=1)
         p_i, p_f = (c_ch.reshape(n, N * d) @ self.W_c.t()).split([d, N * d], dim=1)
         z_f = (z_f + p_f).view(n, N, d)
         if self.lexicalized:  # every gate reads the head vector; W_xf feeds every forget gate (eq 10)

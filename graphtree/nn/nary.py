@@ -126,7 +126,7 @@ class NaryTreeLSTM(TreeCell):
             if self.setting == "constituency":
                 return self._leaf_unit(x)
             h_jl = c_jl = x.new_zeros(n, N, d)  # an LSTM step from zero child states
-        gates = h_jl.reshape(n, N * d) @ self.U.t() + self.b_U.sum(0)[:self.U.size(0)]  # sum_ℓ U_ℓ h_jℓ + b
+        gates = torch.addmm(self.b_U.sum(0)[:self.U.size(0)], h_jl.reshape(n, N * d), self.U.t())  # sum U_ℓ h_jℓ + b
         if self.forget != "full":
             gates = torch.cat([gates, (self._forget_terms(h_jl) + self.b_U[:, 3 * d:].sum(0).view(N, d))
                                .reshape(n, N * d)], dim=1)

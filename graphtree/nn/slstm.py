@@ -134,7 +134,7 @@ class SLSTM(TreeCell):
         n, d = x.size(0), self.hidden_channels
         c_L, c_R = c_LR[:, 0], c_LR[:, 1]
         # Row blocks i, f_l, f_r, x, o of W_h [h^L, h^R] + b, and i, f_l, f_r of the peepholes W_c [c^L, c^R].
-        z_i, z_fl, z_fr, z_x, z_o = (h_LR.reshape(n, 2 * d) @ self.W_h.t() + self.b).split(d, dim=1)
+        z_i, z_fl, z_fr, z_x, z_o = torch.addmm(self.b, h_LR.reshape(n, 2 * d), self.W_h.t()).split(d, dim=1)
         p_i, p_fl, p_fr = (c_LR.reshape(n, 2 * d) @ self.W_c.t()).split(d, dim=1)
         i_t = torch.sigmoid(z_i + p_i)  # eq 1
         f_L = torch.sigmoid(z_fl + p_fl)  # eq 2

@@ -142,6 +142,19 @@ class TopDownTreeLSTM(TreeCell):
         if K == 0:  # a root: zero predecessor, parameter set U_L (position 0)
             zeros = x.new_zeros(n, d)
             return self._step(0, x, zeros, zeros)
+        if K == 1 and parents.every_slot_filled:
+            # Every node has one parent (a tree's level): the plan gives the level's rows grouped by their position
+            # under it (LevelPlan.position_groups), so each position's rows are one slice, stepped as they are.
+            # The same arithmetic as below, whose mean over one parent and sum into zeros change no bit.
+            steps, start = [], 0
+            for p, count in enumerate(parents.position_counts):
+                if count:
+                    group = slice(start, start + count)
+                    steps.append(self._step(p, x[group], h_par[group, 0], c_par[group, 0]))
+                start += count
+            if len(steps) == 1:
+                return steps[0]
+            return torch.cat([s[0] for s in steps]), torch.cat([s[1] for s in steps])
         # One row per filled (node, parent) slot, run in groups by the node's position under that parent, each group
         # with its position's parameter set; empty slots are never stepped. The group sizes come from the schedule
         # on the host (position_counts), so a GPU never waits to learn them.
@@ -164,7 +177,7 @@ class TopDownTreeLSTM(TreeCell):
         """One LSTM step of eq 13 with the parameter set U_p of position p (its own input set, eq 14, unless
         shared)."""
         k = 0 if self.share_input_weights else p
-        z_i, z_f, z_g, z_o = (x @ self.W_x[k].t() + h_prev @ self.W_h[p].t() + self.b[k]).chunk(4, dim=1)
+        z_i, z_f, z_g, z_o = (torch.addmm(self.b[k], x, self.W_x[k].t()) + h_prev @ self.W_h[p].t()).chunk(4, dim=1)
         p_i, p_f = (c_prev @ self.W_c[p].t()).chunk(2, dim=1)  # the peepholes on the parent's cell
         i = torch.sigmoid(z_i + p_i)
         f = torch.sigmoid(z_f + p_f)
