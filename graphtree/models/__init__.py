@@ -3,14 +3,17 @@
 from .bicontree import BiTreeLSTM
 from .classifier import NodeEmbedding, TreeClassifier, node_loss
 from .fields import NodeFields
+from .readout import READOUTS, Readout
 from .similarity import MeanEncoder, PairSimilarity, SequenceEncoder, SimilarityHead, TreeEncoder, similarity_loss
 
 __all__ = [
+    "READOUTS",
     "BiTreeLSTM",
     "MeanEncoder",
     "NodeEmbedding",
     "NodeFields",
     "PairSimilarity",
+    "Readout",
     "SequenceEncoder",
     "SimilarityHead",
     "TreeClassifier",
