@@ -278,7 +278,7 @@ def test_node_inputs_with_fields_are_the_type_vector_plus_the_mean_of_the_bag():
 def test_the_baselines_run_on_the_same_split_and_write_the_same_files(tmp_path, capsys):
     path = code_like_file(tmp_path / "code.jsonl")
     split = ["--split", "0.6", "0.2", "0.2"]
-    tree, tree_rows, _ = run(["--data", str(path), *split, "--epochs", "1"], tmp_path / "tree", capsys)
+    _, tree_rows, _ = run(["--data", str(path), *split, "--epochs", "1"], tmp_path / "tree", capsys)
     bilstm, bilstm_rows, _ = run(["--data", str(path), *split, "--epochs", "1", "--model", "bilstm"],
                                  tmp_path / "bilstm", capsys)
     main_guard(lambda: train.main(["--data", str(path), *split, "--model", "tfidf", *SMALL, "--out",
