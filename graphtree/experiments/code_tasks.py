@@ -36,9 +36,8 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 from torch_geometric.data import Batch, Data
-from torch_geometric.nn import global_max_pool, global_mean_pool
 
-from ..models import NodeFields
+from ..models import NodeFields, Readout
 from ..nn import ChildSumTreeLSTM, NaryTreeLSTM
 from ..nn.functional import dropout
 from ..train.trainer import Trainer
@@ -169,7 +168,8 @@ class CodeModel(torch.nn.Module):
             self.encoder = NaryTreeLSTM(dim, hidden, n_ary=2, setting="general")
         else:
             self.encoder = torch.nn.LSTM(dim, hidden // 2, batch_first=True, bidirectional=True)
-        self.out = torch.nn.Linear(3 * hidden, outputs * classes)
+        self.readout = Readout("root-mean-max", hidden)  # the root: each tree's first node (pre-order)
+        self.out = torch.nn.Linear(self.readout.out_channels, outputs * classes)
 
     def encode(self, batch: Batch) -> Tensor:
         """The node states ``[N, hidden]``."""
@@ -185,10 +185,7 @@ class CodeModel(torch.nn.Module):
         return states[mask]
 
     def forward(self, batch: Batch) -> Tensor:
-        h = self.encode(batch)
-        roots = batch.ptr[:-1]
-        pooled = torch.cat([h[roots], global_mean_pool(h, batch.batch, batch.num_graphs),
-                            global_max_pool(h, batch.batch, batch.num_graphs)], dim=1)
+        pooled = self.readout(self.encode(batch), batch)
         return self.out(dropout(pooled, self.dropout, self.training)).view(-1, self.outputs, self.classes)
 
 
