@@ -49,6 +49,7 @@ NAME_LENGTH = 5        # ogbg-code2: the first 5 sub-tokens of the name
 NAME_VOCAB = 1000      # output sub-tokens (ogbg-code2 takes 5,000 over 407,976 training functions)
 UNK, EOS = "__UNK__", "__EOS__"
 MODELS = ("childsum", "nary", "bilstm")
+MAX_POSITION = 15      # child positions from here on share one input vector (an AST node has few children mostly)
 
 
 def name_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -134,7 +135,11 @@ def prepare(graphs: Sequence[Data], vocab: InputVocab, targets: Sequence[Sequenc
     out = []
     for g, y in zip(graphs, targets):
         edge_index, edge_pos = lcrs(g.edge_index, g.num_nodes) if model == "nary" else (g.edge_index, g.edge_pos)
+        # Each node's position among its AST siblings, 1-based (0 at the root), of the tree before binarization.
+        child_pos = torch.zeros(g.num_nodes, dtype=torch.long)
+        child_pos[g.edge_index[0]] = (g.edge_pos + 1).clamp(max=MAX_POSITION)
         out.append(Data(edge_index=edge_index, edge_pos=edge_pos, node_type=vocab.types[g.node_type],
+                        child_pos=child_pos,
                         subtoken=vocab.subtokens[g.subtoken], subtoken_index=g.subtoken_index,
                         y=torch.tensor([list(y)], dtype=torch.long), num_nodes=g.num_nodes))
     return out
@@ -152,16 +157,19 @@ class CodeModel(torch.nn.Module):
         outputs, classes: Output positions and classes per position.
         dropout: Dropout on the pooled vector.
         input_dropout: Dropout on the node inputs (the fields' vectors).
+        positions: Add to each node's input a vector of its position among its siblings (``batch.child_pos``,
+            :func:`prepare`; the Child-Sum cell is blind to the order of a node's children).
     """
 
     def __init__(self, model: str, num_types: int, num_subtokens: int, dim: int, hidden: int, outputs: int,
-                 classes: int, dropout: float = 0.0, input_dropout: float = 0.0) -> None:
+                 classes: int, dropout: float = 0.0, input_dropout: float = 0.0, positions: bool = False) -> None:
         super().__init__()
         if model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
         self.model, self.outputs, self.classes, self.dropout = model, outputs, classes, dropout
         self.input_dropout = input_dropout
         self.fields = NodeFields(num_types, num_subtokens, dim)
+        self.positions = torch.nn.Embedding(MAX_POSITION + 1, dim) if positions else None
         if model == "childsum":
             self.encoder: torch.nn.Module = ChildSumTreeLSTM(dim, hidden)
         elif model == "nary":
@@ -173,7 +181,10 @@ class CodeModel(torch.nn.Module):
 
     def encode(self, batch: Batch) -> Tensor:
         """The node states ``[N, hidden]``."""
-        x = dropout(self.fields(batch.node_type, batch.subtoken, batch.subtoken_index), self.input_dropout,
+        x = self.fields(batch.node_type, batch.subtoken, batch.subtoken_index)
+        if self.positions is not None:
+            x = x + self.positions(batch.child_pos)
+        x = dropout(x, self.input_dropout,
                     self.training)
         if self.model != "bilstm":
             return self.encoder(x, batch)[0]
