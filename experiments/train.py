@@ -64,7 +64,9 @@ from graphtree.train.presets import PRESETS
 # update (Adam, learning rate 0.001, minibatches of 25; graphtree.train.PRESETS["teng"]).
 DIM, HIDDEN, DROPOUT, EPOCHS, OPTIMIZER = 100, 100, 0.0, 10, "teng"
 # Graph labels are read from the nodes by READOUT (Teng & Zhang's models keep their own output at the root), and
-# minibatches hold BATCH_SIZE graphs (measured: README, "Your own data").
+# minibatches hold BATCH_SIZE graphs. Measured with childsum, one seed, test accuracy: on code.py's method kinds
+# (5 epochs) [root; mean; max] 65.0, root 64.9, max 64.6, attention 63.1, mean 54.5, and minibatches of 64 64.5
+# (2.5 times faster); on SST-5 root labels (3 epochs, random vectors) [root; mean; max] 37.3, root 35.3, 64 36.9.
 READOUT, BATCH_SIZE = "root-mean-max", 25
 READOUTS = ("root", "mean", "max", "root-mean-max", "attention")  # graphtree.models.READOUTS, without torch
 TENG = ("contree", "topdown", "bicontree")
@@ -95,7 +97,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help=f"graphs per minibatch (default {BATCH_SIZE}, the teng optimizer's; other optimizers: theirs)")
     p.add_argument("--readout", choices=READOUTS, default=None,
                    help=f"how a graph label is read from the node states: the root's, their mean, max, "
-                        f"[root; mean; max] or attention pooling (default {READOUT}, measured on program trees; "
+                        f"[root; mean; max] or attention pooling (default {READOUT}, measured on code and SST; "
                         f"{', '.join(TENG)}: their own output at the root)")
     p.add_argument("--subtokens", action="store_true",
                    help="split every token into sub-tokens (snake_case, camelCase, digits) as a field embedded "
