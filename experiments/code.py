@@ -76,6 +76,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=HIDDEN, help=f"LSTM memory size (default {HIDDEN})")
     p.add_argument("--dropout", type=float, default=DROPOUT, help="on the pooled vector")
     p.add_argument("--input-dropout", type=float, default=0.0, help="on the node inputs")
+    p.add_argument("--positions", action="store_true",
+                   help="add a vector of each node's position among its siblings to its input")
     add_run_arguments(p, REPO, EPOCHS, quick_sample="2000 / 300 / 300 functions")
     return p.parse_args(argv)
 
@@ -169,7 +171,7 @@ def main(argv: list[str]) -> None:
 
     def build_trainer(run: SeedRun) -> CodeTrainer:
         model = CodeModel(args.model, vocab.num_types, vocab.num_subtokens, DIM, args.hidden, outputs, len(classes),
-                          args.dropout, args.input_dropout)
+                          args.dropout, args.input_dropout, args.positions)
         return run.trainer(model, None, OPTIMIZER, exp.epochs, CodeTrainer, task=args.task,
                            dev_names=names["dev"], name_words=classes)
 
@@ -189,6 +191,9 @@ def main(argv: list[str]) -> None:
     if args.input_dropout:
         cfg["input_dropout"] = args.input_dropout
         stem += f"_in{args.input_dropout:g}"
+    if args.positions:
+        cfg["positions"] = True
+        stem += "_pos"
     exp.train_seeds(cfg, exp.run_names(stem), build_trainer, score, data, identity)
 
 

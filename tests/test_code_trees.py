@@ -288,3 +288,28 @@ def test_code_experiment_short_run(tmp_path, task, model):
     record = json.loads(record_path.read_text())
     metric = "f1" if task == "name" else "accuracy"
     assert 0 <= record["test"][metric] <= 100 and record["corpus"]["functions"]["train"] > 0
+
+
+def test_prepare_gives_each_node_its_position_among_its_siblings_by_hand():
+    from graphtree.datasets.code import to_data
+    from graphtree.experiments.code_tasks import InputVocab, prepare
+
+    (tree,) = function_trees(GETTER)
+    types = {k: i for i, k in enumerate(sorted(set(tree.node_types)))}
+    words = {w: i for i, w in enumerate(sorted({w for ws in tree.subtokens for w in ws}))}
+    graph = to_data(tree, types, words)
+    vocab = InputVocab([graph], len(types), len(words), 1)
+    # parents [-1, 0, 1, 1, 0, 4, 5, 6, 5]: 1-based positions under the parent, 0 at the root.
+    for model in ("childsum", "nary"):  # nary's binarized edges, the positions of the AST itself
+        (prepared,) = prepare([graph], vocab, [[0]], model)
+        assert prepared.child_pos.tolist() == [0, 1, 1, 2, 2, 1, 1, 1, 2]
+    net = CodeModel("childsum", vocab.num_types, vocab.num_subtokens, 6, 8, 1, 13, positions=True)
+    (prepared,) = prepare([graph], vocab, [[0]], "childsum")
+    batch = Batch.from_data_list([prepared])
+    plain = net.fields(batch.node_type, batch.subtoken, batch.subtoken_index)
+    with torch.no_grad():
+        net.positions.weight.zero_()
+        net.positions.weight[2] = 1.0  # second children only
+    shifted = net.fields(batch.node_type, batch.subtoken, batch.subtoken_index) + net.positions(batch.child_pos)
+    assert torch.equal((shifted - plain).sum(1) != 0, torch.tensor([0, 0, 0, 1, 1, 0, 0, 0, 1]).bool())
+    assert net(batch).shape == (1, 1, 13)

@@ -235,3 +235,76 @@ def test_on_disk_runs_as_in_memory(tmp_path, capsys, data):
         assert {k: v for k, v in a.items() if "seconds" not in k and k != "phases"} == {
             k: v for k, v in b.items() if "seconds" not in k and k != "phases"}
     assert memory["test"] == disk["test"] and memory_rows == disk_rows
+
+
+# --------------------------------------------------------------------------- fields, readouts and the baselines
+
+
+def code_like_file(path: Path, count: int = 30) -> Path:
+    """Graphs whose class is whether an identifier's sub-token 'get' is among their leaves' fields."""
+    rng = random.Random(1)
+    with open(path, "w") as handle:
+        for k in range(count):
+            label = k % 2
+            words = [rng.choice(["value", "key", "item"]), "get" if label else rng.choice(["put", "drop"])]
+            nodes = [{"token": "FunctionDef"}] + [{"token": "Name", "fields": {"subtokens": [w]}} for w in words]
+            handle.write(json.dumps({"nodes": nodes, "parents": [-1, 0, 0], "y": label}) + "\n")
+    return path
+
+
+def test_fields_are_embedded_beside_the_token_and_the_readout_is_recorded(tmp_path, capsys):
+    path = code_like_file(tmp_path / "code.jsonl")
+    record, rows, err = run(["--data", str(path), "--epochs", "1", "--readout", "attention"], tmp_path, capsys)
+    assert record["config"]["readout"] == "attention" and record["config"]["fields"] > 0
+    assert record["run"] == "code_childsum_graph-class_random_attention_ep1_s1"
+    assert "field tokens" in err and "readout attention" in err and len(rows) == 3
+
+
+def test_node_inputs_with_fields_are_the_type_vector_plus_the_mean_of_the_bag():
+    from graphtree.experiments.own_data import NodeInputs
+    from graphtree.models import NodeFields
+
+    fields = NodeFields(4, 5, 3)
+    inputs = NodeInputs(None, 0, fields)
+    batch = type("B", (), {})()
+    batch.word = torch.tensor([2, -1, 0])           # the third node has word 0, the second none
+    batch.field_word = torch.tensor([1, 4, 2])
+    batch.field_index = torch.tensor([0, 0, 2])
+    types, bag = fields.types.weight, fields.subtokens.weight
+    expected = torch.stack([types[3] + (bag[1] + bag[4]) / 2, types[0], types[1] + bag[2]])
+    assert torch.allclose(inputs(batch), expected)
+
+
+def test_the_baselines_run_on_the_same_split_and_write_the_same_files(tmp_path, capsys):
+    path = code_like_file(tmp_path / "code.jsonl")
+    split = ["--split", "0.6", "0.2", "0.2"]
+    _, tree_rows, _ = run(["--data", str(path), *split, "--epochs", "1"], tmp_path / "tree", capsys)
+    bilstm, bilstm_rows, _ = run(["--data", str(path), *split, "--epochs", "1", "--model", "bilstm"],
+                                 tmp_path / "bilstm", capsys)
+    main_guard(lambda: train.main(["--data", str(path), *split, "--model", "tfidf", *SMALL, "--out",
+                                   str(tmp_path / "tfidf"), "--data-root", str(tmp_path / "tfidf" / "data")]),
+               "train.py")
+    line = capsys.readouterr().out.strip()
+    (json_file,) = (tmp_path / "tfidf" / "train").glob("*.json")
+    tfidf = json.loads(json_file.read_text())
+    assert tfidf["run"] == "code_tfidf_graph-class_s1" and line.startswith(f"{tfidf['run']}: best dev strength ")
+    with open(json_file.parent / tfidf["predictions"], newline="") as handle:
+        tfidf_rows = list(csv.DictReader(handle, delimiter="\t"))
+    # One test split for all three: the same graphs and gold labels, row for row.
+    assert [(r["graph"], r["gold"]) for r in tfidf_rows] == [(r["graph"], r["gold"]) for r in tree_rows] == [
+        (r["graph"], r["gold"]) for r in bilstm_rows]
+    correct = sum(r["prediction"] == r["gold"] for r in tfidf_rows)
+    assert tfidf["test"]["correct"] == correct and tfidf["test"]["total"] == len(tfidf_rows) == 6
+    assert tfidf["config"]["num_features"] > 0 and len(tfidf["history"]) > 1
+    assert bilstm["config"]["model"] == "bilstm" and bilstm["run"] == "code_bilstm_graph-class_random_ep1_s1"
+
+
+def test_a_readout_for_a_model_with_its_own_output_is_refused(tmp_path, capsys):
+    err = one_error_line(["--data", str(DATA / "example.ptb"), "--model", "contree", "--readout", "mean"],
+                         tmp_path, capsys)
+    assert "own output layer at the root" in err
+
+
+def test_tfidf_refuses_node_labels(tmp_path, capsys):
+    err = one_error_line(["--data", str(DATA / "example.ptb"), *PTB_SPLIT, "--model", "tfidf"], tmp_path, capsys)
+    assert "graph labels" in err

@@ -2,7 +2,8 @@ r"""Trees and DAGs as PyTorch Geometric ``Data`` graphs.
 
 Every converter (:func:`from_ptb`, :func:`from_parents`, :func:`from_heads`,
 :func:`from_networkx`, :func:`from_spacy`, :func:`binarize`, and the file
-readers of :mod:`graphtree.datasets.files`) returns a
+readers :func:`conllu_records`, :func:`jsonl_records` and :func:`ptb_records`
+that :class:`~graphtree.datasets.GraphFiles` reads files with) returns a
 ``torch_geometric.data.Data`` with the same attributes, laid out the same way,
 so graphs from any of them batch together. A parent array is 0-based with
 ``-1`` at the root everywhere (:func:`from_parents`, JSON Lines' ``parents``);
@@ -45,11 +46,14 @@ schedule where the batch is built (in the worker processes, with ``num_workers``
 """
 
 from ..levels import topological_levels
+from .conllu import conllu_records
+from .jsonl import jsonl_records
 from .loader import ScheduleCollater, TreeLoader, with_schedule
 from .networkx import from_networkx
 from .parents import from_heads, from_parents
-from .ptb import from_ptb, ptb_unescape, read_ptb, to_ptb
+from .ptb import from_ptb, ptb_records, ptb_unescape, read_ptb, to_ptb
 from .spacy import binarize, from_spacy
+from .subtokens import split_subtokens
 from .tree import NO_LABEL, NO_WORD
 
 __all__ = [
@@ -58,13 +62,17 @@ __all__ = [
     "ScheduleCollater",
     "TreeLoader",
     "binarize",
+    "conllu_records",
     "from_heads",
     "from_networkx",
     "from_parents",
     "from_ptb",
     "from_spacy",
+    "jsonl_records",
+    "ptb_records",
     "ptb_unescape",
     "read_ptb",
+    "split_subtokens",
     "to_ptb",
     "topological_levels",
     "with_schedule",

@@ -15,9 +15,10 @@ from collections.abc import Iterable, Iterator
 from torch_geometric.data import Data
 
 from ..errors import TreeFormatError
-from .tree import NO_WORD, Vocabulary, tree_data
+from .records import FileRecord, located_error
+from .tree import NO_LABEL, NO_WORD, Vocabulary, tree_data
 
-__all__ = ["from_ptb", "ptb_unescape", "read_ptb", "to_ptb"]
+__all__ = ["from_ptb", "ptb_records", "ptb_unescape", "read_ptb", "to_ptb"]
 
 _WHITESPACE = " \t\r\n"
 _ASCII_DIGITS = frozenset("0123456789")
@@ -207,3 +208,49 @@ def read_ptb(source: str | os.PathLike | Iterable[str], vocab: Vocabulary | None
             yield from_ptb(line, vocab)
         except TreeFormatError as err:
             raise err.at_line(number) from None
+
+
+# --------------------------------------------------------------------------- a file of trees, line by line
+
+
+def ptb_records(lines: list[str], path: str, vocab: Vocabulary | None = None,
+                first_line: int = 1) -> list[FileRecord]:
+    """The trees of a PTB file's ``lines``, one per non-blank line (the first being line ``first_line`` of
+    ``path``); a label ``_`` reads ``NO_LABEL``.
+
+    Raises:
+        TreeFormatError: a malformed tree, naming file, line and character.
+    """
+    records = []
+    for number, line in enumerate(lines, start=first_line):
+        if not line.strip():
+            continue
+        text, unlabelled = _blank_labels(line)
+        try:
+            data = from_ptb(text, vocab)
+        except TreeFormatError as err:
+            raise located_error(path, number, "tree", err.reason, err.position) from None
+        if unlabelled:
+            data.y[unlabelled] = NO_LABEL
+        records.append(FileRecord(data, number))
+    return records
+
+
+def _blank_labels(line: str) -> tuple[str, list[int]]:
+    """Replace each ``_`` label by ``0`` for :func:`from_ptb`, returning the pre-order nodes that had one.
+
+    Every ``(`` opens a node (a raw ``(`` inside a word is an error from_ptb reports), so the ``k``-th ``(``
+    is node ``k``; the replacement has the same length, so from_ptb's character positions stay right.
+    """
+    chars = list(line)
+    unlabelled = []
+    node = 0
+    for i, char in enumerate(line):
+        if char != "(":
+            continue
+        if line[i + 1:i + 2] == "_" and (i + 2 == len(line) or line[i + 2] in " \t\r\n()"):
+            chars[i + 1] = "0"
+            unlabelled.append(node)
+        node += 1
+    return ("".join(chars), unlabelled) if unlabelled else (line, [])
+

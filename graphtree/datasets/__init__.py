@@ -18,7 +18,6 @@ see :mod:`graphtree.datasets.download` and ``datasets/README.md``).
 
 from .base import DEFAULT_ROOT, CorpusDataset
 from .circuits import BooleanCircuits
-from .code import CodeTrees
 from .download import MIRROR_ENV, CorruptFileError, DatasetError, DownloadError, RemoteFile
 from .files import GraphFiles
 from .listops import ListOps
@@ -45,3 +44,16 @@ __all__ = [
     "pair_side",
     "sick_target",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # CodeTrees on first use (PEP 562): ``python -m graphtree.datasets.code`` then runs a module not imported yet.
+    if name == "CodeTrees":
+        from .code import CodeTrees
+
+        return CodeTrees
+    raise AttributeError(f"module 'graphtree.datasets' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "CodeTrees"])

@@ -26,7 +26,8 @@ __all__ = ["DEFAULT_ROOT", "CorpusDataset", "code_fingerprint", "vocab_tag"]
 
 # The modules that turn text and generated structures into graphs: every cache of graphs depends on them.
 _CONVERTERS = ("graphtree.levels", "graphtree.data.networkx", "graphtree.data.parents", "graphtree.data.ptb",
-               "graphtree.data.tree")
+               "graphtree.data.tree", "graphtree.data.records", "graphtree.data.conllu", "graphtree.data.jsonl",
+               "graphtree.data.subtokens")
 
 
 def code_fingerprint(module: ModuleType) -> str:

@@ -34,6 +34,13 @@ they came from, the files that did not parse, and the functions above
     from graphtree.datasets import CodeTrees
     train = CodeTrees("datasets", "train", packages=["jinja2", "click", "flask"])
     train.manifest["functions"], train.subtokens[:5], train.node_types[:5]
+
+Any folder of Python code becomes the JSON Lines that ``experiments/train.py``
+reads in one command (:func:`write_jsonl`; a node's ``token`` is its type, its
+sub-tokens the field ``subtokens``, a graph's ``y`` its method kind)::
+
+    python -m graphtree.datasets.code my_project/ functions.jsonl            # one file; train.py splits it
+    python -m graphtree.datasets.code site-packages/ corpus/ --split          # train/dev/test.jsonl by package
 """
 
 from __future__ import annotations
@@ -43,7 +50,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import sysconfig
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -54,11 +60,12 @@ from typing import Any
 import torch
 from torch_geometric.data import Data, InMemoryDataset
 
+from ..data.subtokens import split_subtokens
 from .base import DEFAULT_ROOT
 from .download import DatasetError, atomic_path
 
-__all__ = ["KINDS", "MAX_NODE_SUBTOKENS", "SELF_NAME", "CodeTrees", "FunctionTree", "function_trees", "method_kind",
-           "package_splits", "split_subtokens"]
+__all__ = ["KINDS", "MAX_NODE_SUBTOKENS", "SELF_NAME", "CodeTrees", "FunctionTree", "folder_trees", "function_trees",
+           "json_record", "method_kind", "package_splits", "split_subtokens", "write_jsonl"]
 
 MAX_NODE_SUBTOKENS = 8
 """A node keeps at most this many sub-tokens (a long string literal would otherwise outweigh its function)."""
@@ -87,15 +94,7 @@ _PREFIX_KINDS = {
 }
 
 _FOLDED_OPERATOR = {"BinOp": "op", "UnaryOp": "op", "BoolOp": "op", "AugAssign": "op", "Compare": "ops"}
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _FUNCTION = (ast.FunctionDef, ast.AsyncFunctionDef)
-
-
-def split_subtokens(text: str) -> list[str]:
-    """The lower-cased sub-tokens of an identifier or a literal: split at anything not a letter or digit, at
-    ``camelCase`` humps (an upper-case run stays one word: ``parseHTTPResponse`` -> ``parse http response``) and
-    between letters and digits (``utf8`` -> ``utf 8``)."""
-    return [w.lower() for w in _WORD.findall(text)]
 
 
 def method_kind(name: str) -> int:
@@ -428,3 +427,132 @@ def to_data(tree: FunctionTree, type_id: dict[str, int], token_id: dict[str, int
                 subtoken_index=torch.tensor(token_index, dtype=torch.long),
                 kind=torch.tensor([tree.kind]), name=split_subtokens(tree.name), qualname=tree.qualname,
                 package=tree.package, path=tree.path, line=tree.line, num_nodes=tree.num_nodes)
+
+
+# --------------------------------------------------------------------------- a folder to JSON Lines
+
+
+def folder_trees(source: str | os.PathLike, packages: Sequence[str] | None = None
+                 ) -> tuple[dict[str, list[FunctionTree]], list[str]]:
+    """Every function of every ``.py`` file under ``source``, by package (the first folder or module under it),
+    in sorted file order; and the files that did not parse (relative to ``source``)."""
+    root = Path(source)
+    if not root.is_dir():
+        raise DatasetError(f"source folder {root} does not exist")
+    trees: dict[str, list[FunctionTree]] = {}
+    unparsed: list[str] = []
+    for package, file in _python_files(root, packages):
+        relative = file.relative_to(root).as_posix()
+        try:
+            found = function_trees(file.read_text(encoding="utf-8"), relative)
+        except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError):
+            unparsed.append(relative)
+            continue
+        for tree in found:
+            tree.package = package
+        trees.setdefault(package, []).extend(found)
+    return trees, unparsed
+
+
+def json_record(tree: FunctionTree, label: bool = True) -> dict[str, Any]:
+    """A function's tree as one JSON Lines record of :class:`~graphtree.datasets.GraphFiles`: per node its type as
+    ``token`` and its sub-tokens as the field ``subtokens``, the ``parents``, and (``label``) its method kind as
+    ``y`` (``null`` for a name of no kind)."""
+    nodes = [{"token": kind, "fields": {"subtokens": words}} if words else {"token": kind}
+             for kind, words in zip(tree.node_types, tree.subtokens)]
+    record: dict[str, Any] = {"nodes": nodes, "parents": tree.parents}
+    if label:
+        record["y"] = tree.kind if tree.kind >= 0 else None
+    return record
+
+
+def write_jsonl(trees: Sequence[FunctionTree], path: str | os.PathLike, label: bool = True) -> Path:
+    """Write ``trees`` as JSON Lines (:func:`json_record`, one line each) and, beside it, ``<stem>.functions.tsv``:
+    per record its line, package, file, qualified name and (removed) name, so that a prediction of
+    ``train.py`` can be traced to its function. Returns the JSON Lines file."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for tree in trees:
+                handle.write(json.dumps(json_record(tree, label), separators=(",", ":")) + "\n")
+    index = out.with_name(f"{out.stem}.functions.tsv")
+    with atomic_path(index) as tmp:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write("line\tpackage\tpath\tqualname\tname\n")
+            for line, tree in enumerate(trees, start=1):
+                handle.write(f"{line}\t{tree.package}\t{tree.path}\t{tree.qualname}\t{tree.name}\n")
+    return out
+
+
+def _sample(trees: list[FunctionTree], size: int | None) -> list[FunctionTree]:
+    """At most ``size`` of ``trees``, a fixed random subset (seed 0) in their order: ``experiments/code.py``'s
+    sample of its training functions."""
+    if size is None or len(trees) <= size:
+        return trees
+    keep = torch.randperm(len(trees), generator=torch.Generator().manual_seed(0))[:size]
+    return [trees[i] for i in sorted(keep.tolist())]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m graphtree.datasets.code SOURCE OUT``: see the module docstring and ``--help``."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(
+        prog="python -m graphtree.datasets.code",
+        description="Write one AST per Python function of a folder as the JSON Lines that experiments/train.py "
+                    "reads: each node's type as its token, its identifier and literal sub-tokens as the field "
+                    "'subtokens', the function's name, decorators and docstring removed, and its method kind "
+                    f"({', '.join(KINDS)}) as the graph label y.")
+    p.add_argument("source", help="a folder of .py files (e.g. a project, or site-packages)")
+    p.add_argument("out", help="a .jsonl file; with --split, a folder for train.jsonl, dev.jsonl and test.jsonl")
+    p.add_argument("--split", action="store_true",
+                   help="split by package as CodeTrees does (seeded; no package in two splits)")
+    p.add_argument("--packages", nargs="+", default=None, help="only these packages (first folder under SOURCE)")
+    p.add_argument("--max-nodes", type=int, default=300, help="leave out functions of more nodes (default 300)")
+    p.add_argument("--all", action="store_true",
+                   help="keep the functions whose name has no kind, with y null (default: only those with one)")
+    p.add_argument("--no-label", action="store_true", help="write no y (a file to predict)")
+    p.add_argument("--train-size", type=int, default=None,
+                   help="with --split: at most this many training functions, a fixed sample (seed 0), as "
+                        "experiments/code.py samples its 12,000")
+    p.add_argument("--seed", type=int, default=0, help="seed of the package split (default 0)")
+    args = p.parse_args(argv)
+    try:
+        trees, unparsed = folder_trees(args.source, args.packages)
+    except DatasetError as err:
+        p.exit(2, f"error: {err}\n")
+    if args.packages is not None and sorted(set(args.packages) - set(trees)):
+        p.exit(2, f"error: no functions of package(s) {', '.join(sorted(set(args.packages) - set(trees)))} "
+                  f"under {args.source}\n")
+
+    def keep(tree: FunctionTree) -> bool:
+        return tree.num_nodes <= args.max_nodes and (args.all or args.no_label or tree.kind >= 0)
+
+    if not args.split:
+        chosen = {"all": [t for package in sorted(trees) for t in trees[package] if keep(t)]}
+        paths = {"all": Path(args.out)}
+    else:
+        sizes = {package: len(found) for package, found in trees.items() if found}
+        packages = package_splits(sizes, seed=args.seed)
+        if not all(packages.values()):
+            p.exit(2, f"error: {len(sizes)} package(s) under {args.source} cannot fill train, dev and test; "
+                      "write one file (without --split) and let train.py split it\n")
+        chosen = {s: [t for package in packages[s] for t in trees[package] if keep(t)] for s in packages}
+        chosen["train"] = _sample(chosen["train"], args.train_size)
+        paths = {s: Path(args.out) / f"{s}.jsonl" for s in chosen}
+    for split, found in chosen.items():
+        if not found:
+            p.exit(2, f"error: no function of {args.source} to write for {split} (at most {args.max_nodes} nodes"
+                      + ("" if args.all or args.no_label else ", with a kind; --all keeps the others") + ")\n")
+        write_jsonl(found, paths[split], label=not args.no_label)
+        labelled = sum(t.kind >= 0 for t in found)
+        print(f"{paths[split]}: {len(found)} functions, {sum(t.num_nodes for t in found)} nodes, "
+              f"{labelled} with a kind", file=sys.stderr)
+    if unparsed:
+        print(f"{len(unparsed)} file(s) did not parse and were skipped, e.g. {unparsed[0]}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -14,10 +14,9 @@ import json
 import math
 import os
 import random
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +24,17 @@ import torch
 from torch_geometric.data import Data
 
 from .. import settings
-from ..data.networkx import from_networkx
-from ..data.parents import _label as _checked_label
-from ..data.parents import from_heads, from_parents
-from ..data.ptb import from_ptb
-from ..data.tree import NO_LABEL, NO_WORD, Vocabulary, lookup_words
-from ..errors import CycleError, TreeFormatError
+from ..data.conllu import conllu_records
+from ..data.jsonl import jsonl_records
+from ..data.ptb import ptb_records
+from ..data.records import FileRecord, attach_fields, located_error, set_text_label, split_tokens
+from ..data.tree import NO_LABEL, Vocabulary
+from ..errors import TreeFormatError
 from .base import CorpusDataset, code_fingerprint
 from .download import DatasetError
 from .store import OnDiskMixin, encode_graph
 
-__all__ = ["FORMATS", "GraphFiles", "default_files_root", "read_graph_file", "split_indices"]
+__all__ = ["FORMATS", "READERS", "SUFFIXES", "GraphFiles", "default_files_root", "read_graph_file", "split_indices"]
 
 FORMATS = ("conllu", "ptb", "jsonl")
 """The file formats :class:`GraphFiles` reads."""
@@ -43,17 +42,15 @@ FORMATS = ("conllu", "ptb", "jsonl")
 TARGETS = ("auto", "class", "regression")
 """How graph-level labels are read: see ``target`` in :class:`GraphFiles`."""
 
-_SUFFIXES = {".conllu": "conllu", ".conll": "conllu", ".jsonl": "jsonl", ".ndjson": "jsonl", ".ptb": "ptb",
-             ".mrg": "ptb"}
+SUFFIXES = {".conllu": "conllu", ".conll": "conllu", ".jsonl": "jsonl", ".ndjson": "jsonl", ".ptb": "ptb",
+            ".mrg": "ptb"}
+"""The file suffixes whose format :class:`GraphFiles` tells by itself."""
+
+READERS: dict[str, Callable[..., list[FileRecord]]] = {
+    "conllu": conllu_records, "ptb": ptb_records, "jsonl": jsonl_records}
+"""Each format's reader in :mod:`graphtree.data`: ``reader(lines, path, vocab, first_line)`` -> records."""
 _SPLITS = ("train", "dev", "test")
 _INT64_MAX = 2**63 - 1  # class labels become an int64 tensor
-
-_INT_TEXT = re.compile(r"[+-]?[0-9]+")  # ASCII digits only, as the converters: int() also takes '٣'
-_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_LABEL_COMMENT = re.compile(r"#\s*label\s*=(.*)")
-_CONLLU_COLUMNS = ("ID", "FORM", "LEMMA", "UPOS", "XPOS", "FEATS", "HEAD", "DEPREL", "DEPS", "MISC")
-_JSON_GRAPH_KEYS = ("nodes", "parents", "edges", "positions", "y")
-_JSON_NODE_KEYS = ("token", "fields", "x", "y")
 
 
 def default_files_root() -> Path:
@@ -110,6 +107,9 @@ class GraphFiles(OnDiskMixin, CorpusDataset):
             than memory; the file is parsed in chunks by ``workers`` processes, never held whole. With one
             file the store holds every graph and a split is a view of it.
         workers: Processes parsing the file into the store (``on_disk``; default: the CPUs, at most 4).
+        subtokens: Split every node's token into sub-tokens (``snake_case``, ``camelCase`` and digits,
+            :func:`~graphtree.data.subtokens.split_subtokens`), the field ``subtokens`` of every graph
+            (``subtokens_tokens``, ``subtokens_index``), for :class:`~graphtree.models.NodeFields`.
 
     Raises:
         DatasetError: an unknown split, format or target, a missing file, bad
@@ -124,7 +124,8 @@ class GraphFiles(OnDiskMixin, CorpusDataset):
                  name: str | None = None, split_ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  target: str = "auto", vocab: Any = None, transform: Callable | None = None,
                  pre_transform: Callable | None = None, pre_filter: Callable | None = None, log: bool = True,
-                 force_reload: bool = False, on_disk: bool = False, workers: int | None = None) -> None:
+                 force_reload: bool = False, on_disk: bool = False, workers: int | None = None,
+                 subtokens: bool = False) -> None:
         self.on_disk, self.workers = bool(on_disk), workers
         self.per_split = isinstance(files, Mapping)
         self.splits = _SPLITS if self.per_split else (*_SPLITS, "all")
@@ -146,6 +147,7 @@ class GraphFiles(OnDiskMixin, CorpusDataset):
         self.split_ratios = _check_ratios(split_ratios)
         self.seed = int(seed)
         self.target = target
+        self.subtokens = bool(subtokens)
         data_file = files[split] if self.per_split else files
         main_file = files.get("train", data_file) if self.per_split else files
         self.name = name if name is not None else Path(main_file).stem
@@ -190,6 +192,7 @@ class GraphFiles(OnDiskMixin, CorpusDataset):
             "data": _sha256(self.data_path, self._contents.get(self.data_path)),
             "labels": hashlib.sha256(self._contents[self.labels_path]).hexdigest() if self.labels_path else None,
             "target": self.target,
+            "subtokens": self.subtokens,
             # The split of one file depends on the ratios and seed; a file per split does not.
             "ratios": None if self.per_split else self.split_ratios,
             "seed": None if self.per_split else self.seed,
@@ -214,7 +217,7 @@ class GraphFiles(OnDiskMixin, CorpusDataset):
             self.write_graph_store(chunks, finish=finish)
             return
         graphs = _read_graphs(self.data_path, self.format, self.labels_path, self.target, self.vocab,
-                              self._contents)
+                              self._contents, self.subtokens)
         if not self.per_split and self.split != "all" and not self.on_disk:
             keep = split_indices(len(graphs), self.split_ratios, self.seed)[self.split]
             graphs = [graphs[i] for i in keep]
@@ -244,7 +247,7 @@ def split_indices(num: int, ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int
 
 def read_graph_file(path: str | os.PathLike, format: str | None = None,
                     labels: str | os.PathLike | None = None, target: str = "auto",
-                    vocab: Vocabulary | None = None) -> list[Data]:
+                    vocab: Vocabulary | None = None, subtokens: bool = False) -> list[Data]:
     """Read every graph of a CoNLL-U, PTB or JSON Lines file (formats as in :class:`GraphFiles`).
 
     Args:
@@ -253,6 +256,7 @@ def read_graph_file(path: str | os.PathLike, format: str | None = None,
         labels: Optional labels file, one graph label per non-blank line.
         target: ``"auto"``, ``"class"`` or ``"regression"`` for the graph labels.
         vocab: Optional token -> id mapping filling ``data.word``.
+        subtokens: Split every node's token into the field ``subtokens`` (as :class:`GraphFiles`).
 
     Returns:
         One ``Data`` per record, in file order.
@@ -264,52 +268,24 @@ def read_graph_file(path: str | os.PathLike, format: str | None = None,
     if target not in TARGETS:
         raise DatasetError(f"target must be one of {TARGETS}, got {target!r}")
     return _read_graphs(Path(path), _format_of(path, format), Path(labels) if labels is not None else None, target,
-                        vocab, {})
+                        vocab, {}, subtokens)
 
 
 def _read_graphs(path: Path, fmt: str, labels: Path | None, target: str, vocab: Vocabulary | None,
-                 contents: Mapping[Path, bytes]) -> list[Data]:
+                 contents: Mapping[Path, bytes], subtokens: bool = False) -> list[Data]:
     """:func:`read_graph_file` on checked arguments; ``contents`` holds bytes already read (by path)."""
     lines = _lines(path, contents.get(path))
-    readers = {"conllu": _read_conllu, "ptb": _read_ptb, "jsonl": _read_jsonl}
-    records = readers[fmt](lines, str(path), vocab)
+    records = READERS[fmt](lines, str(path), vocab)
+    if subtokens:
+        split_tokens(records, str(path))
     if labels is not None:
         _side_labels(records, str(path), _lines(labels, contents.get(labels)), str(labels))
     _graph_targets(records, target)
     _same_features(records, str(path))
-    _attach_fields(records)
+    attach_fields(records)
     for record in records:
         record.data.line = torch.tensor([record.line])
     return [record.data for record in records]
-
-
-# --------------------------------------------------------------------------- shared helpers
-
-
-@dataclass
-class _Record:
-    """One graph read from a file, with its graph label as written (checked once the whole file is read)."""
-
-    data: Data
-    line: int
-    label: int | float | None = None
-    label_is_int: bool = False
-    label_at: tuple[str, int, str] | None = None  # (file, line, field) of the label, for errors
-    fields: list[dict[str, list[str]]] | None = None  # JSON Lines: each node's named token lists
-
-
-def _located(path: str, line: int, field: str, reason: str, position: int | None = None,
-            cycle: list | None = None) -> TreeFormatError:
-    """A :class:`TreeFormatError` (a :class:`CycleError` with ``cycle``) naming file, line and field.
-
-    The message reads ``<path>: <field>: <reason> (at line <line>)``; the error
-    also carries ``path`` and ``field`` as attributes.
-    """
-    message = f"{path}: {field}: {reason}"
-    err = CycleError(cycle, message, line=line) if cycle is not None else TreeFormatError(message, position, line)
-    err.path = path
-    err.field = field
-    return err
 
 
 def _check_ratios(ratios: Sequence[float]) -> tuple[float, float, float]:
@@ -326,7 +302,7 @@ def _format_of(path: str | os.PathLike, format: str | None) -> str:
         if format not in FORMATS:
             raise DatasetError(f"format must be one of {FORMATS}, got {format!r}")
         return format
-    fmt = _SUFFIXES.get(Path(path).suffix.lower())
+    fmt = SUFFIXES.get(Path(path).suffix.lower())
     if fmt is None:
         raise DatasetError(f"cannot tell the format of {path} from its suffix; pass format= one of {FORMATS}")
     return fmt
@@ -343,50 +319,27 @@ def _lines(path: Path, raw: bytes | None) -> list[str]:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = raw[:err.start].count(b"\n") + 1
-        raise _located(str(path), line, "encoding", f"byte {raw[err.start]:#04x} is not UTF-8; save the file as "
+        raise located_error(str(path), line, "encoding", f"byte {raw[err.start]:#04x} is not UTF-8; save the file as "
                       "UTF-8") from None
     # split("\n"), not splitlines(): the latter also breaks at \x0b, \x1c, \u2028..., which would put every
     # later line number off from what an editor shows.
     return [line.removesuffix("\r") for line in text.split("\n")]
 
 
-def _number(text: str) -> tuple[int | float, bool] | None:
-    """A label written as text: ``(value, written_as_integer)``, or ``None`` if it is not a finite number."""
-    text = text.strip()
-    if _INT_TEXT.fullmatch(text) and len(text) <= 400:  # int() refuses over 4300 digits; no label is that long
-        return int(text), True
-    if _FLOAT_TEXT.fullmatch(text):
-        value = float(text)
-        return (value, False) if math.isfinite(value) else None
-    return None
-
-
-def _text_label(record: _Record, text: str, path: str, line: int, field: str) -> None:
-    """Set ``record``'s graph label from text (``_`` = unlabelled)."""
-    if text.strip() == "_":
-        return
-    parsed = _number(text)
-    if parsed is None:
-        raise _located(path, line, field, f"label {text.strip()!r} is not a number (an integer class or a "
-                      "regression target; _ for none)")
-    record.label, record.label_is_int = parsed
-    record.label_at = (path, line, field)
-
-
-def _side_labels(records: list[_Record], path: str, lines: list[str], labels_path: str) -> None:
+def _side_labels(records: list[FileRecord], path: str, lines: list[str], labels_path: str) -> None:
     entries = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
     if len(entries) != len(records):
         raise DatasetError(f"{labels_path} has {len(entries)} labels but {path} has {len(records)} graphs; give "
                            "one label per graph (_ for none), in file order")
     for record, (number, text) in zip(records, entries):
         if record.label_at is not None:
-            raise _located(labels_path, number, "label", f"the graph at line {record.line} of {path} has a label "
+            raise located_error(labels_path, number, "label", f"the graph at line {record.line} of {path} has a label "
                           f"in that file already ({record.label_at[2]} at line {record.label_at[1]}); give each "
                           "label in one place")
-        _text_label(record, text, labels_path, number, "label")
+        set_text_label(record, text, labels_path, number, "label")
 
 
-def _graph_targets(records: list[_Record], target: str) -> None:
+def _graph_targets(records: list[FileRecord], target: str) -> None:
     """Check the graph labels against ``target`` and store them as ``graph_y``."""
     labelled = [r for r in records if r.label_at is not None]
     if not labelled:
@@ -402,7 +355,7 @@ def _graph_targets(records: list[_Record], target: str) -> None:
                 number = int(number) if float(number).is_integer() else None
             if number is None or not 0 <= number <= _INT64_MAX:
                 path, line, field = record.label_at
-                raise _located(path, line, field, f"label {record.label!r} is not a class (an integer >= 0 within "
+                raise located_error(path, line, field, f"label {record.label!r} is not a class (an integer >= 0 within "
                               "int64); pass target='regression' for numeric targets")
             value = number
         else:
@@ -410,11 +363,11 @@ def _graph_targets(records: list[_Record], target: str) -> None:
                 value = float(record.label)
             except OverflowError:
                 path, line, field = record.label_at
-                raise _located(path, line, field, f"label {record.label} is too large for a float") from None
+                raise located_error(path, line, field, f"label {record.label} is too large for a float") from None
         record.data.graph_y = torch.tensor([value], dtype=torch.long if target == "class" else torch.float)
 
 
-def _same_features(records: list[_Record], path: str) -> None:
+def _same_features(records: list[FileRecord], path: str) -> None:
     """Node features must have one width across the file (else graphs could not be batched)."""
     first = next((r for r in records if getattr(r.data, "x", None) is not None), None)
     if first is None:
@@ -422,359 +375,12 @@ def _same_features(records: list[_Record], path: str) -> None:
     for record in records:
         x = getattr(record.data, "x", None)
         if x is None:
-            raise _located(path, record.line, "x", f"this graph's nodes have no 'x' but those of the "
+            raise located_error(path, record.line, "x", f"this graph's nodes have no 'x' but those of the "
                           f"graph at line {first.line} do; give every node of every graph features, or none")
         if x.size(1) != first.data.x.size(1):
-            raise _located(path, record.line, "x", f"node features have {x.size(1)} values here but "
+            raise located_error(path, record.line, "x", f"node features have {x.size(1)} values here but "
                           f"{first.data.x.size(1)} in the graph at line {first.line}; every node needs the same "
                           "number")
-
-
-def _attach_tokens(data: Data, tokens: Sequence[str | None], vocab: Vocabulary | None) -> None:
-    """``tokens`` (nodes that have one, in node order), ``word_pos`` and, with a vocab, ``word``."""
-    words, word_pos = [], []
-    for token in tokens:
-        word_pos.append(len(words) if token is not None else NO_WORD)
-        if token is not None:
-            words.append(token)
-    data.word_pos = torch.tensor(word_pos, dtype=torch.long)
-    data.tokens = words
-    if vocab is not None:
-        data.word = lookup_words(words, word_pos, vocab)
-
-
-# --------------------------------------------------------------------------- CoNLL-U
-
-
-def _read_conllu(lines: list[str], path: str, vocab: Vocabulary | None, first_line: int = 1) -> list[_Record]:
-    records, block = [], []
-    for number, line in enumerate(lines, start=first_line):
-        if line.strip():
-            block.append((number, line))
-        elif block:
-            records.extend(_conllu_sentence(block, path, vocab))
-            block = []
-    if block:
-        records.extend(_conllu_sentence(block, path, vocab))
-    return records
-
-
-def _conllu_sentence(block: list[tuple[int, str]], path: str, vocab: Vocabulary | None) -> list[_Record]:
-    record = _Record(Data(), block[0][0])
-    label_text: tuple[int, str] | None = None
-    forms, lemmas, upos, deprels, heads, token_lines = [], [], [], [], [], []
-    for number, line in block:
-        if line.startswith("#"):
-            match = _LABEL_COMMENT.fullmatch(line.strip())
-            if match:
-                if label_text is not None:
-                    raise _located(path, number, "label", f"a second '# label =' comment (the first is at line "
-                                  f"{label_text[0]})")
-                label_text = (number, match.group(1))
-            continue
-        # Tabs as the format has it; a line with no tab at all is split at spaces, which is unambiguous
-        # (a copy of an example from rendered docs has lost its tabs).
-        fields = line.split("\t") if "\t" in line else line.split()
-        if len(fields) != len(_CONLLU_COLUMNS):
-            raise _located(path, number, "columns", f"{len(fields)} columns, expected 10 separated by tabs "
-                          f"({' '.join(_CONLLU_COLUMNS)})")
-        token_id = fields[0]
-        if re.fullmatch(r"[0-9]+-[0-9]+|[0-9]+\.[0-9]+", token_id):
-            continue  # a multiword token (1-2) or an empty node (1.1): not a node of the basic tree
-        if not re.fullmatch(r"[0-9]+", token_id) or int(token_id) != len(forms) + 1:
-            raise _located(path, number, "ID", f"ID {token_id!r} where {len(forms) + 1} was expected (IDs count "
-                          "1, 2, 3... in each sentence)")
-        head = fields[6]
-        # from_heads reads -1 as "outside the tree", which CoNLL-U does not have: a negative HEAD is an error.
-        if not re.fullmatch(r"[0-9]+", head):
-            raise _located(path, number, "HEAD", f"HEAD {head!r} of token {token_id} is not a token ID or 0 (root)")
-        forms.append(fields[1])
-        lemmas.append(fields[2])
-        upos.append(fields[3])
-        heads.append(head)
-        deprels.append(fields[7])
-        token_lines.append(number)
-    if not forms:
-        if label_text is not None:
-            raise _located(path, label_text[0], "label", "a '# label =' comment with no sentence under it")
-        return []  # comments only, e.g. '# newdoc' before a blank line
-    for k, head in enumerate(heads):  # from_heads' own range, -1..n, admits the -1 that CoNLL-U does not have
-        if int(head) > len(forms):
-            raise _located(path, token_lines[k], "HEAD", f"HEAD {head} of token {k + 1} is outside 0..{len(forms)} "
-                           f"(0 for the root, 1..{len(forms)} for the sentence's tokens)")
-    try:
-        data = from_heads(heads, forms, vocab=vocab)
-    except CycleError as err:
-        # The line of the cycle's first token in the file, the one a reader meets first.
-        raise _located(path, token_lines[min(err.nodes) - 1], "HEAD", err.reason, cycle=err.nodes) from None
-    except TreeFormatError as err:
-        # from_heads counts tokens from 1, as CoNLL-U IDs do: its position is the token ID.
-        line = token_lines[err.position - 1] if err.position else token_lines[0]
-        raise _located(path, line, "HEAD", err.reason) from None
-    data.lemmas, data.upos, data.deprel = lemmas, upos, deprels
-    record.data = data
-    if label_text is not None:
-        _text_label(record, label_text[1], path, label_text[0], "label")
-    return [record]
-
-
-# --------------------------------------------------------------------------- PTB
-
-
-def _read_ptb(lines: list[str], path: str, vocab: Vocabulary | None, first_line: int = 1) -> list[_Record]:
-    records = []
-    for number, line in enumerate(lines, start=first_line):
-        if not line.strip():
-            continue
-        text, unlabelled = _blank_labels(line)
-        try:
-            data = from_ptb(text, vocab)
-        except TreeFormatError as err:
-            raise _located(path, number, "tree", err.reason, err.position) from None
-        if unlabelled:
-            data.y[unlabelled] = NO_LABEL
-        records.append(_Record(data, number))
-    return records
-
-
-def _blank_labels(line: str) -> tuple[str, list[int]]:
-    """Replace each ``_`` label by ``0`` for :func:`from_ptb`, returning the pre-order nodes that had one.
-
-    Every ``(`` opens a node (a raw ``(`` inside a word is an error from_ptb reports), so the ``k``-th ``(``
-    is node ``k``; the replacement has the same length, so from_ptb's character positions stay right.
-    """
-    chars = list(line)
-    unlabelled = []
-    node = 0
-    for i, char in enumerate(line):
-        if char != "(":
-            continue
-        if line[i + 1:i + 2] == "_" and (i + 2 == len(line) or line[i + 2] in " \t\r\n()"):
-            chars[i + 1] = "0"
-            unlabelled.append(node)
-        node += 1
-    return ("".join(chars), unlabelled) if unlabelled else (line, [])
-
-
-# --------------------------------------------------------------------------- JSON Lines
-
-
-class _DuplicateKeyError(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    # json.loads keeps the last of two equal keys without a word; a repeated field is a mistake to report.
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKeyError(key)
-        out[key] = value
-    return out
-
-
-def _read_jsonl(lines: list[str], path: str, vocab: Vocabulary | None, first_line: int = 1) -> list[_Record]:
-    records = []
-    for number, line in enumerate(lines, start=first_line):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line, object_pairs_hook=_no_duplicates)
-        except json.JSONDecodeError as err:
-            raise _located(path, number, "JSON", f"not valid JSON: {err.msg} (column {err.colno})",
-                          err.pos) from None
-        except _DuplicateKeyError as err:
-            raise _located(path, number, str(err), f"field {str(err)!r} appears twice in one object") from None
-        records.append(_json_graph(obj, path, number, vocab))
-    return records
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # JSON true/false are bools, not 1/0
-
-
-def _is_number(value: Any) -> bool:
-    """A finite JSON number that fits a float (not a boolean)."""
-    if _is_int(value):
-        try:
-            float(value)
-        except OverflowError:
-            return False
-        return True
-    return isinstance(value, float) and math.isfinite(value)
-
-
-def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
-             int: "an integer", float: "a number"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _json_graph(obj: Any, path: str, line: int, vocab: Vocabulary | None) -> _Record:
-    def error(field: str, reason: str, cycle: list | None = None) -> TreeFormatError:
-        return _located(path, line, field, reason, cycle=cycle)
-
-    if not isinstance(obj, dict):
-        raise error("record", f"a line must hold one JSON object (a graph), got {_kind(obj)}")
-    unknown = [key for key in obj if key not in _JSON_GRAPH_KEYS]
-    if unknown:
-        raise error(unknown[0], f"unknown field {unknown[0]!r}; a graph has {', '.join(_JSON_GRAPH_KEYS)}")
-    if "nodes" not in obj:
-        raise error("nodes", "missing field 'nodes' (a list of node objects)")
-    nodes = obj["nodes"]
-    if not isinstance(nodes, list) or not nodes:
-        raise error("nodes", f"'nodes' must be a non-empty list of node objects, got {_kind(nodes)}"
-                    + (" (empty)" if nodes == [] else ""))
-    tokens, features, node_labels, node_fields = [], [], [], []
-    for k, node in enumerate(nodes):
-        field = f"nodes[{k}]"
-        if not isinstance(node, dict):
-            raise error(field, f"a node must be an object like {{\"token\": \"word\"}}, got {_kind(node)}")
-        unknown = [key for key in node if key not in _JSON_NODE_KEYS]
-        if unknown:
-            raise error(f"{field}.{unknown[0]}", f"unknown field {unknown[0]!r}; a node has "
-                        f"{', '.join(_JSON_NODE_KEYS)}")
-        token = node.get("token")
-        if token is not None and not isinstance(token, str):
-            raise error(f"{field}.token", f"token must be a string, got {_kind(token)} {token!r}")
-        tokens.append(token)
-        node_fields.append(_node_fields(node.get("fields"), f"{field}.fields", error))
-        features.append(_node_features(node, k, features, error))
-        node_labels.append(_node_label(node.get("y"), f"{field}.y", error))
-
-    if "parents" in obj and "edges" in obj:
-        raise error("parents", "both 'parents' (a tree) and 'edges' (a DAG); give one")
-    if "parents" in obj:
-        if "positions" in obj:
-            raise error("positions", "'positions' goes with 'edges'; under 'parents' children are ordered by "
-                        "node index")
-        data = _json_tree(obj["parents"], len(nodes), error)
-    elif "edges" in obj:
-        data = _json_dag(obj["edges"], obj.get("positions"), len(nodes), error)
-    else:
-        raise error("parents", "missing field 'parents' (a tree: parent index per node, -1 at the root) or "
-                    "'edges' (a DAG: [child, parent] pairs)")
-
-    data.y = torch.tensor(node_labels, dtype=torch.long)
-    _attach_tokens(data, tokens, vocab)
-    if features[0] is not None:
-        data.x = torch.tensor(features, dtype=torch.float)
-    record = _Record(data, line, fields=node_fields)
-    label = obj.get("y")
-    if label is not None:
-        if not _is_number(label):
-            raise error("y", f"the graph label must be a number (an integer class or a regression target) or "
-                        f"null, got {_kind(label)} {label!r}")
-        record.label, record.label_is_int, record.label_at = label, _is_int(label), (path, line, "y")
-    return record
-
-
-def _node_fields(value: Any, field: str, error: Callable) -> dict[str, list[str]]:
-    """A node's ``"fields"``: an object of named token lists (a string counts as a list of one)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise error(field, f"fields must be an object like {{\"subtokens\": [\"get\", \"value\"]}}, got {_kind(value)}")
-    out = {}
-    for name, tokens in value.items():
-        tokens = [tokens] if isinstance(tokens, str) else tokens
-        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-            raise error(f"{field}.{name}", f"a field is a string or a list of strings, got {_kind(tokens)}")
-        out[name] = tokens
-    return out
-
-
-def _attach_fields(records: list[_Record]) -> None:
-    """Every field named by any node of the file, on every graph: ``<name>_tokens`` (the tokens, node by node)
-    and ``<name>_index`` (the node of each; PyG's batching offsets it), empty where a graph's nodes have none."""
-    names = sorted({name for r in records for node in r.fields or () for name in node})
-    for record in records:
-        for name in names:
-            pairs = [(k, t) for k, node in enumerate(record.fields or ()) for t in node.get(name, ())]
-            record.data[f"{name}_tokens"] = [t for _, t in pairs]
-            record.data[f"{name}_index"] = torch.tensor([k for k, _ in pairs], dtype=torch.long)
-
-
-def _node_features(node: dict, k: int, previous: list, error: Callable) -> list[float] | None:
-    has = "x" in node
-    if previous and (previous[0] is not None) != has:
-        missing = k if not has else 0
-        raise error(f"nodes[{missing}].x", f"node {missing} has no 'x' but node {k if missing == 0 else 0} has; "
-                    "give every node features, or none")
-    if not has:
-        return None
-    x = node["x"]
-    if not isinstance(x, list) or not x or not all(_is_number(v) for v in x):
-        raise error(f"nodes[{k}].x", f"'x' must be a non-empty list of finite numbers, got {x!r}")
-    if previous and len(x) != len(previous[0]):
-        raise error(f"nodes[{k}].x", f"node {k} has {len(x)} features but node 0 has {len(previous[0])}; every "
-                    "node needs the same number")
-    return x
-
-
-def _node_label(value: Any, field: str, error: Callable) -> int:
-    if value is None:
-        return NO_LABEL
-    try:
-        # The converters' own label check (integers >= -1; whole floats, not bools or strings); the message is
-        # ours because it names the JSON field rather than a 1-based token.
-        return _checked_label(value, 0)
-    except TreeFormatError:
-        raise error(field, f"node label {value!r} is not a class (an integer >= 0; null or -1 for "
-                    "unlabelled)") from None
-
-
-def _json_tree(parents: Any, num_nodes: int, error: Callable) -> Data:
-    if not isinstance(parents, list):
-        raise error("parents", f"'parents' must be a list (one parent index per node), got {_kind(parents)}")
-    if len(parents) != num_nodes:
-        raise error("parents", f"{len(parents)} parents for {num_nodes} nodes; give one per node (-1 at the root)")
-    # Checked here rather than left to from_parents, whose messages name nodes but not the JSON field.
-    for k, parent in enumerate(parents):
-        if not _is_int(parent):
-            raise error(f"parents[{k}]", f"parent of node {k} must be an integer node index, got {_kind(parent)} "
-                        f"{parent!r}")
-        if not -1 <= parent < num_nodes:
-            raise error(f"parents[{k}]", f"parent {parent} of node {k} is outside -1..{num_nodes - 1}")
-    roots = [k for k, parent in enumerate(parents) if parent == -1]
-    if len(roots) != 1:
-        raise error("parents", "no node has parent -1 (the root)" if not roots else
-                    f"nodes {roots[0]} and {roots[1]} both have parent -1: a tree has one root (use 'edges' "
-                    "for a DAG or forest)")
-    try:
-        return from_parents(parents)
-    except CycleError as err:
-        raise error("parents", "parents form a cycle through nodes " + " -> ".join(map(str, err.nodes)),
-                    cycle=list(err.nodes)) from None
-
-
-def _json_dag(edges: Any, positions: Any, num_nodes: int, error: Callable) -> Data:
-    import networkx as nx
-
-    if not isinstance(edges, list):
-        raise error("edges", f"'edges' must be a list of [child, parent] pairs, got {_kind(edges)}")
-    if positions is not None and (not isinstance(positions, list) or len(positions) != len(edges)):
-        raise error("positions", f"'positions' must be a list with one entry per edge ({len(edges)}), got "
-                    f"{_kind(positions)}" + (f" of {len(positions)}" if isinstance(positions, list) else ""))
-    graph = nx.DiGraph()
-    graph.add_nodes_from(range(num_nodes))  # node k of the Data is nodes[k]
-    for k, edge in enumerate(edges):
-        # Checked here: networkx would add a node for an index out of range, and merge a repeated edge.
-        if not isinstance(edge, list) or len(edge) != 2 or not all(_is_int(v) for v in edge):
-            raise error(f"edges[{k}]", f"an edge is a pair [child, parent] of node indices, got {edge!r}")
-        if not all(0 <= v < num_nodes for v in edge):
-            raise error(f"edges[{k}]", f"edge {edge} names a node outside 0..{num_nodes - 1}")
-        if graph.has_edge(*edge):
-            raise error(f"edges[{k}]", f"edge {edge} is listed twice")
-        attrs = {} if positions is None or positions[k] is None else {"position": positions[k]}
-        graph.add_edge(*edge, **attrs)
-    try:
-        data = from_networkx(graph)
-    except CycleError as err:
-        raise error("edges", err.reason, cycle=err.nodes) from None
-    except TreeFormatError as err:  # only positions can be wrong now: no node attributes were given
-        raise error("positions", err.reason) from None
-    return data
 
 
 # --------------------------------------------------------------------------- on disk: the file in chunks
@@ -814,25 +420,49 @@ def _line_chunks(path: Path, fmt: str, digest: Any) -> Any:
         yield first, chunk
 
 
-_CHUNK_CONTEXT: tuple = ()  # (path, format, target, vocab, pre_filter, pre_transform) of the file being parsed
+@dataclass(frozen=True)
+class ChunkContext:
+    """What parsing a chunk of a file needs besides its lines, sent with each chunk to the worker parsing it.
+
+    ``pre_filter`` and ``pre_transform`` travel only where they can be pickled (a lambda cannot); else they are
+    ``None`` here and the parent applies them to the parsed graphs (:func:`_hooks_in_parent`)."""
+
+    path: str
+    fmt: str
+    target: str
+    vocab: Any = None
+    subtokens: bool = False
+    pre_filter: Callable | None = field(default=None, compare=False)
+    pre_transform: Callable | None = field(default=None, compare=False)
 
 
-def _parse_chunk(job: tuple[int, list[bytes]]) -> tuple[list[bytes], dict[str, Any]]:
-    """Parse one chunk of lines as :func:`_read_graphs` parses a file, in a worker process: the encoded graphs,
-    and what the checks across the whole file need (graph labels, feature widths). The file's settings come in
-    :data:`_CHUNK_CONTEXT`, inherited through ``fork`` (a ``pre_filter`` may be a lambda, which cannot be sent)."""
-    path, fmt, target, vocab, pre_filter, pre_transform = _CHUNK_CONTEXT
+def _picklable(value: Any) -> bool:
+    import pickle
+
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return False
+    return True
+
+
+def _parse_chunk(context: ChunkContext, job: tuple[int, list[bytes]]) -> tuple[list[bytes], dict[str, Any]]:
+    """Parse one chunk of lines as :func:`_read_graphs` parses a file (in a worker process): the encoded graphs,
+    and what the checks across the whole file need (graph labels, feature widths, field names)."""
+    path, fmt, target, vocab = context.path, context.fmt, context.target, context.vocab
+    pre_filter, pre_transform = context.pre_filter, context.pre_transform
     first, raw_lines = job
     lines = []
     for k, raw in enumerate(raw_lines):
         try:
             text = raw.decode("utf-8-sig" if first + k == 1 else "utf-8")
         except UnicodeDecodeError as err:
-            raise _located(path, first + k, "encoding", f"byte {raw[err.start]:#04x} is not UTF-8; save the file "
+            raise located_error(path, first + k, "encoding", f"byte {raw[err.start]:#04x} is not UTF-8; save the file "
                            "as UTF-8") from None
         lines.append(text.removesuffix("\n").removesuffix("\r"))
-    readers = {"conllu": _read_conllu, "ptb": _read_ptb, "jsonl": _read_jsonl}
-    records = readers[fmt](lines, path, vocab, first)
+    records = READERS[fmt](lines, path, vocab, first)
+    if context.subtokens:
+        split_tokens(records, path)
     labelled = [r for r in records if r.label_at is not None]
     all_int = all(r.label_is_int for r in labelled)
     deferred, chunk_target = None, target
@@ -850,6 +480,8 @@ def _parse_chunk(job: tuple[int, list[bytes]]) -> tuple[list[bytes], dict[str, A
         if chunk_target == "regression":
             _graph_targets(records, "regression")
     _same_features(records, path)
+    attach_fields(records)
+    fields = sorted({name for r in records for node in r.fields or () for name in node})
     with_x = next((r for r in records if getattr(r.data, "x", None) is not None), None)
     blobs = []
     for record in records:
@@ -859,8 +491,23 @@ def _parse_chunk(job: tuple[int, list[bytes]]) -> tuple[list[bytes], dict[str, A
         blobs.append(encode_graph(pre_transform(record.data) if pre_transform is not None else record.data))
     summary = {"first_line": records[0].line if records else first, "labelled": bool(labelled), "all_int": all_int,
                "target": chunk_target if labelled else None, "deferred": deferred, "count": len(blobs),
-               "width": None if with_x is None else int(with_x.data.x.size(1))}
+               "width": None if with_x is None else int(with_x.data.x.size(1)), "fields": fields}
     return blobs, summary
+
+
+def _hooks_in_parent(blobs: list[bytes], summary: dict[str, Any], pre_filter: Callable | None,
+                     pre_transform: Callable | None) -> list[bytes]:
+    """A chunk's graphs through the ``pre_filter`` and ``pre_transform`` that could not be sent to its worker."""
+    from .store import decode_graph
+
+    kept = []
+    for blob in blobs:
+        data = decode_graph(blob)
+        if pre_filter is not None and not pre_filter(data):
+            continue
+        kept.append(encode_graph(pre_transform(data) if pre_transform is not None else data))
+    summary["count"] = len(kept)
+    return kept
 
 
 def _graph_chunks(dataset: GraphFiles) -> tuple[Any, Callable]:
@@ -876,33 +523,35 @@ def _graph_chunks(dataset: GraphFiles) -> tuple[Any, Callable]:
     workers = dataset.workers or min(4, os.cpu_count() or 1)
     jobs = _line_chunks(path, fmt, digest)
 
+    hooks = (dataset.pre_filter, dataset.pre_transform)
+    travel = workers <= 1 or _picklable(hooks)  # in one process nothing is sent
+    context = ChunkContext(str(path), fmt, dataset.target, dataset.vocab, dataset.subtokens,
+                           *(hooks if travel else (None, None)))
+
+    def finished(blobs: list[bytes], summary: dict[str, Any]) -> list[bytes]:
+        summaries.append(summary)
+        return blobs if travel or hooks == (None, None) else _hooks_in_parent(blobs, summary, *hooks)
+
     def chunks() -> Any:
-        global _CHUNK_CONTEXT
-        _CHUNK_CONTEXT = (str(path), fmt, dataset.target, dataset.vocab, dataset.pre_filter, dataset.pre_transform)
         if workers <= 1:
-            results = map(_parse_chunk, jobs)
-            for blobs, summary in results:
-                summaries.append(summary)
-                yield blobs
+            for job in jobs:
+                yield finished(*_parse_chunk(context, job))
             return
         # fork: the workers need no imports of their own; a bounded number of chunks in flight keeps memory flat.
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             pending: list[Any] = []
             for job in jobs:
-                pending.append(pool.submit(_parse_chunk, job))
+                pending.append(pool.submit(_parse_chunk, context, job))
                 if len(pending) > 2 * workers:
-                    blobs, summary = pending.pop(0).result()
-                    summaries.append(summary)
-                    yield blobs
+                    yield finished(*pending.pop(0).result())
             for future in pending:
-                blobs, summary = future.result()
-                summaries.append(summary)
-                yield blobs
+                yield finished(*future.result())
 
     def finish(connection: Any) -> dict[str, Any]:
         if digest.hexdigest() != _sha256(path, None):
             raise DatasetError(f"{path} changed while it was being read; run again")
         _check_chunk_features(summaries, str(path))
+        _check_chunk_fields(summaries, str(path))
         labelled = [s for s in summaries if s["labelled"]]
         if not labelled:
             return {}
@@ -931,10 +580,22 @@ def _check_chunk_features(summaries: list[dict[str, Any]], path: str) -> None:
         if not summary["count"] or summary["width"] == first["width"]:
             continue
         if summary["width"] is None:
-            raise _located(path, summary["first_line"], "x", f"this graph's nodes have no 'x' but those of the "
+            raise located_error(path, summary["first_line"], "x", f"this graph's nodes have no 'x' but those of the "
                            f"graph at line {first['first_line']} do; give every node of every graph features, or none")
-        raise _located(path, summary["first_line"], "x", f"node features have {summary['width']} values here but "
+        raise located_error(path, summary["first_line"], "x", f"node features have {summary['width']} values here but "
                        f"{first['width']} in the graph at line {first['first_line']}; every node needs the same number")
+
+
+def _check_chunk_fields(summaries: list[dict[str, Any]], path: str) -> None:
+    """Every chunk's graphs have the same fields (each chunk gives its graphs every field named in it, so that
+    its graphs batch together; those of two chunks batch only where the chunks name the same fields)."""
+    named = [s for s in summaries if s["count"]]
+    for summary in named[1:]:
+        if summary["fields"] != named[0]["fields"]:
+            raise located_error(path, summary["first_line"], "fields", f"the nodes from here on name the fields "
+                                f"{summary['fields'] or 'none'}, those from line {named[0]['first_line']} "
+                                f"{named[0]['fields'] or 'none'}; on disk every part of the file must name the same "
+                                "fields (give each graph's nodes every field, empty where they have no tokens)")
 
 
 def _fix_graph_y(connection: Any, rows: range, target: str) -> None:

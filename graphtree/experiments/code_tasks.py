@@ -36,9 +36,8 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 from torch_geometric.data import Batch, Data
-from torch_geometric.nn import global_max_pool, global_mean_pool
 
-from ..models import NodeFields
+from ..models import NodeFields, Readout
 from ..nn import ChildSumTreeLSTM, NaryTreeLSTM
 from ..nn.functional import dropout
 from ..train.trainer import Trainer
@@ -50,6 +49,7 @@ NAME_LENGTH = 5        # ogbg-code2: the first 5 sub-tokens of the name
 NAME_VOCAB = 1000      # output sub-tokens (ogbg-code2 takes 5,000 over 407,976 training functions)
 UNK, EOS = "__UNK__", "__EOS__"
 MODELS = ("childsum", "nary", "bilstm")
+MAX_POSITION = 15      # child positions from here on share one input vector (an AST node has few children mostly)
 
 
 def name_f1(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, float]:
@@ -135,7 +135,11 @@ def prepare(graphs: Sequence[Data], vocab: InputVocab, targets: Sequence[Sequenc
     out = []
     for g, y in zip(graphs, targets):
         edge_index, edge_pos = lcrs(g.edge_index, g.num_nodes) if model == "nary" else (g.edge_index, g.edge_pos)
+        # Each node's position among its AST siblings, 1-based (0 at the root), of the tree before binarization.
+        child_pos = torch.zeros(g.num_nodes, dtype=torch.long)
+        child_pos[g.edge_index[0]] = (g.edge_pos + 1).clamp(max=MAX_POSITION)
         out.append(Data(edge_index=edge_index, edge_pos=edge_pos, node_type=vocab.types[g.node_type],
+                        child_pos=child_pos,
                         subtoken=vocab.subtokens[g.subtoken], subtoken_index=g.subtoken_index,
                         y=torch.tensor([list(y)], dtype=torch.long), num_nodes=g.num_nodes))
     return out
@@ -153,27 +157,34 @@ class CodeModel(torch.nn.Module):
         outputs, classes: Output positions and classes per position.
         dropout: Dropout on the pooled vector.
         input_dropout: Dropout on the node inputs (the fields' vectors).
+        positions: Add to each node's input a vector of its position among its siblings (``batch.child_pos``,
+            :func:`prepare`; the Child-Sum cell is blind to the order of a node's children).
     """
 
     def __init__(self, model: str, num_types: int, num_subtokens: int, dim: int, hidden: int, outputs: int,
-                 classes: int, dropout: float = 0.0, input_dropout: float = 0.0) -> None:
+                 classes: int, dropout: float = 0.0, input_dropout: float = 0.0, positions: bool = False) -> None:
         super().__init__()
         if model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
         self.model, self.outputs, self.classes, self.dropout = model, outputs, classes, dropout
         self.input_dropout = input_dropout
         self.fields = NodeFields(num_types, num_subtokens, dim)
+        self.positions = torch.nn.Embedding(MAX_POSITION + 1, dim) if positions else None
         if model == "childsum":
             self.encoder: torch.nn.Module = ChildSumTreeLSTM(dim, hidden)
         elif model == "nary":
             self.encoder = NaryTreeLSTM(dim, hidden, n_ary=2, setting="general")
         else:
             self.encoder = torch.nn.LSTM(dim, hidden // 2, batch_first=True, bidirectional=True)
-        self.out = torch.nn.Linear(3 * hidden, outputs * classes)
+        self.readout = Readout("root-mean-max", hidden)  # the root: each tree's first node (pre-order)
+        self.out = torch.nn.Linear(self.readout.out_channels, outputs * classes)
 
     def encode(self, batch: Batch) -> Tensor:
         """The node states ``[N, hidden]``."""
-        x = dropout(self.fields(batch.node_type, batch.subtoken, batch.subtoken_index), self.input_dropout,
+        x = self.fields(batch.node_type, batch.subtoken, batch.subtoken_index)
+        if self.positions is not None:
+            x = x + self.positions(batch.child_pos)
+        x = dropout(x, self.input_dropout,
                     self.training)
         if self.model != "bilstm":
             return self.encoder(x, batch)[0]
@@ -185,10 +196,7 @@ class CodeModel(torch.nn.Module):
         return states[mask]
 
     def forward(self, batch: Batch) -> Tensor:
-        h = self.encode(batch)
-        roots = batch.ptr[:-1]
-        pooled = torch.cat([h[roots], global_mean_pool(h, batch.batch, batch.num_graphs),
-                            global_max_pool(h, batch.batch, batch.num_graphs)], dim=1)
+        pooled = self.readout(self.encode(batch), batch)
         return self.out(dropout(pooled, self.dropout, self.training)).view(-1, self.outputs, self.classes)
 
 

@@ -4,9 +4,11 @@ from .bicontree import BiTreeLSTM
 from .classifier import NodeEmbedding, TreeClassifier, node_loss
 from .contextual import EncoderLeaves, EncoderSpanClassifier
 from .fields import NodeFields
+from .readout import READOUTS, Readout
 from .similarity import MeanEncoder, PairSimilarity, SequenceEncoder, SimilarityHead, TreeEncoder, similarity_loss
 
 __all__ = [
+    "READOUTS",
     "BiTreeLSTM",
     "EncoderLeaves",
     "EncoderSpanClassifier",
@@ -14,6 +16,7 @@ __all__ = [
     "NodeEmbedding",
     "NodeFields",
     "PairSimilarity",
+    "Readout",
     "SequenceEncoder",
     "SimilarityHead",
     "TreeClassifier",

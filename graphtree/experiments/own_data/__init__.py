@@ -27,20 +27,23 @@ from typing import TYPE_CHECKING, Any
 # Imported when first used (PEP 562): experiments/train.py reads MODELS (.names, no torch) for its flags before
 # it imports the rest.
 _LAZY = {
-    "NodeInputs": ".inputs", "attach_words": ".inputs", "feature_channels": ".inputs", "word_embedding": ".inputs",
+    "NodeInputs": ".inputs", "attach_fields": ".inputs", "node_fields": ".inputs",
+    "attach_words": ".inputs", "feature_channels": ".inputs", "word_embedding": ".inputs",
     "MODELS": ".names", "GraphModel": ".models", "Structure": ".models", "build_model": ".models",
     "describe_structure": ".models", "model_settings": ".models", "write_predictions": ".predictions",
+    "tfidf_runs": ".tfidf",
     "SPLITS": ".splits", "GraphSplits": ".splits", "load_graph_splits": ".splits", "Task": ".task",
     "find_task": ".task", "Prediction": ".training", "TaskTrainer": ".training",
 }
 
 if TYPE_CHECKING:
-    from .inputs import NodeInputs, attach_words, feature_channels, word_embedding
+    from .inputs import NodeInputs, attach_fields, attach_words, feature_channels, node_fields, word_embedding
     from .models import GraphModel, Structure, build_model, describe_structure, model_settings
     from .names import MODELS
     from .predictions import write_predictions
     from .splits import SPLITS, GraphSplits, load_graph_splits
     from .task import Task, find_task
+    from .tfidf import tfidf_runs
     from .training import Prediction, TaskTrainer
 
 
@@ -57,5 +60,6 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["MODELS", "SPLITS", "GraphModel", "GraphSplits", "NodeInputs", "Prediction", "Structure", "Task",
-           "TaskTrainer", "attach_words", "build_model", "describe_structure", "feature_channels", "find_task",
-           "load_graph_splits", "model_settings", "word_embedding", "write_predictions"]
+           "TaskTrainer", "attach_fields", "attach_words", "build_model", "describe_structure", "feature_channels",
+           "find_task", "load_graph_splits", "model_settings", "node_fields", "tfidf_runs", "word_embedding",
+           "write_predictions"]

@@ -15,7 +15,7 @@ from torch.nn import Linear
 from torch_geometric.utils import scatter
 
 from ...data.tree import NO_WORD
-from ...models import BiTreeLSTM
+from ...models import BiTreeLSTM, Readout
 from ...nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from ...nn.functional import dropout
 from ..runs import fail
@@ -24,7 +24,8 @@ from .names import MODELS
 from .splits import SPLITS, GraphSplits
 from .task import Task
 
-__all__ = ["MODELS", "GraphModel", "Structure", "build_model", "describe_structure", "model_settings"]
+__all__ = ["MODELS", "GraphModel", "NodeSequence", "PooledOutput", "Structure", "build_model", "describe_structure",
+           "model_settings"]
 
 _BINARY = ("slstm", "lstmrnn", "contree", "topdown", "bicontree")  # at most two children; only leaves read inputs
 _TENG_VARIANTS = {"contree": "contree", "topdown": "top_down", "bicontree": "bicontree"}
@@ -104,6 +105,50 @@ class CellOutput(torch.nn.Module):
         return self.out(dropout(h, self.dropout, self.training))
 
 
+class PooledOutput(torch.nn.Module):
+    """A cell's ``h`` at every node pooled per graph (:class:`~graphtree.models.Readout`), dropout, and a linear
+    map to the outputs: ``[num_graphs, C]``."""
+
+    pools = True  # GraphModel: one row per graph already
+
+    def __init__(self, cell: torch.nn.Module, readout: str, out_channels: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.cell, self.dropout = cell, dropout
+        self.readout = Readout(readout, cell.state_channels[0])
+        self.out = Linear(self.readout.out_channels, out_channels)
+
+    def forward(self, x: Tensor, batch: Any) -> Tensor:
+        h = self.cell(x, batch)[0]
+        return self.out(dropout(self.readout(h, batch), self.dropout, self.training))
+
+
+class NodeSequence(torch.nn.Module):
+    """A bidirectional LSTM over each graph's nodes in node order (a PTB or code tree's pre-order, a sentence's
+    words), the baseline without structure: ``h`` ``[N, hidden]`` (``hidden // 2`` per direction)."""
+
+    def __init__(self, in_channels: int, hidden: int) -> None:
+        super().__init__()
+        if hidden < 2 or hidden % 2:
+            raise ValueError(f"the BiLSTM's hidden size is split between its two directions: give an even size, "
+                             f"got {hidden}")
+        self.lstm = torch.nn.LSTM(in_channels, hidden // 2, batch_first=True, bidirectional=True)
+        self.state_channels = (hidden, hidden)
+
+    def forward(self, x: Tensor, batch: Any) -> tuple[Tensor, None]:
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
+
+        graph = getattr(batch, "batch", None)
+        if graph is None:
+            lengths = torch.tensor([x.size(0)])
+        else:
+            lengths = torch.bincount(graph, minlength=getattr(batch, "num_graphs", 1)).cpu()
+        padded = pad_sequence(list(x.split(lengths.tolist())), batch_first=True)
+        packed = pack_padded_sequence(padded, lengths, batch_first=True, enforce_sorted=False)
+        states = pad_packed_sequence(self.lstm(packed)[0], batch_first=True)[0]
+        mask = torch.arange(states.size(1)).unsqueeze(0) < lengths.unsqueeze(1)
+        return states[mask.to(states.device)], None
+
+
 def root_mean(out: Tensor, batch: Any) -> Tensor:
     """The mean of ``out`` over each graph's roots (a tree has one; a DAG may have several): ``[num_graphs, C]``.
 
@@ -142,20 +187,27 @@ class GraphModel(torch.nn.Module):
 
     def forward(self, batch: Any) -> Tensor:
         out = self.net(self.inputs(batch), batch)
-        return out if self.level == "node" else root_mean(out, batch)
+        return out if self.level == "node" or getattr(self.net, "pools", False) else root_mean(out, batch)
 
 
-def build_model(settings: Mapping[str, Any], task: Task, inputs: NodeInputs, dropout: float = 0.0) -> GraphModel:
+def build_model(settings: Mapping[str, Any], task: Task, inputs: NodeInputs, dropout: float = 0.0,
+                readout: str = "root") -> GraphModel:
     """The model of ``settings`` (:func:`model_settings`) for ``task``, on ``inputs``.
 
-    The cells' ``h`` goes through dropout and a linear layer at every node;
-    Teng & Zhang's models keep their own output layer (an MLP of ``hidden``
-    units) and take the dropout on their inputs, as in the paper.
+    The cells' ``h`` goes through dropout and a linear layer at every node
+    (node labels, or ``readout="root"``: the graph's output is its roots'
+    mean), or is pooled per graph by ``readout`` first
+    (:class:`~graphtree.models.Readout`, graph labels); Teng & Zhang's models
+    keep their own output layer (an MLP of ``hidden`` units) at the root and
+    take the dropout on their inputs, as in the paper.
     """
     model, d_in, hidden = settings["model"], settings["in_channels"], settings["hidden"]
     if d_in != inputs.out_channels:
         raise ValueError(f"settings are for {d_in} input channels, the inputs have {inputs.out_channels}")
     if model in _TENG_VARIANTS:
+        if readout != "root" and task.level == "graph":
+            raise ValueError(f"--model {model} has its own output layer at the root; readout {readout!r} is for "
+                             "the other models")
         net = BiTreeLSTM(d_in, hidden, task.out_channels, mlp_channels=hidden, variant=_TENG_VARIANTS[model],
                          dropout=dropout)
         return GraphModel(inputs, net, task.level)
@@ -165,8 +217,12 @@ def build_model(settings: Mapping[str, Any], task: Task, inputs: NodeInputs, dro
         cell = NaryTreeLSTM(d_in, hidden, n_ary=settings["n_ary"], setting=settings["setting"])
     elif model == "slstm":
         cell = SLSTM(d_in, hidden, leaf="embedding" if d_in == hidden else "lstm")
+    elif model == "bilstm":
+        cell = NodeSequence(d_in, hidden)
     else:
         cell = LSTMRNN(d_in, hidden)
+    if task.level == "graph" and readout != "root":
+        return GraphModel(inputs, PooledOutput(cell, readout, task.out_channels, dropout), task.level)
     return GraphModel(inputs, CellOutput(cell, task.out_channels, dropout), task.level)
 
 

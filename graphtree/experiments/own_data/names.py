@@ -14,5 +14,9 @@ MODELS = {
     "contree": "bottom-up ConTree (Teng & Zhang 2017): binary, inputs at leaves",
     "topdown": "head-lexicalized top-down Tree-LSTM (Teng & Zhang 2017): binary, inputs at leaves",
     "bicontree": "BiConTree (Teng & Zhang 2017): binary, inputs at leaves",
+    "bilstm": "baseline without structure: a bidirectional LSTM over the nodes in file order (pre-order for PTB "
+              "and code trees, word order for CoNLL-U)",
+    "tfidf": "baseline without structure or training loop: logistic regression (scikit-learn) on TF-IDF uni- and "
+             "bigrams of the nodes' tokens and fields in file order; graph classes only",
 }
 """The models ``experiments/train.py --model`` offers."""

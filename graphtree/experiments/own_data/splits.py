@@ -13,7 +13,7 @@ from typing import Any
 
 from torch_geometric.data import Data
 
-from ...datasets.files import _SUFFIXES, GraphFiles, split_indices
+from ...datasets.files import SUFFIXES, GraphFiles, split_indices
 from ..runs import fail, note, quick_sample
 
 __all__ = ["SPLITS", "GraphSplits", "load_graph_splits"]
@@ -79,9 +79,9 @@ def _split_files(folder: Path, format: str | None) -> dict[str, Path]:
     files = {}
     for split in SPLITS:
         found = sorted(p for p in folder.iterdir() if p.is_file() and p.stem == split
-                       and (format is not None or p.suffix.lower() in _SUFFIXES))
+                       and (format is not None or p.suffix.lower() in SUFFIXES))
         if not found:
-            wanted = ", ".join(f"{split}{s}" for s, f in _SUFFIXES.items() if format in (None, f))
+            wanted = ", ".join(f"{split}{s}" for s, f in SUFFIXES.items() if format in (None, f))
             fail(f"{folder}: no {split} file; a folder of splits holds train, dev and test files such as {wanted}"
                  + ("" if format is not None else " (or any suffix with --format)"))
         if len(found) > 1:
@@ -94,7 +94,8 @@ def _split_files(folder: Path, format: str | None) -> dict[str, Path]:
 def load_graph_splits(data: str | os.PathLike, *, format: str | None = None,
                       labels: str | os.PathLike | None = None, target: str = "auto",
                       ratios: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
-                      root: str | os.PathLike | None = None, on_disk: bool = False) -> GraphSplits:
+                      root: str | os.PathLike | None = None, on_disk: bool = False,
+                      subtokens: bool = False) -> GraphSplits:
     """Train, dev and test graphs of ``data``: a file (split by a seeded shuffle) or a folder of split files.
 
     A folder holds one ``train.*``, ``dev.*`` and ``test.*`` file each (the
@@ -113,6 +114,7 @@ def load_graph_splits(data: str | os.PathLike, *, format: str | None = None,
         root: Data root of the processed caches (default: :func:`~graphtree.datasets.files.default_files_root`).
         on_disk: Keep the graphs in graph stores (:class:`GraphFiles` ``on_disk``) and give each split as a
             dataset read from there, a batch at a time, instead of a list in memory.
+        subtokens: Split the nodes' tokens into the field ``subtokens`` (:class:`GraphFiles` ``subtokens``).
 
     Raises:
         RunError: no such file or folder, a folder without its split files, labels with a folder.
@@ -129,7 +131,7 @@ def load_graph_splits(data: str | os.PathLike, *, format: str | None = None,
         # The whole file once, split here as GraphFiles splits it (split_indices): an empty split is told in
         # terms of the file and --split.
         dataset = GraphFiles(root, "all", files=path, format=format, labels=labels, target=target, name=name,
-                             log=False, on_disk=on_disk)
+                             log=False, on_disk=on_disk, subtokens=subtokens)
         graphs = dataset if on_disk else list(dataset)
         indices = split_indices(len(graphs), ratios, seed)
         if 0 < len(graphs) < len(SPLITS) and min(ratios) > 0:
@@ -152,7 +154,7 @@ def load_graph_splits(data: str | os.PathLike, *, format: str | None = None,
     graphs, tags = {}, {}
     for split in SPLITS:
         dataset = GraphFiles(root, split, files=files, format=format, target=target, name=name, log=False,
-                             on_disk=on_disk)
+                             on_disk=on_disk, subtokens=subtokens)
         graphs[split], tags[split] = dataset if on_disk else list(dataset), dataset.options_tag()
         if split == "train" and target == "auto" and graphs[split]:
             graph_y = getattr(graphs[split][0], "graph_y", None)
