@@ -48,7 +48,9 @@ __all__ = ["build_directory", "build_name", "build_seconds", "cache_root", "cpu_
            "use_native"]
 
 INSTALLED_DIR = Path(__file__).resolve().parent  # where pip install puts the library it built
-BUILD_MINUTES = 6  # the first build, measured on a 2-core machine busy with two training runs (said when it starts)
+# What the first build takes (said when it starts): 95 s of processor time, its longest source 14 s, so about a minute
+# on 2 free cores (docs/performance.md, "Building the kernels"); several minutes on a machine busy with other work.
+BUILD_TIME = "about a minute on 2 free cores"
 
 _kernels: Any | None = None
 _failed: str | None = None
@@ -169,7 +171,7 @@ def _load(strict: bool) -> Any | None:
                 _say(f"graphtree: the C++ kernels built at install do not load ({error}); compiling them again")
         _kernels = kernel_build.compile_kernels(
             build_directory(), name, say=_say,
-            reason=f"first use of this install, which did not build them; about {BUILD_MINUTES} minutes on 2 cores; "
+            reason=f"first use of this install, which did not build them; {BUILD_TIME}; "
                    f"GRAPHTREE_NATIVE=0 skips them")
         return _kernels
     except Exception as error:  # no compiler, no ninja, a failed build: all mean "use PyTorch"

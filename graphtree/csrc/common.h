@@ -1,8 +1,8 @@
 // Helpers shared by graphtree's compiled level kernels (each paper cell's fast path: the cell's level_kernel
 // method in graphtree/nn/ makes its kernel, graphtree/backend/dispatch.py chooses it), with the headers that every
 // source file uses. Only ATen's tensor and the few operators the kernels call are included, not
-// torch/extension.h (about 18,000 headers, with pybind11 and the C++ frontend): a source compiles in seconds
-// instead of most of a minute. bindings.cpp alone registers the kernels with PyTorch (TORCH_LIBRARY).
+// torch/extension.h (5,332 headers with pybind11 and the C++ frontend, 34 s of a compiler's time to read, where
+// these take 6 s: docs/performance.md). bindings.cpp alone registers the kernels with PyTorch (TORCH_LIBRARY).
 #pragma once
 
 #include <ATen/Parallel.h>
