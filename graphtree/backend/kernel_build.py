@@ -41,7 +41,12 @@ SOURCES = ("bindings.cpp", "child_sum_level.cpp", "dropout.cpp", "engine_ops.cpp
 # pass on that one thread. The library is PyTorch's: the loader finds libgomp.so.1 loaded already. Elsewhere
 # the passes run one after the other.
 _OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else ["-fopenmp-simd"]
-CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", *_OPENMP]
+# GCC (Linux's compiler, whose OpenMP PyTorch ships) limits inlining by the growth of the translation unit: a
+# source that includes only the few headers it needs (csrc/common.h) is small, and the default budget left the
+# peephole kernels' row loops out of line, about a tenth slower (S-LSTM and top-down steps, paired in one process)
+# than when every source included torch/extension.h; with this budget they are inlined again (docs/performance.md).
+_INLINING = ["--param", "inline-unit-growth=1000"] if sys.platform.startswith("linux") else []
+CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", *_INLINING, *_OPENMP]
 LDFLAGS = _OPENMP if sys.platform.startswith("linux") else []
 LIBRARY_SUFFIX = ".pyd" if sys.platform == "win32" else ".so"  # what cpp_extension.load leaves in the folder
 # The operators' namespace (TORCH_LIBRARY in csrc/bindings.cpp): the loaded kernels are torch.ops.graphtree.
