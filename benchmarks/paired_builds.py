@@ -3,10 +3,10 @@
     python benchmarks/paired_builds.py --old-library OLD.so [--cells childsum nary] [--steps 40]
     python benchmarks/paired_builds.py --old-library graphtree/backend/graphtree_native_<hash>.so  # A/A
 
-This checkout's kernels (loaded, or built at first use) are "new"; ``--old-library`` is another build's library,
-of a version whose kernels take the same operator names and arguments: a pybind11 module (before the kernels
-were PyTorch operators) is imported, a library of operators is compared with itself (an A/A check: two libraries
-that both register ``torch.ops.graphtree`` cannot share a process). The engine is switched between the two
+This checkout's kernels (loaded, or built at first use) are "new"; ``--old-library`` is the pybind11 module of
+a build from before the kernels were PyTorch operators (their names and arguments are the same), or this
+build's own library for an A/A check (two libraries that both register ``torch.ops.graphtree`` cannot share a
+process, so no other build of operators can be compared here). The engine is switched between the two
 builds step by step (``graphtree.backend.native``'s loaded kernels), the order alternating, one thread; so the
 machine's drift hits both alike, which separate processes (``ab_cells.py``) cannot promise on a busy machine.
 For each cell of ``ab_cells.CELLS`` and batches of 25 trees of its data: the median step of each build and the
