@@ -1,9 +1,10 @@
-"""Set-up of a compiled pass: each paper cell's kernel maker, and the weight transposes it makes.
+"""Set-up of a compiled pass: each paper cell's kernel maker (its ``level_kernel``), and the weight transposes it
+makes.
 
     python benchmarks/kernel_setup.py [--threads 2] [--reps 500]
 
-Before every pass the engine asks the cell's maker (``graphtree.backend.dispatch``) for its kernel, which
-copies the cell's weights (its ``compiled_weights()``) transposed (the optimizer changes them between passes).
+Before every pass the engine asks the cell's ``level_kernel`` (``graphtree.backend.dispatch``) for its kernel,
+which copies the cell's weights (its ``compiled_weights()``) transposed (the optimizer changes them between passes).
 For each cell at the SST script's sizes this times the maker and, for the same weights, PyTorch's strided
 copy ``w.t().contiguous()`` against the kernels' tiled one (``kernels.transposed``), checking that the two
 copies are equal. Microseconds a call, the median of five rounds of ``--reps`` calls after a warm-up.
@@ -18,7 +19,7 @@ from types import SimpleNamespace
 
 import torch
 
-from graphtree.backend import dispatch, native
+from graphtree.backend import native
 from graphtree.nn import (
     LSTMRNN,
     SLSTM,
@@ -81,8 +82,8 @@ def row(name: str, cell: torch.nn.Module, names: list[str], kernels, reps: int) 
     equal = all(torch.equal(kernels.transposed(w), w.t().contiguous()) for w in weights)
     strided = microseconds(lambda: [w.t().contiguous() for w in weights], reps)
     tiled = microseconds(lambda: [kernels.transposed(w) for w in weights], reps)
-    maker = dispatch.MAKERS[type(cell).compiled_kernel]
-    made = microseconds(lambda: maker(cell, kernels, TREE_PLAN, [w.detach() for w in cell.compiled_weights()]), reps)
+    made = microseconds(lambda: cell.level_kernel(kernels, TREE_PLAN, [w.detach() for w in cell.compiled_weights()]),
+                        reps)
     shapes = ", ".join("x".join(map(str, w.shape)) for w in weights)
     return f"| {name} | {shapes} | {strided:.1f} | {tiled:.1f} | {'yes' if equal else 'NO'} | {made:.1f} |"
 

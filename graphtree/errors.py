@@ -1,8 +1,12 @@
 """Exceptions raised by graphtree.
 
-Every error about malformed input is a :class:`ValueError` subclass, so code
-that already guards against ``ValueError`` keeps working, and each one says what
-is wrong and where (a character offset, a token index, a line number, a node).
+Every error graphtree raises for bad input or misuse is a :class:`GraphtreeError`,
+so ``except GraphtreeError`` catches them all. Each is also the built-in type it
+would be without graphtree: an error about malformed input a :class:`ValueError`
+(as :class:`GraphtreeError` itself is), one about code that runs wrong a
+:class:`RuntimeError` (:class:`SlotLeakError`, :class:`HostValueError`), so code
+that guards against those keeps working. Each says what is wrong and where (a
+character offset, a token index, a line number, a node).
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ __all__ = ["CycleError", "GraphtreeError", "HostValueError", "ScheduleError", "S
 
 
 class GraphtreeError(ValueError):
-    """Base class of every input error raised by graphtree."""
+    """Base class of every error graphtree raises for bad input or misuse (``tests/test_errors.py`` walks the
+    package's exception classes to keep it so)."""
 
 
 class TreeFormatError(GraphtreeError):
@@ -65,14 +70,15 @@ class ScheduleError(GraphtreeError):
     """A layer was given a batch it cannot run on (no levels, wrong sizes, too many children)."""
 
 
-class SlotLeakError(RuntimeError):
-    """A cell's ``update`` lets its empty slots into a node's result (not an input error: the cell's code is
-    wrong), so that a node's states depend on the other graphs of its batch. Raised by the engine's slot
-    check (:mod:`graphtree.engine.slot_check`), naming the cell, the level and a node."""
+class SlotLeakError(GraphtreeError, RuntimeError):
+    """A cell's ``update`` lets its empty slots into a node's result, so that a node's states depend on the
+    other graphs of its batch (not malformed input: the cell's code is wrong, hence a :class:`RuntimeError`
+    too). Raised by the engine's slot check (:mod:`graphtree.engine.slot_check`), naming the cell, the level
+    and a node."""
 
 
-class HostValueError(RuntimeError):
+class HostValueError(GraphtreeError, RuntimeError):
     """A pass asked for host values that a static-shape plan does not hold: a padded plan, whose tensors are
     refilled for every batch of its shape (:mod:`graphtree.replay`), knows no per-batch counts but those its
     shape fixes (a padded top-down plan's ``Children.position_counts``); a padded batch made without its
-    top-down plan has none. :class:`graphtree.replay.ReplayError` is one."""
+    top-down plan has none (a :class:`RuntimeError` too). :class:`graphtree.replay.ReplayError` is one."""

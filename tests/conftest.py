@@ -40,7 +40,8 @@ def nlp():
 
 @pytest.fixture(scope="session")
 def kernels():
-    """The compiled kernels module; the test is skipped, with the reason, where they cannot be built."""
+    """The compiled kernels' operators (``torch.ops.graphtree``); the test is skipped, with the reason, where they
+    cannot be built."""
     from graphtree.backend import native
 
     try:

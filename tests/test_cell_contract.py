@@ -114,8 +114,8 @@ def test_overriding_message_or_aggregate_is_an_error_naming_the_cell():
 
 
 def test_a_compiled_kernel_without_its_declared_weights_is_an_error_naming_the_cell():
-    with pytest.raises(TypeError, match=r"Mine names a compiled kernel .* define compiled_weights"):
-        type("Mine", (TreeCell,), {"compiled_kernel": "child_sum"})
+    with pytest.raises(TypeError, match=r"Mine has a compiled kernel \(level_kernel\) .* define compiled_weights"):
+        type("Mine", (TreeCell,), {"level_kernel": lambda self, kernels, plan, weights: None})
 
 
 def test_inputs_passed_by_position_are_named():

@@ -386,8 +386,8 @@ def _cell_classes() -> set[type]:
     def below(cls: type) -> set[type]:
         return {cls} | set().union(*(below(sub) for sub in cls.__subclasses__()))
 
-    return {cls for cls in below(TreeCell) if cls.__module__.startswith("graphtree.")
-            and vars(cls).get("compiled_kernel") is not None}
+    return {cls for cls in below(TreeCell) - {TreeCell} if cls.__module__.startswith("graphtree.")
+            and vars(cls).get("level_kernel") is not None}
 
 
 def _kernel_runs(cls: type, settings: dict) -> bool:
@@ -401,12 +401,12 @@ def _kernel_runs(cls: type, settings: dict) -> bool:
 
 
 def test_every_fast_path_and_setting_it_serves_is_tested(kernels):
-    makers = {fn for name, fn in vars(dispatch).items() if inspect.isfunction(fn) and fn.__module__ == dispatch.__name__
-              and list(inspect.signature(fn).parameters) == ["cell", "extension", "plan", "weights"]}
     classes = _cell_classes()
     assert classes == set(SETTINGS), "a class with a fast path has no settings here (or one here no fast path)"
-    assert {dispatch.MAKERS[cls.compiled_kernel] for cls in classes} == makers == set(dispatch.MAKERS.values()), \
-        "a maker in graphtree.backend.dispatch is unused, or not in MAKERS"
+    # Each fast path is its cell's own: dispatch holds the choice, no cell's maker.
+    shared = {name for name, fn in vars(dispatch).items()
+              if inspect.isfunction(fn) and fn.__module__ == dispatch.__name__}
+    assert shared == {"bound_kernel"}, f"graphtree.backend.dispatch holds more than the choice: {sorted(shared)}"
     tested = {_canonical(cls, settings) for cls, settings, _, _ in FAST_CELLS.values()}
     wrong = []
     for cls, grid in SETTINGS.items():
@@ -422,14 +422,14 @@ def coverage_table() -> str:
     """Fast path x setting x graph family: "fast" where the kernel ran and equals the update, "update" where the
     cell's own update ran (no kernel covers that case)."""
     lines = ["| fast path | setting | " + " | ".join(FAMILIES) + " |", "|---" * (len(FAMILIES) + 2) + "|"]
-    for name in sorted(FAST_CELLS, key=lambda n: (FAST_CELLS[n][0].compiled_kernel, n)):
+    for name in sorted(FAST_CELLS, key=lambda n: (FAST_CELLS[n][0].__name__, n)):
         cls, settings, _, _ = FAST_CELLS[name]
         marks = []
         for family in FAMILIES:
             ran = differential(name, family)
             marks.append("fast" if ran else "update")
         setting = ", ".join(f"{k}={v!r}" for k, v in settings.items()) or "default"
-        lines.append(f"| `{cls.compiled_kernel}` | {cls.__name__}({setting}) | " + " | ".join(marks) + " |")
+        lines.append(f"| `{cls.__name__}.level_kernel` | {cls.__name__}({setting}) | " + " | ".join(marks) + " |")
     return "\n".join(lines)
 
 

@@ -26,7 +26,6 @@ from trees import random_ptb
 
 import graphtree.backend.native as native
 from graphtree import settings
-from graphtree.backend import dispatch as makers
 from graphtree.data import from_ptb
 from graphtree.nn import (
     LSTMRNN,
@@ -553,7 +552,7 @@ def test_gather_in_the_compiled_loop_checks_its_slots(kernels):
     buffers = [torch.zeros(4, 3)]
     bad = [torch.zeros(0, dtype=torch.long), torch.tensor([9, 0])]  # level 0: the leaves, no slots
     cell = NaryTreeLSTM(3, 3)
-    kernel = makers.nary(cell, kernels, None, [w.detach() for w in cell.compiled_weights()])  # as the engine calls it
+    kernel = cell.level_kernel(kernels, None, [w.detach() for w in cell.compiled_weights()])  # as the engine calls it
     with pytest.raises(RuntimeError, match="out of range"):
         kernels.run_levels_forward(kernel, [buffers[0], torch.zeros(4, 3)], [torch.zeros(3, 3)], [0, 2, 3],
                                    bad, [], False)

@@ -163,14 +163,14 @@ def stub_build(tmp_path, monkeypatch):
     folders: list[Path] = []
 
     def load(name: str, sources: list[str], extra_cflags: list[str], extra_ldflags: list[str], build_directory: str,
-             verbose: bool) -> ModuleType:
+             verbose: bool, is_python_module: bool) -> None:
+        assert not is_python_module  # a library of PyTorch operators (TORCH_LIBRARY), loaded as such
         folder = Path(build_directory)
         assert all(Path(source).parent == folder / "src" for source in sources)
         assert not (folder / "lock").exists()  # a lock left behind would make PyTorch wait on it forever
         folders.append(folder)
         time.sleep(0.2)
         (folder / f"{name}{kernel_build.LIBRARY_SUFFIX}").write_bytes(b"")
-        return ModuleType(name)
 
     monkeypatch.setattr(cpp_extension, "load", load)
     return folders

@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 __all__ = ["CFLAGS", "LDFLAGS", "LIBRARY_SUFFIX", "SOURCES", "SOURCE_DIR", "build_hash", "build_name",
-           "compile_kernels", "cpu_description", "import_library", "install"]
+           "compile_kernels", "cpu_description", "import_library", "install", "operators"]
 
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "csrc"
 SOURCES = ("bindings.cpp", "child_sum_level.cpp", "dropout.cpp", "engine_ops.cpp", "head_level.cpp",
@@ -41,9 +41,16 @@ SOURCES = ("bindings.cpp", "child_sum_level.cpp", "dropout.cpp", "engine_ops.cpp
 # pass on that one thread. The library is PyTorch's: the loader finds libgomp.so.1 loaded already. Elsewhere
 # the passes run one after the other.
 _OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else ["-fopenmp-simd"]
-CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", *_OPENMP]
+# GCC (Linux's compiler, whose OpenMP PyTorch ships) limits inlining by the growth of the translation unit: a
+# source that includes only the few headers it needs (csrc/common.h) is small, and the default budget left the
+# peephole kernels' row loops out of line, about a tenth slower (S-LSTM and top-down steps, paired in one process)
+# than when every source included torch/extension.h; with this budget they are inlined again (docs/performance.md).
+_INLINING = ["--param", "inline-unit-growth=1000"] if sys.platform.startswith("linux") else []
+CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", *_INLINING, *_OPENMP]
 LDFLAGS = _OPENMP if sys.platform.startswith("linux") else []
 LIBRARY_SUFFIX = ".pyd" if sys.platform == "win32" else ".so"  # what cpp_extension.load leaves in the folder
+# The operators' namespace (TORCH_LIBRARY in csrc/bindings.cpp): the loaded kernels are torch.ops.graphtree.
+NAMESPACE = "graphtree"
 LIBRARY_PREFIX = "graphtree_native_"
 STALE_LOCK_SECONDS = 600
 PROGRESS_SECONDS = 30  # a line at least this often while a first-use build runs
@@ -206,8 +213,9 @@ class _Progress(threading.Thread):
 
 
 def compile_kernels(folder: Path, name: str, *, reason: str, verbose: bool = False,
-                    say: Callable[[str], None] = _to_stderr) -> ModuleType:
-    """Compile the kernels in ``folder`` (or bring a build there up to date) and import them as ``name``.
+                    say: Callable[[str], None] = _to_stderr) -> Any:
+    """Compile the kernels in ``folder`` (or bring a build there up to date) as the library ``name`` and load it;
+    its operators (``torch.ops.graphtree``).
 
     ninja runs the compiles in parallel (``MAX_JOBS`` caps them; its default is the processors plus two).
     A line says when compiling starts (with ``reason``) and how long it took. ``verbose``: ninja's and the
@@ -230,26 +238,38 @@ def compile_kernels(folder: Path, name: str, *, reason: str, verbose: bool = Fal
                 progress.start()
         try:
             # build_directory: PyTorch's shared extension cache would hold one build for every venv and checkout.
-            kernels = cpp_extension.load(name=name, sources=[str(path) for path in copies], extra_cflags=CFLAGS,
-                                         extra_ldflags=LDFLAGS, build_directory=str(folder), verbose=verbose)
+            # is_python_module=False: a plain shared library, loaded with torch.ops.load_library (its operators
+            # register themselves), not imported as a Python module: no pybind11 to compile.
+            cpp_extension.load(name=name, sources=[str(path) for path in copies], extra_cflags=CFLAGS,
+                               extra_ldflags=LDFLAGS, build_directory=str(folder), verbose=verbose,
+                               is_python_module=False)
         finally:
             if progress is not None:
                 progress.stop()
     if compiling:
         say(f"graphtree: compiled the C++ kernels in {duration(time.perf_counter() - start)}")
-    return kernels
+    return operators()
 
 
-def import_library(path: Path) -> ModuleType:
-    """Import a built kernels library from its file (its module name is the file's stem)."""
-    import torch  # noqa: F401  (the library links against PyTorch's, which must be loaded first)
+def operators() -> Any:
+    """The loaded kernels' operators, ``torch.ops.graphtree`` (``torch.ops.graphtree.ChildSumLevels`` makes
+    a kernel, ``run_levels_forward`` runs the engine's loop over it, ...)."""
+    import torch
 
-    spec = importlib.util.spec_from_file_location(path.name[: -len(LIBRARY_SUFFIX)], path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"not an extension module: {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return getattr(torch.ops, NAMESPACE)
+
+
+def import_library(path: Path) -> Any:
+    """Load a built kernels library from its file (``torch.ops.load_library``); its operators.
+
+    A file that is not such a library (damaged, or built for another PyTorch) raises :class:`ImportError`."""
+    import torch
+
+    try:
+        torch.ops.load_library(str(path))
+    except OSError as error:  # what the dynamic loader says of a file it cannot load
+        raise ImportError(f"not a kernels library: {path} ({error})") from error
+    return operators()
 
 
 def install(package_folder: Path, build_root: Path, *, verbose: bool = True,
@@ -285,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as error:
         _to_stderr(f"graphtree: torch cannot be imported here ({error})")
         return NO_TORCH
-    # cpp_extension.load imported the library it built, so the shipped copy of it loads in this interpreter.
+    # cpp_extension.load loaded the library it built, so the shipped copy of it loads in this interpreter.
     shipped = install(args.package_folder, args.build_root, verbose=not args.quiet)
     _to_stderr(f"graphtree: the C++ kernels are in {shipped}")
     return 0

@@ -1,18 +1,20 @@
-"""Loading the compiled level kernels (a C++ extension built at install, or else on first use).
+"""Loading the compiled level kernels (a library of PyTorch operators built at install, or else on first use).
 
 A tree level has few rows, so between its matrix products the cost is not
 arithmetic but the dozen small operators, each a separate call. The kernels in
 ``graphtree/csrc`` hold the paper cells' level math (each cell's forward and
 derivatives, one pass over a level's rows) and the engine's level loop over it
-(see :mod:`graphtree.backend.dispatch`). They are used for float32 CPU tensors outside autograd.
+(see :mod:`graphtree.backend.dispatch`). They are used for float32 CPU tensors outside autograd. Loaded,
+they are PyTorch operators, ``torch.ops.graphtree`` (registered with ``TORCH_LIBRARY`` in
+``csrc/bindings.cpp``), which :func:`native_kernels` returns.
 
 ``pip install`` compiles them (:mod:`graphtree.backend.kernel_build`, the one build definition) and ships the
 library inside the package, beside this file; it is loaded from there when its name matches this install: a
 hash of the sources, the interpreter and its prefix, the PyTorch build and the processor (:func:`build_name`).
 Where it does not (no compiler at install, a source edited since, torch upgraded or installed after
-graphtree), the first cell that needs them compiles them with :func:`torch.utils.cpp_extension.load` (minutes
-on a small machine, once per install; a line per compiled source and one every half minute say how far it
-is), into a folder of its own under :func:`cache_root` named by the same hash (:func:`build_directory`):
+graphtree), the first cell that needs them compiles them with :func:`torch.utils.cpp_extension.load` (about a
+minute on a small machine, once per install; a line per compiled source and one every half minute say how far
+it is), into a folder of its own under :func:`cache_root` named by the same hash (:func:`build_directory`):
 installs that differ in any of it never touch each other's build, identical ones share it. Everything else,
 and every machine without a C++ compiler and ninja, takes the pure-PyTorch path, which computes the same
 function. A cell with no compiled kernel of its own never causes a build.
@@ -32,7 +34,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -46,9 +48,11 @@ __all__ = ["build_directory", "build_name", "build_seconds", "cache_root", "cpu_
            "use_native"]
 
 INSTALLED_DIR = Path(__file__).resolve().parent  # where pip install puts the library it built
-BUILD_MINUTES = 6  # the first build, measured on a 2-core machine busy with two training runs (said when it starts)
+# What the first build takes (said when it starts): 95 s of processor time, its longest source 14 s, so about a minute
+# on 2 free cores (docs/performance.md, "Building the kernels"); several minutes on a machine busy with other work.
+BUILD_TIME = "about a minute on 2 free cores"
 
-_kernels: ModuleType | None = None
+_kernels: Any | None = None
 _failed: str | None = None
 _build_seconds = 0.0
 
@@ -66,8 +70,9 @@ def use_native(enabled: bool) -> Iterator[None]:
         yield
 
 
-def native_kernels(*tensors: Tensor) -> ModuleType | None:
-    """The compiled kernels if they should be used for ``tensors``, else ``None`` (take the PyTorch path).
+def native_kernels(*tensors: Tensor) -> Any | None:
+    """The compiled kernels' operators (``torch.ops.graphtree``) if they should be used for ``tensors``, else
+    ``None`` (take the PyTorch path).
 
     Builds them on first use: only code that has a compiled kernel of its own calls this. Generic code
     (the engine's backward for any cell) calls :func:`native_kernels_if_loaded`.
@@ -84,7 +89,7 @@ def native_kernels(*tensors: Tensor) -> ModuleType | None:
     return _kernels if _kernels is not None else _load(strict=mode == "1")
 
 
-def native_kernels_if_loaded(*tensors: Tensor) -> ModuleType | None:
+def native_kernels_if_loaded(*tensors: Tensor) -> Any | None:
     """:func:`native_kernels` where this process has loaded them already, else ``None``; never a build.
 
     For helpers that serve every cell, such as the engine's scatter-add of children's gradients: a cell
@@ -145,7 +150,7 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
-def _load(strict: bool) -> ModuleType | None:
+def _load(strict: bool) -> Any | None:
     global _kernels, _failed, _build_seconds
     if _kernels is not None:
         return _kernels
@@ -166,7 +171,7 @@ def _load(strict: bool) -> ModuleType | None:
                 _say(f"graphtree: the C++ kernels built at install do not load ({error}); compiling them again")
         _kernels = kernel_build.compile_kernels(
             build_directory(), name, say=_say,
-            reason=f"first use of this install, which did not build them; about {BUILD_MINUTES} minutes on 2 cores; "
+            reason=f"first use of this install, which did not build them; {BUILD_TIME}; "
                    f"GRAPHTREE_NATIVE=0 skips them")
         return _kernels
     except Exception as error:  # no compiler, no ninja, a failed build: all mean "use PyTorch"

@@ -5,7 +5,7 @@
 // Wx rows (d wide each): W x + b for i, o, u, f. iou_terms: U^(iou) h~ + b for i, o, u. uf_terms: U^(f) h_k + b
 // for every child slot k. "activated" rows: i, o, u.
 
-#include "level_loop.h"
+#include "kernels.h"
 
 namespace graphtree {
 namespace {
@@ -70,7 +70,7 @@ struct ChildSumSaved {
 };
 
 // The Child-Sum Tree-LSTM (graphtree/nn/child_sum.py, eqs 2-8) as a LevelKernel. Input: W x + b for every node.
-// Parameter gradients: U_iou.weight, U_iou.bias, U_f.weight, U_f.bias (graphtree/backend/compiled.py, child_sum).
+// Parameter gradients: U_iou.weight, U_iou.bias, U_f.weight, U_f.bias (ChildSumTreeLSTM.compiled_weights).
 class ChildSumLevels : public Levels<ChildSumSaved> {
  public:
   ChildSumLevels(Tensor U_iou, Tensor b_iou, Tensor U_f, Tensor b_f)
@@ -137,10 +137,10 @@ class ChildSumLevels : public Levels<ChildSumSaved> {
   Tensor h_tilde_, grad_iou_, grad_f_;
 };
 
-const Binding binding([](pybind11::module& m) {
-  bind_kernel<ChildSumLevels, Tensor, Tensor, Tensor, Tensor>(
-      m, "ChildSumLevels", "The Child-Sum Tree-LSTM's level math for the engine's compiled level loop");
-});
-
 }  // namespace
+
+KernelPtr child_sum_levels(Tensor U_iou, Tensor b_iou, Tensor U_f, Tensor b_f) {
+  return std::make_shared<ChildSumLevels>(U_iou, b_iou, U_f, b_f);
+}
+
 }  // namespace graphtree

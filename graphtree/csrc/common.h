@@ -1,41 +1,40 @@
-// Helpers shared by graphtree's compiled level kernels (see graphtree/backend/compiled.py), with the standard
-// headers that every source file uses.
+// Helpers shared by graphtree's compiled level kernels (each paper cell's fast path: the cell's level_kernel
+// method in graphtree/nn/ makes its kernel, graphtree/backend/dispatch.py chooses it), with the headers that every
+// source file uses. Only ATen's tensor and the few operators the kernels call are included, not
+// torch/extension.h (5,332 headers with pybind11 and the C++ frontend, 34 s of a compiler's time to read, where
+// these take 6 s: docs/performance.md). bindings.cpp alone registers the kernels with PyTorch (TORCH_LIBRARY).
 #pragma once
 
 #include <ATen/Parallel.h>
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 namespace graphtree {
 
-using torch::Tensor;
-
-// Each source file's part of the Python module: a function that adds its classes and functions, registered by a
-// static Binding in the file when the library loads, and run by the module's initialization (bindings.cpp).
-using Binder = void (*)(pybind11::module&);
-
-inline std::vector<Binder>& binders() {
-  static std::vector<Binder> all;
-  return all;
-}
-
-struct Binding {
-  explicit Binding(Binder add) { binders().push_back(add); }
-};
+using at::Tensor;
 
 // Every kernel takes float32 CPU tensors; the Python side (native_kernels) routes everything else to PyTorch.
 
 inline void check(const Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
-  TORCH_CHECK(t.scalar_type() == torch::kFloat32, name, " must be float32");
+  TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32");
 }
 
 // check() every argument, and make each contiguous in place (the kernels index raw rows).
@@ -59,7 +58,7 @@ inline Tensor transposed(const Tensor& w) {
   check(w, "transposed's matrix");
   const auto src = w.contiguous();
   const int64_t rows = src.size(0), cols = src.size(1);
-  auto out = torch::empty({cols, rows}, src.options());
+  auto out = at::empty({cols, rows}, src.options());
   const float* s = src.data_ptr<float>();
   float* o = out.data_ptr<float>();
   constexpr int64_t tile = 16;
@@ -85,6 +84,13 @@ inline Tensor transposed(const Tensor& w) {
       }
     }
   });
+  return out;
+}
+
+// The int64 tensor of a list of row numbers (torch::tensor's, without the C++ frontend).
+inline Tensor index_tensor(const std::vector<int64_t>& rows) {
+  auto out = at::empty({static_cast<int64_t>(rows.size())}, at::kLong);
+  std::copy(rows.begin(), rows.end(), out.data_ptr<int64_t>());
   return out;
 }
 

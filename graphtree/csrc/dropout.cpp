@@ -11,7 +11,7 @@
 
 #include <mutex>
 
-#include "common.h"
+#include "kernels.h"
 
 namespace {
 
@@ -58,12 +58,16 @@ void draw(at::mt19937_data_pod& state, uint32_t* out, int64_t count) {
   }
 }
 
+}  // namespace
+
+namespace graphtree {
+
 // out.bernoulli_(p, generator) for a contiguous float32 CPU tensor: out[k] = 1 where the k-th double drawn
 // (the generator's random64(): high word first, its low 53 bits over 2^53) is below p, else 0; `value`
 // instead of 1 (dropout's kept elements are 1 / (1 - p)).
 // u < p with u = x / 2^53 exactly is x < p 2^53, and for an integer x that is x < ceil(p 2^53).
-void bernoulli_(torch::Tensor out, double p, std::optional<at::Generator> generator, double value) {
-  graphtree::check(out, "out");
+void bernoulli_(at::Tensor out, double p, std::optional<at::Generator> generator, double value) {
+  check(out, "out");
   TORCH_CHECK(out.is_contiguous(), "bernoulli_: out must be contiguous");
   TORCH_CHECK(p >= 0 && p <= 1, "bernoulli_: p must be in [0, 1], got ", p);
   const int64_t n = out.numel();
@@ -94,11 +98,4 @@ void bernoulli_(torch::Tensor out, double p, std::optional<at::Generator> genera
   gen->set_engine(engine);
 }
 
-const graphtree::Binding binding([](pybind11::module& m) {
-  m.def("bernoulli_", &bernoulli_,
-        "out.bernoulli_(p, generator) for a contiguous float32 tensor (kept elements set to `value`): the same mask "
-        "and generator state, drawn in blocks",
-        py::arg("out"), py::arg("p"), py::arg("generator") = py::none(), py::arg("value") = 1.0);
-});
-
-}  // namespace
+}  // namespace graphtree

@@ -9,7 +9,7 @@
 // Also the left, right and average heads of Table 5 and the leaf sums of BiTreeLSTM's classifier input, parameterless
 // bottom-up passes (FixedCombinationLevels).
 
-#include "level_loop.h"
+#include "kernels.h"
 
 namespace graphtree {
 namespace {
@@ -101,7 +101,7 @@ class FixedCombinationLevels : public Levels<Nothing> {
  public:
   enum Mode : int64_t { kLeft, kRight, kAverage, kSum };
 
-  explicit FixedCombinationLevels(int64_t mode) : Levels("FixedCombinationLevels", torch::kFloat32), mode_(mode) {
+  explicit FixedCombinationLevels(int64_t mode) : Levels("FixedCombinationLevels", at::kFloat), mode_(mode) {
     TORCH_CHECK(mode >= kLeft && mode <= kSum,
                 "FixedCombinationLevels: mode must be 0 (left), 1 (right), 2 (average) or 3 (sum)");
   }
@@ -186,14 +186,10 @@ class FixedCombinationLevels : public Levels<Nothing> {
   int64_t mode_;
 };
 
-const Binding binding([](pybind11::module& m) {
-  bind_kernel<GatedHeadLevels, Tensor, Tensor>(
-      m, "GatedHeadLevels", "Teng & Zhang's gated head lexicalization (binary) for the compiled level loop");
-  bind_kernel<FixedCombinationLevels, int64_t>(
-      m, "FixedCombinationLevels",
-      "Teng & Zhang's left, right and average heads (Table 5), or the sums and counts of the leaf rows below every "
-      "node, for the compiled level loop");
-});
-
 }  // namespace
+
+KernelPtr gated_head_levels(Tensor W_zx, Tensor b_z) { return std::make_shared<GatedHeadLevels>(W_zx, b_z); }
+
+KernelPtr fixed_combination_levels(int64_t mode) { return std::make_shared<FixedCombinationLevels>(mode); }
+
 }  // namespace graphtree

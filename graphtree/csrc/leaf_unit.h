@@ -33,7 +33,7 @@ class LeafUnit {
   Saved forward(const Tensor& x, const Tensor& h, const Tensor& c, bool save) const {
     const int64_t n = x.size(0), d = weight_.size(0) / 2;
     auto gates = at::addmm(bias_, x, weight_.t());  // [c, o] pre-activations
-    auto tanh_c = torch::empty({n, d}, x.options());
+    auto tanh_c = at::empty({n, d}, x.options());
     float *G = gates.data_ptr<float>(), *H = h.data_ptr<float>(), *C = c.data_ptr<float>();
     float* T = tanh_c.data_ptr<float>();
     for_rows(n, [&](int64_t r) {
@@ -53,7 +53,7 @@ class LeafUnit {
   // Keeps the gradient of the level's pre-activations for param_grads, and adds that of x into grad_x when given.
   void backward(const Saved& saved, const Tensor& grad_h, const Tensor& grad_c, Tensor* grad_x) {
     const int64_t n = saved.x.size(0), d = weight_.size(0) / 2;
-    auto grad_gates = torch::empty({n, 2 * d}, saved.x.options());
+    auto grad_gates = at::empty({n, 2 * d}, saved.x.options());
     const float *gH = grad_h.data_ptr<float>(), *gC = grad_c.data_ptr<float>();
     const float *A = saved.gates.data_ptr<float>(), *T = saved.tanh_c.data_ptr<float>();
     float* gG = grad_gates.data_ptr<float>();

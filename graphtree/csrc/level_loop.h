@@ -57,14 +57,14 @@ class LevelKernel {
   // needed): a kernel that deferred its input gradients adds them here, in one product.
   virtual void finish_backward(Tensors& grad_inputs) {}
 
-  // Called once after the backward loop: the parameter gradients, in the order in which the kernel's maker in
-  // graphtree/backend/compiled.py lists the cell's parameters.
+  // Called once after the backward loop: the parameter gradients, in the order of the weights the kernel was made
+  // from (the cell's compiled_weights(), which its level_kernel method in graphtree/nn/ hands the kernel).
   virtual Tensors param_grads() = 0;
 };
 
 // Rows of several tensors, one after the other (no copy for one).
 inline Tensor cat_rows(const Tensors& parts) {
-  return parts.size() == 1 ? parts[0] : torch::cat(parts);
+  return parts.size() == 1 ? parts[0] : at::cat(parts);
 }
 
 // The level's rows of a level-sorted tensor.
@@ -118,13 +118,13 @@ inline Tensor* input_grad(Tensors& grad_inputs) {
 // The gradient of a weight w that multiplied `rows` into the rows whose gradient is `grad`, and of a bias added
 // to them: zeros where no row reached them.
 inline Tensor weight_grad(const Tensor& w, const Tensor& grad, const Tensor& rows) {
-  auto out = torch::zeros_like(w);
+  auto out = at::zeros_like(w);
   if (grad.defined() && grad.size(0) > 0) out.addmm_(grad.t(), rows);
   return out;
 }
 
 inline Tensor bias_grad(const Tensor& b, const Tensor& grad) {
-  auto out = torch::zeros_like(b);
+  auto out = at::zeros_like(b);
   if (grad.defined() && grad.size(0) > 0) out += grad.sum(0);
   return out;
 }
@@ -219,7 +219,7 @@ class Levels : public LevelKernel {
     }
     gathered_.assign(kept_states_.size(), Tensor());
     for (size_t s = 0; s < kept_states_.size(); ++s) {
-      if (kept_states_[s] > 0) gathered_[s] = torch::empty({slots, kept_states_[s]}, options_);
+      if (kept_states_[s] > 0) gathered_[s] = at::empty({slots, kept_states_[s]}, options_);
     }
     start(levels);
   }
@@ -236,7 +236,7 @@ class Levels : public LevelKernel {
 
  protected:
   // options: of every tensor the frame makes.
-  Levels(const char* name, torch::TensorOptions options) : name_(name), options_(options) {}
+  Levels(const char* name, at::TensorOptions options) : name_(name), options_(options) {}
 
   // What the kernel's constructor tells the frame, once it has checked its weights: every internal level's slot
   // count (0: any), and the width of each state that it keeps gathered (0: not kept).
@@ -269,7 +269,7 @@ class Levels : public LevelKernel {
     return {};
   }
 
-  Tensor fresh(int64_t n, int64_t width) const { return torch::empty({n, width}, options_); }
+  Tensor fresh(int64_t n, int64_t width) const { return at::empty({n, width}, options_); }
   Tensor internal(int64_t width) const { return fresh(internal_, width); }
   Tensor internal_rows(const Tensor& all, const Level& level) const {
     return all.narrow(0, internal_rows_[level.index], level.rows());
@@ -287,7 +287,7 @@ class Levels : public LevelKernel {
   }
 
   const char* name_;
-  torch::TensorOptions options_;
+  at::TensorOptions options_;
   bool save_ = false;
   int64_t internal_ = 0;        // internal nodes in the pass
   int64_t internal_begin_ = 0;  // the first internal row (the end of the last level where there is none)
@@ -301,11 +301,5 @@ class Levels : public LevelKernel {
   bool consecutive_ = true;
   Tensors gathered_;
 };
-
-// The Python class of kernel K, made from constructor arguments Args (named by `names`).
-template <typename K, typename... Args, typename... Names>
-void bind_kernel(pybind11::module& m, const char* name, const char* doc, Names... names) {
-  pybind11::class_<K, LevelKernel, std::shared_ptr<K>>(m, name, doc).def(pybind11::init<Args...>(), names...);
-}
 
 }  // namespace graphtree

@@ -7,7 +7,7 @@
 // g is the composition's activation: 0 tanh, 1 softsign, 2 sigmoid (the gates are always logistic). Its
 // derivative is written in terms of its output y, which is all the backward pass keeps.
 
-#include "level_loop.h"
+#include "kernels.h"
 
 namespace graphtree {
 namespace {
@@ -259,10 +259,10 @@ class LSTMRNNLevels : public Levels<LSTMRNNSaved> {
   Tensor grad_cell_, grad_b_;
 };
 
-const Binding binding([](pybind11::module& m) {
-  bind_kernel<LSTMRNNLevels, Tensor, Tensor, Tensor, Tensor, int64_t>(
-      m, "LSTMRNNLevels", "The LSTM-RNN's level math for the engine's compiled level loop");
-});
-
 }  // namespace
+
+KernelPtr lstm_rnn_levels(Tensor W_leaf, Tensor W_inner, Tensor W_cell, Tensor b, int64_t kind) {
+  return std::make_shared<LSTMRNNLevels>(W_leaf, W_inner, W_cell, b, kind);
+}
+
 }  // namespace graphtree

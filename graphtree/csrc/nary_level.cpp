@@ -6,7 +6,7 @@
 // weights are doubled by the caller, so one sigmoid serves every gate: u = 2 sigmoid(2 z) - 1 = tanh(z).
 
 #include "leaf_unit.h"
-#include "level_loop.h"
+#include "kernels.h"
 
 namespace graphtree {
 namespace {
@@ -87,7 +87,7 @@ class NaryLevels : public Levels<NarySaved> {
 
   void start(const std::vector<Level>& levels) override {
     leaf_.reset();
-    leaf_grad_bias_ = torch::zeros({rows_}, options_);
+    leaf_grad_bias_ = at::zeros({rows_}, options_);
     grad_gates_ = save_ ? internal(rows_) : Tensor();
   }
 
@@ -103,7 +103,7 @@ class NaryLevels : public Levels<NarySaved> {
     Tensor gates, c_children;
     if (level.width == 0) {  // general leaves: a step from zero children
       gates = repeated_rows(gate_bias_, 1, n);  // written in place below
-      c_children = torch::zeros({n, N_, d_}, options_);
+      c_children = at::zeros({n, N_, d_}, options_);
     } else {
       gates = at::addmm(gate_bias_, children[0].view({n, N_ * d_}), U_.t);
       c_children = children[1].view({n, N_, d_});
@@ -157,10 +157,11 @@ class NaryLevels : public Levels<NarySaved> {
   Tensor grad_gates_;
 };
 
-const Binding binding([](pybind11::module& m) {
-  bind_kernel<NaryLevels, Tensor, Tensor, Tensor, Tensor, Tensor, bool>(
-      m, "NaryLevels", "The N-ary Tree-LSTM's level math for the engine's compiled level loop");
-});
-
 }  // namespace
+
+KernelPtr nary_levels(Tensor gate_weights_t, Tensor gate_bias, Tensor U, Tensor leaf_weight, Tensor leaf_bias,
+                      bool general) {
+  return std::make_shared<NaryLevels>(gate_weights_t, gate_bias, U, leaf_weight, leaf_bias, general);
+}
+
 }  // namespace graphtree

@@ -10,7 +10,7 @@
 // "activated" rows: i, f_1 .. f_N, tanh(g).
 
 #include "leaf_unit.h"
-#include "level_loop.h"
+#include "kernels.h"
 
 namespace graphtree {
 namespace {
@@ -80,7 +80,7 @@ Tensor cell_backward_into(const Tensor& grad_c, const Tensor& grad_h, const Tens
                           const Tensor& grad_o, const Tensor& activated,
                           const Tensor& c_children, const Tensor& grad_pre) {
   const int64_t n = c_children.size(0), N = c_children.size(1), d = c_children.size(2), width = (N + 3) * d;
-  auto grad_cj = torch::empty({n, N, d}, activated.options());
+  auto grad_cj = at::empty({n, N, d}, activated.options());
   const float *gC = grad_c.data_ptr<float>(), *gH = grad_h.data_ptr<float>(), *O = o.data_ptr<float>();
   const float *T = tanh_c.data_ptr<float>(), *gCo = grad_c_from_o.data_ptr<float>(), *gO = grad_o.data_ptr<float>();
   const float *A = activated.data_ptr<float>(), *Cj = c_children.data_ptr<float>();
@@ -126,7 +126,7 @@ struct Weights {
 // and a level's rows come grouped by position (blocks_of), so each set multiplies one contiguous block.
 class PeepholeLevels : public Levels<PeepholeSaved> {
  protected:
-  PeepholeLevels(const char* name, torch::TensorOptions options) : Levels(name, options) {}
+  PeepholeLevels(const char* name, at::TensorOptions options) : Levels(name, options) {}
 
   void add_weights(const Tensor& W_h, const Tensor& W_c, const Tensor& W_co) {
     sets_.push_back({with_transposed(W_h), with_transposed(W_c), with_transposed(W_co)});
@@ -147,7 +147,7 @@ class PeepholeLevels : public Levels<PeepholeSaved> {
     auto& s = saved(level);
     const int64_t n = level.rows(), d = d_, N = pre.size(1) / d - 3;
     auto h = rows_of(buffers[0], level), c = rows_of(buffers[1], level);
-    Tensor c_terms, h_children, c_children = level.width == 0 ? torch::zeros({n, N, d}, options_)
+    Tensor c_terms, h_children, c_children = level.width == 0 ? at::zeros({n, N, d}, options_)
                                                                : children[1].view({n, N, d});
     if (level.width > 0) {
       h_children = children[0].view({n, N * d});
@@ -211,7 +211,7 @@ class PeepholeLevels : public Levels<PeepholeSaved> {
     Tensors grads;
     for (int64_t k = 0; k < 3; ++k) {
       const auto& w = k == 0 ? sets_[0].W_h.w : (k == 1 ? sets_[0].W_c.w : sets_[0].W_co.w);
-      grads.push_back(torch::zeros({sets, w.size(0), w.size(1)}, options_));
+      grads.push_back(at::zeros({sets, w.size(0), w.size(1)}, options_));
       for (int64_t p = 0; p < sets; ++p) rows[3 * p + k].add_into(grads[k][p]);
     }
     return grads;
@@ -324,9 +324,9 @@ class LexicalizedLevels : public BottomUpLevels {
     TORCH_CHECK(W_x.size(0) == (lexicalized ? 4 : 3) * d, "LexicalizedLevels: weight shapes do not agree");
     // The leaves' rows i, g, o of W_x and b (a leaf has no forget gate).
     W_x_ = lexicalized ? with_transposed(W_x) : Weight{W_x, Tensor()};
-    W_igo_ = lexicalized ? with_transposed(torch::cat({W_x.narrow(0, 0, d), W_x.narrow(0, 2 * d, 2 * d)}))
+    W_igo_ = lexicalized ? with_transposed(at::cat({W_x.narrow(0, 0, d), W_x.narrow(0, 2 * d, 2 * d)}))
                          : with_transposed(W_x);
-    b_igo_ = torch::cat({b_.narrow(0, 0, d), b_.narrow(0, (N + 1) * d, 2 * d)});
+    b_igo_ = at::cat({b_.narrow(0, 0, d), b_.narrow(0, (N + 1) * d, 2 * d)});
   }
 
   void start(const std::vector<Level>& levels) override {
@@ -335,7 +335,7 @@ class LexicalizedLevels : public BottomUpLevels {
     if (!lexicalized_) return;
     // The inner rows are one block, whose W_x x is one product here rather than one per level.
     x_terms_ = at::mm(internal_block(input(0)), W_x_.t);
-    grad_x_terms_ = save_ ? torch::zeros({internal_, 4 * d_}, options_) : Tensor();  // added into
+    grad_x_terms_ = save_ ? at::zeros({internal_, 4 * d_}, options_) : Tensor();  // added into
   }
 
   void forward(const Level& level, const Tensors& inputs,
@@ -431,7 +431,7 @@ class TopDownLevels : public PeepholeLevels {
       if (static_cast<int64_t>(rows[s].size()) == x.size(0)) {
         at::addmm_out(x_terms_, b_[s], x, W_x_[s].t);
       } else {
-        set_rows_[s] = torch::tensor(rows[s], torch::kLong);
+        set_rows_[s] = index_tensor(rows[s]);
         x_terms_.index_copy_(0, set_rows_[s], at::addmm(b_[s], of_set(x, s), W_x_[s].t));
       }
     }
@@ -461,7 +461,7 @@ class TopDownLevels : public PeepholeLevels {
 
   Tensors param_grads() override {
     const int64_t P = b_.size(0);
-    auto grad_W_x = torch::zeros({P, 4 * d_, input(0).size(1)}, options_), grad_b = torch::zeros_like(b_);
+    auto grad_W_x = at::zeros({P, 4 * d_, input(0).size(1)}, options_), grad_b = at::zeros_like(b_);
     for (int64_t s = 0; s < P && grad_a_.defined(); ++s) {
       auto grad_a = of_set(grad_a_, s);
       grad_W_x[s].addmm_(grad_a.t(), of_set(input(0), s));
@@ -499,16 +499,19 @@ class TopDownLevels : public PeepholeLevels {
   int64_t N_ = 0;
 };
 
-const Binding binding([](pybind11::module& m) {
-  bind_kernel<SLSTMLevels, Tensor, Tensor, Tensor, Tensor, std::optional<Tensor>, std::optional<Tensor>>(
-      m, "SLSTMLevels", "The S-LSTM's level math for the engine's compiled level loop", py::arg("W_h"),
-      py::arg("W_c"), py::arg("W_co"), py::arg("b"), py::arg("leaf_weight") = py::none(),
-      py::arg("leaf_bias") = py::none());
-  bind_kernel<LexicalizedLevels, Tensor, Tensor, Tensor, Tensor, Tensor, bool>(
-      m, "LexicalizedLevels", "Teng & Zhang's lexicalized bottom-up cell's level math for the compiled level loop");
-  bind_kernel<TopDownLevels, Tensor, Tensor, Tensor, Tensor, Tensor>(
-      m, "TopDownLevels", "Teng & Zhang's top-down cell's level math for the compiled level loop (one parent)");
-});
-
 }  // namespace
+
+KernelPtr slstm_levels(Tensor W_h, Tensor W_c, Tensor W_co, Tensor b, std::optional<Tensor> leaf_weight,
+                       std::optional<Tensor> leaf_bias) {
+  return std::make_shared<SLSTMLevels>(W_h, W_c, W_co, b, leaf_weight, leaf_bias);
+}
+
+KernelPtr lexicalized_levels(Tensor W_x, Tensor W_h, Tensor W_c, Tensor W_co, Tensor b, bool lexicalized) {
+  return std::make_shared<LexicalizedLevels>(W_x, W_h, W_c, W_co, b, lexicalized);
+}
+
+KernelPtr top_down_levels(Tensor W_x, Tensor b, Tensor W_h, Tensor W_c, Tensor W_co) {
+  return std::make_shared<TopDownLevels>(W_x, b, W_h, W_c, W_co);
+}
+
 }  // namespace graphtree

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -11,9 +12,12 @@ from torch.nn import Linear
 from ..engine import Children, propagate_side_by_side, schedule_of
 from ..nn.cell import TreeCell, first_state
 from ..nn.functional import dropout
-from ..nn.head_lexicalization import HeadLexicalization
+from ..nn.head_lexicalization import LEAF_SUM_MODE, HeadLexicalization
 from ..nn.lexicalized import LexicalizedTreeLSTM
 from ..nn.top_down import TopDownTreeLSTM
+
+if TYPE_CHECKING:
+    from ..schedule import LevelPlan
 
 __all__ = ["BiTreeLSTM", "BiTreeOutput"]
 
@@ -182,11 +186,13 @@ class BiTreeLSTM(torch.nn.Module):
 class _LeafSum(TreeCell):
     """Sum and number of the leaf rows below each node (a leaf counts itself), bottom-up."""
 
-    compiled_kernel = "leaf_sum"  # the same sums in C++: graphtree/backend/dispatch.py
-
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """``FixedCombinationLevels`` takes no weights (the cell has none)."""
         return ()
+
+    def level_kernel(self, kernels: Any, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
+        """The same sums in C++: ``FixedCombinationLevels`` (``csrc/head_level.cpp``) in its leaf-sum mode."""
+        return kernels.FixedCombinationLevels(LEAF_SUM_MODE)
 
     def __init__(self, channels: int) -> None:
         super().__init__(state_channels=(channels, 1))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -11,7 +12,7 @@ from torch_geometric.nn import MessagePassing
 
 from ..engine import Children, Pass, propagate, schedule_of
 from ..errors import ScheduleError
-from ..schedule import SPLIT_COST_SLOTS
+from ..schedule import SPLIT_COST_SLOTS, LevelPlan
 
 __all__ = ["TreeCell", "first_state"]
 
@@ -74,12 +75,15 @@ class TreeCell(MessagePassing):
     ``output_states`` (how many leading state components :meth:`propagate`
     returns; the rest are internal to the pass).
 
-    The paper cells also declare a compiled form of their ``update`` by name
-    in ``compiled_kernel`` (a key of
-    :data:`graphtree.backend.dispatch.MAKERS`), which the engine chooses and
-    runs instead where it applies, and the weights it takes in
-    ``compiled_weights``; a subclass that overrides ``update`` runs its own
-    ``update``. A cell without one never builds the compiled kernels.
+    The paper cells also hold a compiled form of their ``update``, each beside
+    its definition: ``level_kernel`` makes the cell's C++ kernel (its name,
+    and the weights in the kernel's layout) from the weights that
+    ``compiled_weights`` declares. The engine chooses it where the cell's class
+    implements it for the very ``update`` that runs, as PyG's
+    ``MessagePassing`` chooses a layer's ``message_and_aggregate``, and runs it
+    instead (:func:`graphtree.backend.dispatch.bound_kernel`); a subclass that
+    overrides ``update`` runs its own ``update``. A cell without one never
+    builds the compiled kernels.
     """
 
     direction: str = "bottom_up"
@@ -87,7 +91,6 @@ class TreeCell(MessagePassing):
     level_cost_slots: int = SPLIT_COST_SLOTS  # 1,024; more for a cell that computes on filled slots only
     state_channels: tuple[int, ...] = ()
     output_states: int | None = None  # None: every state component is returned
-    compiled_kernel: ClassVar[str | None] = None  # the paper cells' kernels, by name: graphtree.backend.dispatch
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -96,12 +99,14 @@ class TreeCell(MessagePassing):
                 raise TypeError(f"{cls.__name__} overrides {name}, which a tree cell never calls: the engine "
                                 "gathers each node's children's states into slots itself; compute from "
                                 "children.states (reduced with children.sum/mean/max/attend) in update")
-        if "compiled_kernel" in cls.__dict__:
-            # The kernel is the compiled form of this very update: a subclass that replaces update loses it.
-            cls._compiled_update = cls.__dict__.get("update", cls.update)
-            if cls.__dict__["compiled_kernel"] is not None and cls.compiled_weights is TreeCell.compiled_weights:
-                raise TypeError(f"{cls.__name__} names a compiled kernel (compiled_kernel) but does not declare "
-                                "the weights it takes: define compiled_weights")
+        if "level_kernel" in cls.__dict__:
+            # The kernel is the compiled form of this very update: a subclass that replaces update loses it (and
+            # level_kernel = None turns an inherited one off).
+            has_kernel = cls.__dict__["level_kernel"] is not None
+            cls._compiled_update = cls.__dict__.get("update", cls.update) if has_kernel else None
+            if has_kernel and cls.compiled_weights is TreeCell.compiled_weights:
+                raise TypeError(f"{cls.__name__} has a compiled kernel (level_kernel) but does not declare the "
+                                "weights it takes: define compiled_weights")
 
     def __init__(self, state_channels: tuple[int, ...] | None = None, *, max_children: int | None = None,
                  direction: str | None = None, output_states: int | None = None) -> None:
@@ -142,16 +147,30 @@ class TreeCell(MessagePassing):
             torch.nn.init.uniform_(param, -bound, bound)
 
     def compiled_weights(self) -> tuple[Tensor, ...]:
-        """The weights the cell's compiled kernel (``compiled_kernel``) takes, in the kernel's order.
+        """The weights the cell's compiled kernel (:meth:`level_kernel`) takes, in the kernel's order.
 
-        The one declared layout of a cell's weights for its fast path: its maker reads them through this, not
-        through the cell's layers, and the compiled pass hands their gradients back in this order. A parameter
-        not listed (an input projection applied before the pass) gets its gradient from autograd. A cell that
-        names ``compiled_kernel`` must define it; a cell without a kernel never calls it.
+        The one declared layout of a cell's weights for its fast path: :meth:`level_kernel` receives them
+        (detached), and the compiled pass hands their gradients back in this order. A parameter not listed (an
+        input projection applied before the pass) gets its gradient from autograd. A cell that defines
+        :meth:`level_kernel` must define it; a cell without a kernel never calls it.
 
         :meta private:
         """
         return ()
+
+    def level_kernel(self, kernels: Any, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
+        """The fast path of one pass: this cell's ``update`` as a compiled kernel, or ``None`` where no kernel
+        covers the cell's setting or the batch (the engine then runs ``update``).
+
+        ``kernels``: the loaded operators (``torch.ops.graphtree``), which make each kernel by its C++ name
+        (``kernels.ChildSumLevels(...)``); ``plan``: the pass's bottom-up or top-down plan; ``weights``:
+        :meth:`compiled_weights`, detached, which the kernel takes in its own layout (transposed, say) and
+        whose gradients it returns in that order. The base class has none; a cell that defines one is run on
+        it only for the very ``update`` it was written for.
+
+        :meta private:
+        """
+        return None
 
     def forward(self, x: Tensor, edge_index: Any, edge_pos: Tensor | None = None) -> tuple[Tensor, ...]:
         """The states of every node, one ``[num_nodes, d]`` tensor per returned state component, with ``x``

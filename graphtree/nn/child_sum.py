@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -10,6 +11,9 @@ from torch.nn import Linear
 
 from ..engine import Children
 from .cell import TreeCell
+
+if TYPE_CHECKING:
+    from ..schedule import LevelPlan
 
 __all__ = ["ChildSumTreeLSTM"]
 
@@ -67,11 +71,13 @@ class ChildSumTreeLSTM(TreeCell):
         self.U_f = Linear(d, d)  # U^(f) applied to each child's h_k
         self.reset_parameters()
 
-    compiled_kernel = "child_sum"  # the fast path: graphtree/backend/dispatch.py
-
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``ChildSumLevels``, in its order (``W`` is applied before the pass, as ``Wx``)."""
         return self.U_iou.weight, self.U_iou.bias, self.U_f.weight, self.U_f.bias
+
+    def level_kernel(self, kernels: Any, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
+        """The fast path: ``ChildSumLevels`` (``csrc/child_sum_level.cpp``), which takes the weights as they are."""
+        return kernels.ChildSumLevels(*weights)
 
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`

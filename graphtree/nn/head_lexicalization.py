@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -13,7 +14,15 @@ from torch.nn import Parameter
 from ..engine import Children, schedule_of
 from .cell import TreeCell
 
+if TYPE_CHECKING:
+    from ..schedule import LevelPlan
+
 __all__ = ["HeadLexicalization", "head_leaves", "head_words"]
+
+# The modes of the compiled FixedCombinationLevels (csrc/head_level.cpp): the fixed heads of Teng & Zhang's
+# Table 5, and the sums of the leaf rows below each node (BiConTree's span features).
+FIXED_COMBINATION_MODES = {"left": 0, "right": 1, "average": 2}
+LEAF_SUM_MODE = 3
 
 METHODS = ("gated", "left", "right", "average")
 
@@ -84,11 +93,18 @@ class HeadLexicalization(TreeCell):
             self.b_z = Parameter(torch.empty((N - 1) * D))
         self.reset_parameters()
 
-    compiled_kernel = "head_lexicalization"  # the fast path: graphtree/backend/dispatch.py
-
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``GatedHeadLevels``, in its order; none for the fixed methods."""
         return (self.W_zx, self.b_z) if self.method == "gated" else ()
+
+    def level_kernel(self, kernels: Any, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
+        """The fast path: the fixed methods (left, right, average) on ``FixedCombinationLevels``, the gated binary
+        method on ``GatedHeadLevels`` (``csrc/head_level.cpp``), which takes the weights as they are."""
+        if self.method in FIXED_COMBINATION_MODES:
+            return kernels.FixedCombinationLevels(FIXED_COMBINATION_MODES[self.method])
+        if self.n_ary != 2:
+            return None
+        return kernels.GatedHeadLevels(*weights)
 
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -10,6 +11,9 @@ from torch.nn import Parameter
 
 from ..engine import Children
 from .cell import TreeCell
+
+if TYPE_CHECKING:
+    from ..schedule import LevelPlan
 
 __all__ = ["LexicalizedTreeLSTM"]
 
@@ -100,11 +104,14 @@ class LexicalizedTreeLSTM(TreeCell):
         self.b = Parameter(torch.empty((N + 3) * d))
         self.reset_parameters()
 
-    compiled_kernel = "lexicalized"  # the fast path: graphtree/backend/dispatch.py
-
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``LexicalizedLevels``, in its order."""
         return self.W_x, self.W_h, self.W_c, self.W_co, self.b
+
+    def level_kernel(self, kernels: Any, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
+        """The fast path: ``LexicalizedLevels`` (``csrc/peephole_level.cpp``), which takes the weights as they
+        are."""
+        return kernels.LexicalizedLevels(*weights, self.lexicalized)
 
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`

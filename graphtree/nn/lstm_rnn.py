@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -13,7 +13,13 @@ from torch.nn import Parameter
 from ..engine import Children
 from .cell import TreeCell
 
+if TYPE_CHECKING:
+    from ..schedule import LevelPlan
+
 __all__ = ["LSTMRNN"]
+
+# The gates' activation as the compiled kernel (LSTMRNNLevels) numbers it.
+KERNEL_ACTIVATIONS = {"tanh": 0, "softsign": 1, "sigmoid": 2}
 
 
 # g, the activation of the memory and the output (the gates are always logistic).
@@ -150,11 +156,13 @@ class LSTMRNN(TreeCell):
         self.b = Parameter(torch.empty(4 * d))
         self.reset_parameters()
 
-    compiled_kernel = "lstm_rnn"  # the fast path: graphtree/backend/dispatch.py
-
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``LSTMRNNLevels``, in its order."""
         return self.W_leaf, self.W_inner, self.W_cell, self.b
+
+    def level_kernel(self, kernels: Any, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
+        """The fast path: ``LSTMRNNLevels`` (``csrc/lstm_rnn_level.cpp``), the gates' activation by its number."""
+        return kernels.LSTMRNNLevels(*weights, KERNEL_ACTIVATIONS[self.activation])
 
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -10,6 +11,9 @@ from torch.nn import Linear, Parameter
 
 from ..engine import Children
 from .cell import TreeCell
+
+if TYPE_CHECKING:
+    from ..schedule import LevelPlan
 
 __all__ = ["NaryTreeLSTM"]
 
@@ -96,14 +100,31 @@ class NaryTreeLSTM(TreeCell):
         self.b_U = Parameter(torch.empty(N, (3 + N) * d))
         self.reset_parameters()
 
-    compiled_kernel = "nary"  # the fast path (forget="full"): graphtree/backend/dispatch.py
-
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``NaryLevels``, in its order: ``U``, ``b_U`` and, in the constituency setting, the leaf
         unit's (in the general setting ``W`` is applied before the pass)."""
         if self.setting == "general":
             return self.U, self.b_U
         return self.U, self.b_U, self.W_leaf.weight, self.W_leaf.bias
+
+    def level_kernel(self, kernels: Any, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
+        """The fast path, with full forget maps (either setting): ``NaryLevels`` (``csrc/nary_level.cpp``).
+
+        It takes ``U`` transposed, with the candidate's rows doubled (the kernel computes tanh(z) as
+        2 sigmoid(2z) - 1, one activation for all gates), and the children's biases summed. In the general
+        setting the pass's inputs are the nodes' ``W x + b``, which :meth:`forward` computes before it."""
+        if self.forget != "full":
+            return None
+        U, b_U, *leaf = weights
+        d = self.hidden_channels
+        U_t = kernels.transposed(U)
+        U_t[:, 2 * d:3 * d] *= 2
+        gate_bias = b_U.sum(0)[:U.size(0)]
+        gate_bias[2 * d:3 * d] *= 2
+        if self.setting == "general":
+            none = U.new_empty(0)
+            return kernels.NaryLevels(U_t, gate_bias, U, none, none, True)
+        return kernels.NaryLevels(U_t, gate_bias, U, *leaf, False)
 
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -10,6 +11,9 @@ from torch.nn import Linear, Parameter
 
 from ..engine import Children
 from .cell import TreeCell
+
+if TYPE_CHECKING:
+    from ..schedule import LevelPlan
 
 __all__ = ["SLSTM"]
 
@@ -108,12 +112,14 @@ class SLSTM(TreeCell):
         self.W_leaf = Linear(in_channels, 2 * d) if leaf == "lstm" else None
         self.reset_parameters()
 
-    compiled_kernel = "slstm"  # the fast path: graphtree/backend/dispatch.py
-
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``SLSTMLevels``, in its order, the leaf LSTM's last where the leaves have one."""
         leaf = (self.W_leaf.weight, self.W_leaf.bias) if self.W_leaf is not None else ()
         return self.W_h, self.W_c, self.W_co, self.b, *leaf
+
+    def level_kernel(self, kernels: Any, plan: LevelPlan, weights: Sequence[Tensor]) -> Any:
+        """The fast path: ``SLSTMLevels`` (``csrc/peephole_level.cpp``), which takes the weights as they are."""
+        return kernels.SLSTMLevels(*weights)
 
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -12,6 +13,9 @@ from ..engine import Children, Pass
 from ..errors import ScheduleError
 from ..schedule import Schedule
 from .cell import TreeCell
+
+if TYPE_CHECKING:
+    from ..schedule import LevelPlan
 
 __all__ = ["TopDownTreeLSTM"]
 
@@ -111,11 +115,16 @@ class TopDownTreeLSTM(TreeCell):
     # Its update steps the filled parent slots only, so an empty slot costs it a gather: a level of its own pays
     # only where a node has hundreds of parents.
     level_cost_slots = 4096
-    compiled_kernel = "top_down"  # the fast path (trees and forests): graphtree/backend/dispatch.py
-
     def compiled_weights(self) -> tuple[Tensor, ...]:
         """The weights of ``TopDownLevels``, in its order."""
         return self.W_x, self.b, self.W_h, self.W_c, self.W_co
+
+    def level_kernel(self, kernels: Any, plan: LevelPlan, weights: Sequence[Tensor]) -> Any | None:
+        """The fast path where no node has several parents (trees, forests): ``TopDownLevels``
+        (``csrc/peephole_level.cpp``), which takes the weights as they are."""
+        if any(width > 1 for width in plan.widths):
+            return None
+        return kernels.TopDownLevels(*weights)
 
     def reset_parameters(self) -> None:
         """Every parameter, weights and biases of the layers inside too, uniform in :math:`\\pm 1/\\sqrt{d}`
