@@ -36,6 +36,9 @@ logistic regression)::
     python -m graphtree.datasets.code some_python_project/ functions.jsonl
     python experiments/train.py --data functions.jsonl --model childsum
     python experiments/train.py --data functions.jsonl --model tfidf
+
+``--encoder minilm`` (or ``mpnet``, or a folder) makes the node inputs a pretrained transformer's contextual
+states of the nodes' tokens, fine-tuned with the model (docs/encoders.md).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from graphtree.experiments import own_data as own  # a lazy package: MODELS needs no torch
+from graphtree.experiments.encoder_runs import add_encoder_arguments, check_encoder_flags
 from graphtree.experiments.runs import (
     ArgumentParser,
     RunPaths,
@@ -111,8 +115,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="keep the graphs in an SQLite store under the data root and read them a batch at a time, "
                         "in 2 loader processes, for corpora larger than memory (default: in memory)")
     add_run_arguments(p, REPO, EPOCHS, quick_sample="at most 200 / 50 / 50 graphs")
+    add_encoder_arguments(p)
     args = p.parse_args(argv)
     check_embeddings(args.embeddings, ("random", "glove50"))
+    check_encoder_flags(p, args, without=("tfidf",))
+    if args.encoder is not None and args.embeddings != "random":
+        p.error("--encoder gives the node inputs: leave out --embeddings")
     if args.task == "node" and args.target == "regression":
         p.error("--task node learns node classes; numbers are graph labels (--task graph --target regression)")
     if min(args.dim, args.hidden) < 1 or (args.batch_size is not None and args.batch_size < 1):
@@ -130,7 +138,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 if __name__ == "__main__":
     check_flags_first(parse_args, "train.py")  # --help and a mistyped flag answer here, before torch is imported
 
-from graphtree.experiments.harness import Experiment, split_sizes, vectors_name
+from graphtree.experiments.encoder_runs import (
+    checkpoint_seconds,
+    encode_once,
+    encoder_leaves,
+    encoder_name_parts,
+    encoder_optimizer,
+    encoder_settings,
+)
+from graphtree.experiments.harness import Experiment, encoder_record, split_sizes, vectors_name
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
 from graphtree.train import distributed
 
@@ -147,8 +163,13 @@ def main(argv: list[str]) -> None:
     if args.quick:
         splits = splits.sample(QUICK)
     # Run names: data, model, task, vectors, what is not the default, epochs where not the default, seed.
-    stem = f"{splits.name}_{args.model}_{task.name}" + ("" if args.model == "tfidf" else
-                                                        f"_{vectors_name(args.embeddings)}")
+    record = encoder_record(args.encoder) if args.encoder else None
+    inputs_name = vectors_name(args.embeddings)
+    if record:  # the encoder, and the recipe's settings that are not its defaults
+        encoder, settings = encoder_name_parts({"encoder": args.encoder, **encoder_settings(args),
+                                                "optimizer": encoder_optimizer(args).as_dict()})
+        inputs_name = "_".join([encoder, *settings])
+    stem = f"{splits.name}_{args.model}_{task.name}" + ("" if args.model == "tfidf" else f"_{inputs_name}")
     stem += "_sub" if args.subtokens else ""
     stem += "_nofields" if args.no_fields else ""
     if args.model == "tfidf":
@@ -160,8 +181,12 @@ def main(argv: list[str]) -> None:
         return
     vectors = exp.vectors()
     vocab = own.attach_words(splits, vectors)   # None: no node has a token
-    field_vocab = None if args.no_fields else own.attach_fields(splits)   # None: the nodes have no token fields
+    # Over an encoder the tokens themselves are its input: no fields beside them
+    field_vocab = None if args.no_fields or record else own.attach_fields(splits)   # None: no token fields
     dim = args.dim if vectors is None else vectors.dim
+    dim = record["width"] if record else dim
+    if record and vocab is None:
+        fail(f"{splits.files['train']}: --encoder reads the nodes' tokens, and these nodes have none")
     dim = 0 if vocab is None and field_vocab is None else dim
     features = own.feature_channels(splits)
     if dim + features == 0:
@@ -174,19 +199,30 @@ def main(argv: list[str]) -> None:
     preset = PRESETS[args.optimizer]
     default_batch = BATCH_SIZE if args.optimizer == OPTIMIZER else preset.batch_size
     spec = replace(preset, lr=args.lr or preset.lr, embedding_lr=args.lr or preset.embedding_lr,
-                   batch_size=args.batch_size or default_batch)
+                   batch_size=args.batch_size or default_batch) if record is None else encoder_optimizer(args)
     cfg = dict(data=splits.identity(), format=splits.format, task=task.name, classes=task.num_classes,
                **settings, embeddings=args.embeddings, dim=dim, features=features, dropout=args.dropout,
                **({"readout": readout} if readout != "root" else {}),
                **({"fields": len(field_vocab), "subtokens": args.subtokens} if field_vocab is not None else {}),
                epochs=exp.epochs, optimizer=spec.as_dict(),
-               split=dict(ratios=args.split, seed=args.split_seed) if splits.one_file else None, quick=args.quick)
+               split=dict(ratios=args.split, seed=args.split_seed) if splits.one_file else None, quick=args.quick,
+               **(encoder_settings(args) if record else {}))
+    if record:
+        cfg["embeddings"] = "encoder"
     note(f"{splits.name} ({splits.format}): {split_sizes(splits.graphs)} graphs, {task.name} with "
          f"{task.out_channels} outputs, vocabulary {len(vocab) if vocab is not None else 0}"
          + (f", {len(field_vocab)} field tokens" if field_vocab is not None else "")
          + f", {features} node features, readout {readout}")
 
     def build(run: SeedRun) -> own.TaskTrainer:
+        if record:   # a pretrained encoder's states of the nodes' tokens, fine-tuned with the model
+            embedding = encoder_leaves(cfg)
+            top = cfg.get("trainable_layers")
+            kept = Path(args.out) / "cache" / f"train_{splits.name}_{record['folder']}_top{top}.pt"
+            encode_once(embedding, [list(d.tokens) for graphs in splits.graphs.values() for d in graphs], kept)
+            model = own.build_model(settings, task, own.NodeInputs(embedding, features), args.dropout, readout)
+            return run.trainer(model, embedding, spec, exp.epochs, own.TaskTrainer, task=task,
+                               extra={"vocab": vocab.itos[1:]}, checkpoint_every=checkpoint_seconds(args))
         if field_vocab is not None:   # the word as the type, the field tokens as the bag (NodeFields)
             embedding = own.node_fields(vocab, field_vocab, vectors, dim)
             inputs = own.NodeInputs(None, features, embedding)
@@ -204,7 +240,8 @@ def main(argv: list[str]) -> None:
             own.write_predictions(trainer.metrics_csv.with_name(f"{name}.predictions.tsv"), task, splits, "test",
                                   predictions)
         return Outcome(fit.best_dev, test, f"{task.scores(test)}; predictions in {name}.predictions.tsv",
-                       {"predictions": f"{name}.predictions.tsv", "num_parameters": count_parameters(trainer.model)})
+                       {"predictions": f"{name}.predictions.tsv", "num_parameters": count_parameters(trainer.model),
+                        **({"encoder": record} if record else {})})
 
     if task.level == "graph" and readout != ("root" if args.model in TENG else READOUT):
         stem += f"_{readout}"

@@ -149,9 +149,11 @@ class RootMLP(torch.nn.Module):
 
 
 def build_model(model: str, vocab_size: int, dim: int, num_classes: int, pretrained: Tensor | None,
-                leaves: torch.nn.Module | None = None, dropout: float = DROPOUT) -> tuple[torch.nn.Module, Any]:
+                leaves: torch.nn.Module | None = None, dropout: float | None = None) -> tuple[torch.nn.Module, Any]:
     """The model (``model(batch) -> logits`` on every node) and its word embedding (or, over an encoder, the
-    contextual ``leaves``: then ``encoder`` is the encoder alone, its word states mean-pooled)."""
+    contextual ``leaves``: then ``encoder`` is the encoder alone, its word states mean-pooled); ``dropout``
+    defaults to :data:`DROPOUT`, read at the call."""
+    dropout = DROPOUT if dropout is None else dropout
     embedding = leaves if leaves is not None else NodeEmbedding(vocab_size, dim, pretrained)
     if model in ("contree", "bicontree"):
         net = BiTreeLSTM(dim, HIDDEN, num_classes, mlp_channels=MLP_CHANNELS, variant=model, dropout=dropout)

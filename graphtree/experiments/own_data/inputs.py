@@ -147,7 +147,8 @@ class NodeInputs(torch.nn.Module):
     together by :class:`~graphtree.models.NodeFields`), its features ``x``, or both side by side.
 
     Args:
-        embedding: Word vectors of ``batch.word`` (nodes without a word get zeros), or ``None``.
+        embedding: Word vectors of ``batch.word`` (nodes without a word get zeros), a pretrained encoder's
+            (:class:`~graphtree.models.EncoderLeaves`), or ``None``.
         feature_channels: Width of ``batch.x`` (0: no features).
         fields: In place of ``embedding``: the word as the type (``batch.word + 1``, 0 for none) and the field
             tokens ``batch.field_word`` at ``batch.field_index`` as the bag.
@@ -175,7 +176,7 @@ class NodeInputs(torch.nn.Module):
                      torch.zeros(batch.num_nodes, dtype=torch.long, device=batch.field_index.device))
             parts = [self.fields(types, batch.field_word, batch.field_index)]
         else:
-            parts = [self.embedding(batch.word)] if self.embedding is not None else []
+            parts = [self.embedding.node_inputs(batch)] if self.embedding is not None else []
         if self.feature_channels:
             parts.append(batch.x)
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
