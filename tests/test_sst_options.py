@@ -95,7 +95,7 @@ def test_the_flags_default_to_the_repository_folders():
 def test_every_model_of_the_table_is_built_as_its_paper_says():
     """graphtree.experiments.sst_models builds Teng & Zhang's model (a BiTreeLSTM) for exactly the table's Teng &
     Zhang rows, and a model for every row; LSTM-RNN's memory is its vector size."""
-    for model in sst.MODELS:
+    for model in (m for m in sst.MODELS if sst.MODELS[m]["paper"] != "encoder"):  # --model encoder: below
         cfg = OPTIONS.config(OPTIONS.parse(["--model", model], REPO), types.SimpleNamespace(dim=8))
         net, embedding = sst.build_model(dict(cfg, hidden=8), 10, 5, None)
         assert embedding.embedding.weight.shape == (10, 8)
@@ -105,3 +105,19 @@ def test_every_model_of_the_table_is_built_as_its_paper_says():
         sst.build_model(dict(cfg, hidden=cfg["dim"] + 1), 10, 5, None)
     with pytest.raises(ValueError, match="not a model of experiments/sst"):
         sst.build_model(dict(cfg, model="gru"), 10, 5, None)
+
+
+def test_the_encoder_alone_needs_an_encoder_and_is_the_span_mean(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from tiny_encoder import tiny_encoder_folder
+
+    from graphtree.models import EncoderSpanClassifier
+
+    with pytest.raises(SystemExit):
+        OPTIONS.parse(["--model", "encoder"], REPO)
+    assert "--model encoder needs --encoder" in capsys.readouterr().err
+    folder = str(tiny_encoder_folder(tmp_path / "tiny"))
+    cfg = OPTIONS.config(OPTIONS.parse(["--model", "encoder", "--encoder", folder], REPO), None, 16)
+    net, leaves = sst.build_model(cfg, 10, 5, None)
+    assert isinstance(net, EncoderSpanClassifier) and leaves.out_channels == 16
+    assert cfg["optimizer"]["name"] == "adamw" and OPTIONS.run_name(cfg, 1) == "encoder_tiny_fine_s1"
