@@ -357,19 +357,7 @@ class CodeTrees(InMemoryDataset):
         pass
 
     def process(self) -> None:
-        trees: dict[str, list[FunctionTree]] = {}
-        unparsed: list[str] = []
-        for package, file in _python_files(self.source, self.packages):
-            relative = file.relative_to(self.source).as_posix()
-            try:
-                source = file.read_text(encoding="utf-8")
-                found = function_trees(source, relative)
-            except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError):
-                unparsed.append(relative)
-                continue
-            for tree in found:
-                tree.package = package
-            trees.setdefault(package, []).extend(found)
+        trees, unparsed = folder_trees(self.source, self.packages)
         if self.packages is not None:
             missing = sorted(set(self.packages) - set(trees))
             if missing:
