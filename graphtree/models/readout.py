@@ -69,16 +69,20 @@ class Readout(torch.nn.Module):
 
     def forward(self, h: Tensor, batch: Any) -> Tensor:
         index, size = graph_index(batch, h.size(0), h.device)
+        # One row more than there are graphs, dropped at the end: on a padded batch (a replayed step,
+        # graphtree.replay.PaddedBatch) the replica rows are graph num_graphs, and they must count nowhere; on a
+        # plain batch the extra row is empty. No host read either way, so a CUDA graph can hold the pool.
+        full = size + 1
         if self.mode == "root":
-            return self.root(h, batch, index, size)
+            return self.root(h, batch, index, full)[:size]
         if self.mode == "mean":
-            return global_mean_pool(h, index, size)
+            return global_mean_pool(h, index, full)[:size]
         if self.mode == "max":
-            return global_max_pool(h, index, size)
+            return global_max_pool(h, index, full)[:size]
         if self.mode == "attention":
-            return self.attention(h, index, dim_size=size)
-        return torch.cat([self.root(h, batch, index, size), global_mean_pool(h, index, size),
-                          global_max_pool(h, index, size)], dim=1)
+            return self.attention(h, index, dim_size=full)[:size]
+        return torch.cat([self.root(h, batch, index, full), global_mean_pool(h, index, full),
+                          global_max_pool(h, index, full)], dim=1)[:size]
 
     @staticmethod
     def root(h: Tensor, batch: Any, index: Tensor, size: int) -> Tensor:
@@ -87,7 +91,10 @@ class Readout(torch.nn.Module):
         if is_root is None:
             ptr = getattr(batch, "ptr", None)
             return h[ptr[:-1]] if ptr is not None else h[:1]
-        return scatter(h[is_root], index[is_root], dim=0, dim_size=size, reduce="mean")
+        weight = is_root.to(h.dtype).unsqueeze(-1)  # a mask, not an index: the shapes do not follow the data
+        total = scatter(h * weight, index, dim=0, dim_size=size, reduce="sum")
+        count = scatter(weight, index, dim=0, dim_size=size, reduce="sum")
+        return total / count.clamp(min=1)
 
     def extra_repr(self) -> str:
         return f"{self.mode}, channels={self.channels}"
