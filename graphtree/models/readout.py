@@ -90,7 +90,8 @@ class Readout(torch.nn.Module):
         is_root = getattr(batch, "is_root", None)
         if is_root is None:
             ptr = getattr(batch, "ptr", None)
-            return h[ptr[:-1]] if ptr is not None else h[:1]
+            first = h[ptr[:-1]] if ptr is not None else h[:1]  # each graph's first node
+            return torch.cat([first, first.new_zeros(size - first.size(0), h.size(1))])
         weight = is_root.to(h.dtype).unsqueeze(-1)  # a mask, not an index: the shapes do not follow the data
         total = scatter(h * weight, index, dim=0, dim_size=size, reduce="sum")
         count = scatter(weight, index, dim=0, dim_size=size, reduce="sum")
