@@ -129,7 +129,7 @@ class EncoderLeaves(torch.nn.Module):
             raise ValueError("cache_below needs trainable_layers between 1 and the encoder's layers less one")
         # sentence words -> (its sub-words' states at the first trained layer's input [T, H], their word ids)
         self._below: dict[tuple[str, ...], tuple[Tensor, list[int | None]]] = {}
-        self._upper = _upper_stack(encoder, trainable_layers) if self.cache_below else None
+        self._upper = _UpperStack(encoder, int(trainable_layers or 0)) if self.cache_below else None
         self._warned: set[tuple[str, ...]] = set()
 
     # -- set-up -------------------------------------------------------------------------------------
@@ -441,6 +441,3 @@ class _UpperStack:
         self.stack.train(self.stack.layer[0].training)
         return self.stack(hidden, attention_mask=extended)[0]
 
-
-def _upper_stack(encoder: torch.nn.Module, k: int | None) -> _UpperStack:
-    return _UpperStack(encoder, int(k or 0))
