@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from graphtree.experiments.encoder_runs import encoder_name_parts
 from graphtree.experiments.report import (
     Provenance,
     best_dev_run,
@@ -151,6 +152,124 @@ SUMMARY_ROWS = (*PLOT_ROWS, "Naive Bayes, n-grams", "SVM, n-grams", "Bidirection
 def full_runs(results: Path = RESULTS) -> list[dict]:
     """Every finished run (quick runs never land here)."""
     return load_runs(results / "sst", "sst")
+
+
+def over_encoder(run: dict) -> bool:
+    """A run whose leaves are a pretrained transformer's states (``--encoder``): reported in its own table, not
+    against the papers' word-vector settings."""
+    return bool(run["config"].get("encoder"))
+
+
+# Over a pretrained transformer: the published rows to beat (SST-5 root accuracy, %), and our rows, each matched on
+# the model, the encoder and how many of its top layers were fine-tuned (None: all of them).
+ENCODER_ANCHORS = (
+    ("Tai et al. 2015", "Constituency Tree-LSTM, GloVe 840B 300d", 51.0),
+    ("Teng & Zhang 2017", "BiConTree, GloVe 840B 300d", 53.5),
+    ("Kim et al. 2019", "SATA Tree-LSTM", 54.4),
+    ("Yin et al. 2020", "BERT-base, mean-pooled", 50.2),
+    ("Yin et al. 2020", "BERT-base, fine-tuned", 53.2),
+    ("Yin et al. 2020", "SentiBERT (BERT-base under a constituency-tree attention)", 56.0),
+)
+ENCODER_NAMES = {"minilm": "MiniLM (all-MiniLM-L6-v2)", "mpnet": "MPNet (all-mpnet-base-v2)"}
+ENCODER_LAYERS = {"minilm": 6, "mpnet": 12}
+MODEL_NAMES = {"nary": "N-ary Tree-LSTM", "bicontree": "BiConTree", "encoder": "the encoder alone (mean of words)"}
+ENCODER_ROWS = [dict(model=model, encoder=encoder, trainable_layers=top)
+                for encoder, tops in (("mpnet", (None, 4)), ("minilm", (None, 2)))
+                for top in tops for model in ("nary", "bicontree", "encoder")]
+ENCODER_TARGETS = (("fine", 56.5, "SST-5 root ≥ 56.5 (above SentiBERT's 56.0)"),
+                   ("binary", 94.0, "SST-2 root ≥ 94.0"))
+TREE_MARGIN = 1.0  # on SST-5 the tree at least this many points above the encoder alone
+
+
+def encoder_row_runs(row: dict, runs: Sequence[dict]) -> list[dict]:
+    """The runs of one encoder row: its model, encoder and tuned layers, and the recipe's other settings (a run
+    that changed them is a variant, not the row)."""
+    return [r for r in runs if over_encoder(r) and r["config"]["model"] == row["model"]
+            and Path(r["config"]["encoder"]).name == row["encoder"]
+            and r["config"].get("trainable_layers") == row["trainable_layers"] and not recipe_changes(r)]
+
+
+def recipe_changes(run: dict) -> list[str]:
+    """How an encoder run left the fine-tuning recipe (``ep5``, ``elr5e-05``, ...; the tuned layers aside, which
+    the rows separate), as its run name says it."""
+    return [part for part in encoder_name_parts(run["config"])[1] if not part.startswith("top")]
+
+
+def layers_label(row: dict) -> str:
+    top = row["trainable_layers"]
+    total = ENCODER_LAYERS.get(row["encoder"])
+    return "all" if top is None else "none (frozen)" if top == 0 else f"top {top} of {total}"
+
+
+def encoder_command(row: dict, task: str, runs: Sequence[dict]) -> str:
+    mine = [r for r in encoder_row_runs(row, runs) if task_of(r) == task]
+    if mine:
+        return with_seeds(mine[0]["command"], sorted({1, 2, 3} | {r["seed"] for r in mine}))
+    parts = ["python experiments/sst.py", f"--model {row['model']}", f"--encoder {row['encoder']}"]
+    parts += [f"--trainable-layers {row['trainable_layers']}"] if row["trainable_layers"] is not None else []
+    parts += [] if task == "fine" else ["--binary"]
+    return " ".join(parts + ["--seeds 1 2 3 --threads 1"])
+
+
+def encoder_table(runs: Sequence[dict], prov: Provenance | None = None) -> list[str]:
+    """Our rows over a pretrained encoder (rows with runs), then the published rows they are measured against."""
+    rows = []
+    for row in ENCODER_ROWS:
+        mine = encoder_row_runs(row, runs)
+        if not mine:
+            continue
+        fine = [r for r in mine if task_of(r) == "fine"]
+        binary = [r for r in mine if task_of(r) == "binary"]
+        rows.append([f"{MODEL_NAMES[row['model']]} over {ENCODER_NAMES.get(row['encoder'], row['encoder'])}",
+                     layers_label(row),
+                     mean_std([r["dev"]["root"] for r in fine], empty="—"),
+                     mean_std([r["test"]["root"] for r in fine], empty="—") + stale_mark(prov, fine),
+                     mean_std([r["test"]["phrase"] for r in fine], empty="—"),
+                     mean_std([r["test"]["root"] for r in binary], empty="—") + stale_mark(prov, binary),
+                     f"{len(fine)} / {len(binary)}", mean_std([r["wall_time_s"] / 60 for r in mine], 0, empty="—"),
+                     code(mine, prov)])
+    if not rows:
+        return []
+    anchors = [[source, name, f"{value:.1f}"] for source, name, value in ENCODER_ANCHORS]
+    return ["## Over a pretrained transformer", "",
+            "Leaves from a pretrained sentence encoder (`--encoder`, `graphtree.models.EncoderLeaves`: each word's "
+            "state the mean of its sub-words' last-layer states), fine-tuned end to end with the tree by the "
+            "recipe of `docs/encoders.md` (AdamW, encoder 3e-5, the rest 1e-3, warm-up 10%, linear decay, "
+            "minibatches of 16, 3 epochs, dropout 0.1). Test accuracy (%) at the epoch of best dev root accuracy, "
+            "mean ± std over seeds; one CPU thread.", "",
+            *markdown_table(["Model", "Encoder layers fine-tuned", "Fine dev root", "Fine root", "Fine phrase",
+                             "Binary root", "Seeds (fine / bin.)", "Minutes per run", "Code"], rows),
+            "", "Published rows, SST-5 root accuracy:", "",
+            *markdown_table(["Source", "Model", "Fine root"], anchors), "", *encoder_target_lines(runs), ""]
+
+
+def encoder_target_lines(runs: Sequence[dict]) -> list[str]:
+    """The targets over an encoder: the best row's SST-5 and SST-2 root accuracy, and the tree against the encoder
+    alone under the same encoder and tuned layers."""
+    lines = ["Targets:", ""]
+    for task, floor, what in ENCODER_TARGETS:
+        scored = [(statistics.mean(values), row, values) for row in ENCODER_ROWS
+                  if (values := [r["test"]["root"] for r in encoder_row_runs(row, runs) if task_of(r) == task])]
+        if not scored:
+            lines.append(f"- {what}: not run.")
+            continue
+        best, row, values = max(scored, key=lambda item: item[0])
+        verdict = "met" if best >= floor else f"missed by {floor - best:.1f}"
+        seeds = f"{len(values)} seed{'s' if len(values) > 1 else ''}" + (
+            ", incomplete" if len(values) < MIN_SEEDS else "")
+        lines.append(f"- {what}: {verdict}; best row {MODEL_NAMES[row['model']]} over {row['encoder']} "
+                     f"({layers_label(row)} layers tuned) {best:.1f} ({seeds}).")
+    for tree in (row for row in ENCODER_ROWS if row["model"] != "encoder"):
+        alone = {**tree, "model": "encoder"}
+        ours = [r["test"]["root"] for r in encoder_row_runs(tree, runs) if task_of(r) == "fine"]
+        base = [r["test"]["root"] for r in encoder_row_runs(alone, runs) if task_of(r) == "fine"]
+        if ours and base:
+            gap = statistics.mean(ours) - statistics.mean(base)
+            verdict = "met" if gap >= TREE_MARGIN else f"missed by {TREE_MARGIN - gap:.1f}"
+            lines.append(f"- SST-5, {MODEL_NAMES[tree['model']]} over {tree['encoder']} ({layers_label(tree)} "
+                         f"layers tuned) ≥ the encoder alone + {TREE_MARGIN:g}: {verdict} ({statistics.mean(ours):.1f}"
+                         f" vs {statistics.mean(base):.1f}; {len(ours)} and {len(base)} seeds).")
+    return lines
 
 
 def departures(config: dict) -> list[str]:
@@ -562,8 +681,10 @@ def provenance_rows(runs: list[dict]) -> list[tuple[str, list[dict], str]]:
     return groups
 
 
-def report(runs: list[dict], prov: Provenance | None = None, results: str = "experiments/results") -> str:
-    """sst.md. ``results``: the results folder as the report names it."""
+def report(runs: list[dict], prov: Provenance | None = None, results: str = "experiments/results",
+           encoder_runs: Sequence[dict] = ()) -> str:
+    """sst.md. ``results``: the results folder as the report names it; ``encoder_runs``: the runs over a pretrained
+    encoder, in a table of their own."""
     lines = report_head("Stanford Sentiment Treebank: our runs next to the papers", "sst", results,
                         "Test accuracy (%) of the epoch with the best dev root accuracy: mean ± sample standard "
                         "deviation over seeds, the paper's number in parentheses. Fine: 5 classes; binary: neutral "
@@ -578,14 +699,20 @@ def report(runs: list[dict], prov: Provenance | None = None, results: str = "exp
               "Zhang and the 100d 6B vectors of Le & Zuidema are not available here; our GloVe rows use the "
               "50d 6B vectors, a smaller and weaker input. Zhu's Table 4 rows train and test on left- or "
               "right-recursive trees over the same words; only the words and the root keep labels.", "",
-              *compute_lines(runs), *target_lines(runs, prov), *vectors_gain_lines(runs), *best_dev_lines(runs),
+              *compute_lines(runs), *encoder_table(encoder_runs, prov), *target_lines(runs, prov),
+              *vectors_gain_lines(runs), *best_dev_lines(runs),
               *fitting_notes(runs), *swapped_settings_lines(runs),
               "![accuracy by sentence length](sst_by_length.png)", "",
               "![accuracy by depth and phrase length](sst_by_depth.png)", "", *other_settings(runs, prov)]
-    lines += provenance_lines(prov, provenance_rows(runs)) if prov is not None else []
-    lines += runs_section(runs, runs_table(runs, prov, RUN_COLUMNS))
-    lines += commands_section((f"{command_for(row, task, runs)}    # {row['name']}, {task}"
-                               for row in ROWS for task in tasks_of(row)), report_script("sst", results))
+    lines += provenance_lines(prov, provenance_rows(runs) + encoder_provenance_rows(encoder_runs)) \
+        if prov is not None else []
+    every = [*runs, *encoder_runs]
+    lines += runs_section(every, runs_table(every, prov, RUN_COLUMNS))
+    commands = [f"{command_for(row, task, runs)}    # {row['name']}, {task}" for row in ROWS for task in tasks_of(row)]
+    commands += [f"{encoder_command(row, task, encoder_runs)}    # {encoder_row_name(row)}, {task}"
+                 for row in ENCODER_ROWS for task in ("fine", "binary")
+                 if any(task_of(r) == task for r in encoder_row_runs(row, encoder_runs))]
+    lines += commands_section(commands, report_script("sst", results))
     return "\n".join(lines)
 
 
@@ -597,7 +724,7 @@ def compute_lines(runs: list[dict]) -> list[str]:
                         "Wall time counts each epoch's dev evaluation and any time lost to other jobs on the machine.")
 
 
-def results_section(runs: list[dict], prov: Provenance | None = None) -> str:
+def results_section(runs: list[dict], prov: Provenance | None = None, encoder_runs: Sequence[dict] = ()) -> str:
     """The SST section of docs/results.md: rows with runs, with the test root accuracy, wall time and command of each
     task; the stale marks' footnote and the GloVe targets."""
     rows, marked = [], []
@@ -618,6 +745,13 @@ def results_section(runs: list[dict], prov: Provenance | None = None) -> str:
              *markdown_table(["Source", "Model", "Fine", "Binary", "Minutes per run (1 CPU thread)", "Command"], rows),
              *stale_lines(prov, marked, "experiments/results/reproduced.json", "beside it"),
              "", f"Targets (GloVe 6B 50d): {'; '.join(targets)}."]
+    encoder_rows = encoder_summary_rows(encoder_runs, prov)
+    if encoder_rows:
+        lines += ["", "Over a pretrained transformer (fine-tuned with the tree; the published rows to beat and the "
+                  "targets are in the full table's section *Over a pretrained transformer*):", "",
+                  *markdown_table(["Task", "Model", "Ours", "Published", "Minutes per run (1 CPU thread)",
+                                   "Command"], [[row[0].split("](")[0].lstrip("["), *row[1:]]
+                                               for row in encoder_rows])]
     return "\n".join(lines) + "\n"
 
 
@@ -639,17 +773,48 @@ def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[
     return found
 
 
+def encoder_row_name(row: dict) -> str:
+    layers = "" if row["trainable_layers"] is None else f", {layers_label(row)} layers tuned"
+    return f"{MODEL_NAMES[row['model']]} over {ENCODER_NAMES.get(row['encoder'], row['encoder'])}{layers}"
+
+
+def encoder_provenance_rows(runs: Sequence[dict]) -> list[tuple[str, list[dict], str]]:
+    return [(f"{encoder_row_name(row)}, {task}", mine, encoder_command(row, task, runs))
+            for row in ENCODER_ROWS for task in ("fine", "binary")
+            if (mine := [r for r in encoder_row_runs(row, runs) if task_of(r) == task])]
+
+
+def encoder_summary_rows(runs: Sequence[dict], prov: Provenance | None = None) -> list[list[str]]:
+    """README's rows over a pretrained encoder: each row with runs, per task, beside the best published
+    tree-LSTM row and SentiBERT."""
+    published = {"fine": "54.4 (SATA Tree-LSTM); SentiBERT 56.0", "binary": "—"}
+    found = []
+    for row in ENCODER_ROWS:
+        for task in ("fine", "binary"):
+            mine = [r for r in encoder_row_runs(row, runs) if task_of(r) == task]
+            if not mine:
+                continue
+            seeds = "" if len(mine) >= MIN_SEEDS else f" ({len(mine)} seed{'s' if len(mine) > 1 else ''})"
+            found.append([summary_label("sst", f"SST {task}"), encoder_row_name(row),
+                          mean_std([r["test"]["root"] for r in mine]) + stale_mark(prov, mine) + seeds,
+                          published[task], minutes(mine), f"`{encoder_command(row, task, runs)}`"])
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
-    runs = full_runs(results)
-    if not runs:
+    every = full_runs(results)
+    runs = [r for r in every if not over_encoder(r)]
+    encoder_runs = [r for r in every if over_encoder(r)]
+    if not every:
         no_runs("sst", results, [results / "sst"], "full SST runs")
     prov = Provenance.of(results, "sst")
-    (results / "sst.md").write_text(report(runs, prov, shown(results, REPO)))
-    written = plots(runs, results)
+    (results / "sst.md").write_text(report(runs, prov, shown(results, REPO), encoder_runs))
+    written = plots(runs, results) if runs else []
     # Only the committed results speak for docs/results.md and README: a report on one's own runs stays in their folder.
-    written += publish(REPO, "sst", results_section(runs, prov), summary_rows(runs, prov)) if committed else []
-    print(f"{len(runs)} runs -> {results / 'sst.md'}, " + ", ".join(written))
+    written += publish(REPO, "sst", results_section(runs, prov, encoder_runs),
+                       summary_rows(runs, prov) + encoder_summary_rows(encoder_runs, prov)) if committed else []
+    print(f"{len(every)} runs -> {results / 'sst.md'}, " + ", ".join(written))
 
 
 if __name__ == "__main__":

@@ -310,3 +310,50 @@ def test_compute_adds_wall_time_by_machine_and_by_setting():
                            "30 min on GPU: H100): 3 runs and 2.0 h in the papers' settings (the table above), "
                            "1 run and 1.5 h in other settings") and blank == ""
     assert report_sst.compute_lines([]) == []
+
+
+def encoder_run(model: str, encoder: str, root: float, *, fine: bool = True, top: int | None = None,
+                seed: int = 1, **config) -> dict:
+    optimizer = {"name": "adamw", "lr": 1e-3, "embedding": "adamw", "embedding_lr": 3e-5, "l2": 0.0,
+                 "batch_size": 16, "decay": 0.0, "weight_decay": 0.01, "warmup": 0.1, "schedule": "linear"}
+    cfg = {"model": model, "embeddings": "encoder", "fine_grained": fine, "supervision": "all", "structure": "gold",
+           "dropout": 0.1, "epochs": 3, "optimizer": optimizer, "quick": False, "encoder": encoder, **config}
+    if top is not None:
+        cfg["trainable_layers"] = top
+    return {"config": cfg, "seed": seed, "command": f"python experiments/sst.py --model {model} --encoder {encoder} "
+            f"--seeds {seed}", "test": {"root": root, "phrase": 80.0}, "dev": {"root": root - 1.0},
+            "wall_time_s": 600.0}
+
+
+def test_encoder_rows_pool_their_runs_and_keep_other_recipes_and_layers_apart():
+    runs = ([encoder_run("nary", "minilm", v, seed=s) for s, v in ((1, 51.0), (2, 52.0), (3, 53.0))]
+            + [encoder_run("nary", "minilm", 40.0, top=2)]  # another row: the top two layers tuned
+            + [encoder_run("nary", "minilm", 30.0, epochs=5)])  # another recipe: a variant, in no row
+    rows = {name: report_sst.encoder_row_runs(row, runs)
+            for row in report_sst.ENCODER_ROWS if (name := report_sst.encoder_row_name(row))}
+    assert [r["test"]["root"] for r in rows["N-ary Tree-LSTM over MiniLM (all-MiniLM-L6-v2)"]] == [51.0, 52.0, 53.0]
+    assert [r["test"]["root"] for r in rows["N-ary Tree-LSTM over MiniLM (all-MiniLM-L6-v2), top 2 of 6 layers "
+                                            "tuned"]] == [40.0]
+    table = report_sst.encoder_table(runs)
+    assert line_of(table, "| N-ary Tree-LSTM over MiniLM (all-MiniLM-L6-v2) | all |").startswith(
+        "| N-ary Tree-LSTM over MiniLM (all-MiniLM-L6-v2) | all | 51.0 ± 1.0 | 52.0 ± 1.0 | 80.0 ± 0.0 | — | 3 / 0 |")
+
+
+def test_encoder_targets_say_by_how_much_the_best_row_and_the_tree_miss():
+    runs = ([encoder_run("nary", "mpnet", v, seed=s) for s, v in ((1, 55.0), (2, 56.0), (3, 57.0))]  # mean 56.0
+            + [encoder_run("encoder", "mpnet", v, seed=s) for s, v in ((1, 55.0), (2, 55.5))]  # mean 55.25
+            + [encoder_run("nary", "mpnet", 94.5, fine=False)])
+    lines = report_sst.encoder_target_lines(runs)
+    assert line_of(lines, "- SST-5 root ≥ 56.5").startswith("- SST-5 root ≥ 56.5 (above SentiBERT's 56.0): missed "
+                                                           "by 0.5; best row N-ary Tree-LSTM over mpnet")
+    assert line_of(lines, "- SST-2 root ≥ 94.0").startswith("- SST-2 root ≥ 94.0: met;")
+    assert "(1 seed, incomplete)" in line_of(lines, "- SST-2 root ≥ 94.0")
+    # 56.0 - 55.25 = 0.75 above the encoder alone: 0.25 short of the one point asked
+    assert line_of(lines, "- SST-5, N-ary Tree-LSTM over mpnet (all").endswith(
+        "missed by 0.2 (56.0 vs 55.2; 3 and 2 seeds).")
+
+
+def test_encoder_runs_stay_out_of_the_papers_rows():
+    runs = [encoder_run("nary", "minilm", 51.0), *[run("nary", True, v, embeddings="random") for v in (44.0,)]]
+    papers = [r for r in runs if not report_sst.over_encoder(r)]
+    assert len(papers) == 1 and report_sst.over_encoder(runs[0])
