@@ -357,3 +357,18 @@ def test_encoder_runs_stay_out_of_the_papers_rows():
     runs = [encoder_run("nary", "minilm", 51.0), *[run("nary", True, v, embeddings="random") for v in (44.0,)]]
     papers = [r for r in runs if not report_sst.over_encoder(r)]
     assert len(papers) == 1 and report_sst.over_encoder(runs[0])
+
+
+def test_the_encoder_alone_on_sentence_labels_is_a_row_of_its_own():
+    runs = [encoder_run("encoder", "minilm", 30.0), encoder_run("encoder", "minilm", 48.0, supervision="root"),
+            encoder_run("nary", "minilm", 51.0)]
+    rows = {report_sst.encoder_row_name(row): [r["test"]["root"] for r in report_sst.encoder_row_runs(row, runs)]
+            for row in report_sst.ENCODER_ROWS}
+    assert rows["the encoder alone (mean of words) over MiniLM (all-MiniLM-L6-v2)"] == [30.0]
+    assert rows["the encoder alone (mean of words) over MiniLM (all-MiniLM-L6-v2), trained on sentence labels "
+                "only"] == [48.0]
+    lines = report_sst.encoder_target_lines(runs)
+    assert line_of(lines, "- SST-5, N-ary Tree-LSTM over minilm (all layers tuned) ≥ the encoder alone +").startswith(
+        "- SST-5, N-ary Tree-LSTM over minilm (all layers tuned) ≥ the encoder alone + 1: met (51.0 vs 30.0")
+    assert "missed by" not in line_of(lines, "- SST-5, N-ary Tree-LSTM over minilm (all layers tuned) ≥ the encoder "
+                                             "alone trained on sentence labels only + 1")
