@@ -730,9 +730,10 @@ def compute_lines(runs: list[dict]) -> list[str]:
                         "Wall time counts each epoch's dev evaluation and any time lost to other jobs on the machine.")
 
 
-def results_section(runs: list[dict], prov: Provenance | None = None, encoder_runs: Sequence[dict] = ()) -> str:
-    """The SST section of docs/results.md: rows with runs, with the test root accuracy, wall time and command of each
-    task; the stale marks' footnote and the GloVe targets."""
+def results_section(every: list[dict], prov: Provenance | None = None) -> str:
+    """The SST section of docs/results.md from every run: rows with runs, with the test root accuracy, wall time and
+    command of each task; the stale marks' footnote and the GloVe targets; then the rows over an encoder."""
+    runs, encoder_runs = split_encoder_runs(every)
     rows, marked = [], []
     for row in ROWS:
         mine = row_runs(row, runs)
@@ -761,9 +762,15 @@ def results_section(runs: list[dict], prov: Provenance | None = None, encoder_ru
     return "\n".join(lines) + "\n"
 
 
-def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[str]]:
-    """README's rows: each of ``SUMMARY_ROWS`` with runs, its test root accuracy per task (fine / binary) against the
-    paper's."""
+def split_encoder_runs(every: Sequence[dict]) -> tuple[list[dict], list[dict]]:
+    """The runs over word vectors, and those over a pretrained encoder."""
+    return [r for r in every if not over_encoder(r)], [r for r in every if over_encoder(r)]
+
+
+def summary_rows(every: list[dict], prov: Provenance | None = None) -> list[list[str]]:
+    """README's rows from every run: each of ``SUMMARY_ROWS`` with runs, its test root accuracy per task (fine /
+    binary) against the paper's; then the rows over an encoder."""
+    runs, encoder_runs = split_encoder_runs(every)
     found = []
     for row in (row for row in ROWS if row["name"] in SUMMARY_ROWS):
         mine = row_runs(row, runs)
@@ -776,7 +783,7 @@ def summary_rows(runs: list[dict], prov: Provenance | None = None) -> list[list[
                                  f"{stale_mark(prov, task_runs(row, runs, task))}" for task in done),
                       " / ".join(f"{p:.1f}" if p is not None else "—" for p in papers) if any(papers) else "—",
                       minutes(mine), "<br>".join(f"`{command_for(row, task, runs)}`" for task in done)])
-    return found
+    return found + encoder_summary_rows(encoder_runs, prov)
 
 
 def encoder_row_name(row: dict, layers: bool = True) -> str:
@@ -815,16 +822,14 @@ def encoder_summary_rows(runs: Sequence[dict], prov: Provenance | None = None) -
 def main(argv: Sequence[str] | None = None) -> None:
     results, committed = results_folder(__doc__.splitlines()[0], RESULTS, argv)
     every = full_runs(results)
-    runs = [r for r in every if not over_encoder(r)]
-    encoder_runs = [r for r in every if over_encoder(r)]
+    runs, encoder_runs = split_encoder_runs(every)
     if not every:
         no_runs("sst", results, [results / "sst"], "full SST runs")
     prov = Provenance.of(results, "sst")
     (results / "sst.md").write_text(report(runs, prov, shown(results, REPO), encoder_runs))
     written = plots(runs, results) if runs else []
     # Only the committed results speak for docs/results.md and README: a report on one's own runs stays in their folder.
-    written += publish(REPO, "sst", results_section(runs, prov, encoder_runs),
-                       summary_rows(runs, prov) + encoder_summary_rows(encoder_runs, prov)) if committed else []
+    written += publish(REPO, "sst", results_section(every, prov), summary_rows(every, prov)) if committed else []
     print(f"{len(every)} runs -> {results / 'sst.md'}, " + ", ".join(written))
 
 

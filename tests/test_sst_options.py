@@ -25,13 +25,17 @@ def committed_runs() -> list[dict]:
     return [r for r in records if isinstance(r, dict) and "config" in r and r["config"]["model"] not in sst.BASELINES]
 
 
+# The published widths of the registry's encoders (their config.json's hidden_size).
+ENCODER_WIDTHS = {"minilm": 384, "mpnet": 768}
+
+
 def test_every_committed_run_has_the_settings_and_name_its_command_gives():
     runs = committed_runs()
     assert len(runs) > 100
     for record in runs:
         args = OPTIONS.parse(shlex.split(record["command"])[2:], REPO)
         vectors = None if args.embeddings == "random" else types.SimpleNamespace(dim=50)  # GloVe 6B 50d
-        config = OPTIONS.config(args, vectors)
+        config = OPTIONS.config(args, vectors, ENCODER_WIDTHS.get(args.encoder))
         recorded = record["config"]
         # Runs made before the optimizer record gained a field lack it; the rest is the same.
         config["optimizer"] = {k: config["optimizer"][k] for k in recorded["optimizer"]}
