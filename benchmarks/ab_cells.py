@@ -306,7 +306,7 @@ def git_state(checkout: Path) -> dict[str, Any]:
 
 
 def cpu_model() -> str | None:
-    # Read here rather than through graphtree.experiments.provenance: this harness imports each compared checkout's
+    # Read here rather than through lab.provenance: this harness imports each compared checkout's
     # graphtree in turn, and imports none of its own.
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -19,15 +19,17 @@ import sys
 import time
 from pathlib import Path
 
+import lab_path  # noqa: F401  (the lab, not installed)
 import torch
 from torch_geometric.data import Batch
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "experiments"))
+
+from lab.provenance import code_state, processor  # noqa: E402
+from lab.scripts import load_script  # noqa: E402
 
 from graphtree.data import with_schedule  # noqa: E402
 from graphtree.datasets import SST, CodeTrees  # noqa: E402
-from graphtree.experiments.provenance import code_state, processor  # noqa: E402
 from graphtree.nn import ChildSumTreeLSTM  # noqa: E402
 
 
@@ -50,7 +52,7 @@ def one_pass(cell: torch.nn.Module, prepared: list[Batch], hidden: int) -> float
 
 
 def main(argv: list[str]) -> None:
-    import code as code_script  # experiments/code.py: its packages and limits
+    code_script = load_script(REPO / "experiments" / "code.py")  # its packages and limits
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trees", type=int, default=1280)

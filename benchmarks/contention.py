@@ -42,11 +42,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import lab_path  # noqa: F401  (the lab, not installed)
 import torch
 from epoch import PAGE, REPO, git, train_once
+from lab.provenance import processor
+from lab.report import write_readme_section
 
-from graphtree.experiments.provenance import processor
-from graphtree.experiments.report import write_readme_section
 from graphtree.train import atomic_write_text
 
 SETUPS = {"1": (1, [], {}), "2-fixed": (2, ["--fixed-threads"], {}), "2": (2, [], {}),

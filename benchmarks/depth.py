@@ -49,12 +49,13 @@ import sys
 import time
 from pathlib import Path
 
+import lab_path  # noqa: F401  (the lab, not installed)
 import torch
+from lab.provenance import code_state
 from torch_geometric.data import Data
 
 from graphtree.backend.allocator import keep_freed_memory, malloc_in_use
 from graphtree.data import with_schedule
-from graphtree.experiments.provenance import code_state
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, LexicalizedTreeLSTM, NaryTreeLSTM, TopDownTreeLSTM, TreeCell
 
 CELLS = ("child_sum", "nary", "slstm", "lstm_rnn", "lexicalized", "top_down", "own")

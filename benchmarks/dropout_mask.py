@@ -17,12 +17,13 @@ import statistics
 import time
 from pathlib import Path
 
+import lab_path  # noqa: F401  (the lab, not installed)
 import torch
 import torch.nn.functional as F
+from lab.runs import corpus_file
 
 from graphtree.backend.native import ensure_built
 from graphtree.datasets import SST
-from graphtree.experiments.runs import corpus_file
 from graphtree.nn.functional import dropout
 
 REPO = Path(__file__).resolve().parent.parent

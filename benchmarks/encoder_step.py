@@ -4,7 +4,7 @@
 
 The model is ``sst.py --model nary --encoder ...``'s (N-ary Tree-LSTM of 150 over the encoder's word states, a
 classifier on every node) on SST training minibatches of 16 sentences, trained as the script trains it
-(AdamW, the recipe of ``graphtree.experiments.encoder_runs``): forward, backward and update. Settings:
+(AdamW, the recipe of ``lab.encoder_runs``): forward, backward and update. Settings:
 every layer fine-tuned; the top ``K`` only over the kept output of the frozen ones below
 (``--trainable-layers K``); the encoder frozen, its states computed once. Each round times the same
 minibatches under every setting in turn (interleaved, so that the machine's load falls on all alike), after
@@ -21,6 +21,8 @@ import statistics
 import time
 from pathlib import Path
 
+import lab_path  # noqa: F401  (the lab, not installed)
+
 REPO = Path(__file__).resolve().parent.parent
 EPOCH_MINIBATCHES = 534  # SST's 8,544 training trees in minibatches of 16
 
@@ -36,11 +38,11 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
+    from lab.encoder_runs import ENCODER_DEFAULTS, encoder_leaves
+    from lab.runs import default_mirror
     from torch_geometric.data import Batch
 
     from graphtree.datasets import SST
-    from graphtree.experiments.encoder_runs import ENCODER_DEFAULTS, encoder_leaves
-    from graphtree.experiments.runs import default_mirror
     from graphtree.models import TreeClassifier, node_loss
     from graphtree.nn import NaryTreeLSTM
     from graphtree.train import OptimizerSpec, PaperOptimizer

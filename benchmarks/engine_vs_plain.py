@@ -37,18 +37,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ab_cells as _ab
+import lab_path  # noqa: F401  (the lab, for provenance)
+import plain_cells as _plain
 import torch
+from lab.provenance import code_state, processor_name
 
 import graphtree.nn
 from graphtree import settings
 from graphtree.backend import native
 from graphtree.data import with_schedule
-from graphtree.experiments.provenance import code_state, processor_name
-from graphtree.experiments.scripts import load_script
 
 HERE = Path(__file__).resolve().parent
-_ab = load_script(HERE / "ab_cells.py")
-_plain = load_script(HERE / "plain_cells.py")
 
 CELLS = ("childsum", "nary", "slstm", "lstmrnn", "lexicalized", "topdown", "head_gated", "gru")
 CONTENDERS = ("definition", "kernels", "plain")

@@ -58,10 +58,11 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import lab_path  # noqa: F401  (the lab, not installed)
 import torch
+from lab.provenance import processor
+from lab.report import write_readme_section
 
-from graphtree.experiments.provenance import processor
-from graphtree.experiments.report import write_readme_section
 from graphtree.train import atomic_write_text
 
 REPO = Path(__file__).resolve().parent.parent
@@ -391,12 +392,13 @@ def breakdown(args: argparse.Namespace) -> dict:
     own, from the same initial weights): as the script trains (dropout, word vectors updated), without dropout,
     with frozen vectors, and as ``benchmarks/tree_lstm.py`` times its step (neither). Each block's least time
     over ``args.rounds`` rounds, summed over the epoch: what the machine's load adds to a block is left out."""
+    from lab.harness import initial_vectors
+    from lab.runs import default_mirror
+
     from graphtree.backend.thread_budget import ThreadBudget
     from graphtree.backend.threads import denormals_flushed
     from graphtree.data import with_schedule
     from graphtree.data.batching import BatchCutter
-    from graphtree.experiments.harness import initial_vectors
-    from graphtree.experiments.runs import default_mirror
     from graphtree.models import node_loss
     from graphtree.train import OptimizerSpec, PaperOptimizer
     from graphtree.train.metrics import evaluate

@@ -147,11 +147,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.table:
         if args.step and Path(args.step).is_file():
-            from graphtree.experiments.scripts import load_script
+            import gpu_step
 
             step = json.loads(Path(args.step).read_text())
             if step.get("rows"):
-                print(load_script(REPO / "benchmarks" / "gpu_step.py").tables(step, None, None), end="\n\n")
+                print(gpu_step.tables(step, None, None), end="\n\n")
         if Path(args.table).is_file():
             print(epoch_table(json.loads(Path(args.table).read_text())))
         return

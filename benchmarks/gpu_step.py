@@ -37,28 +37,39 @@ import math
 import random
 import sys
 import time
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from plain_level_loop import PlainLevelTreeLSTM
 from torch import nn
 from torch_geometric.data import Batch, Data
+from tree_lstm import (
+    CELL_NAMES,
+    HIDDEN,
+    LEARNING_RATE,
+    NUM_CLASSES,
+    RESULTS,
+    SequenceLSTM,
+    TreeStats,
+    forward_flops,
+    load_sst,
+    machine,
+    matmul_probe,
+    median,
+    padded_words,
+    random_trees,
+    sst_archive,
+    synchronize,
+    timed,
+    tree_model,
+)
 
 from graphtree.data import with_schedule
-from graphtree.experiments.scripts import load_script
 from graphtree.models import node_loss
 from graphtree.replay import Buckets, ReplayedStep
 from graphtree.train import make_optimizer
-
-# The speed benchmark's set-up and the plain level loop beside this file, imported by their paths.
-PlainLevelTreeLSTM = load_script(Path(__file__).with_name("plain_level_loop.py")).PlainLevelTreeLSTM
-(CELL_NAMES, HIDDEN, LEARNING_RATE, NUM_CLASSES, RESULTS, SequenceLSTM, TreeStats, forward_flops, load_sst, machine,
- matmul_probe, median, padded_words, random_trees, sst_archive, synchronize, timed, tree_model) = attrgetter(
-    "CELL_NAMES", "HIDDEN", "LEARNING_RATE", "NUM_CLASSES", "RESULTS", "SequenceLSTM", "TreeStats", "forward_flops",
-    "load_sst", "machine", "matmul_probe", "median", "padded_words", "random_trees", "sst_archive", "synchronize",
-    "timed", "tree_model")(load_script(Path(__file__).with_name("tree_lstm.py")))
 
 CELLS = ("nary", "child_sum", "slstm", "lstm_rnn", "contree_lex", "top_down", "bicontree")
 TODAY = RESULTS / "cuda-threads1.json"

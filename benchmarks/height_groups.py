@@ -25,13 +25,14 @@ import sys
 import time
 from pathlib import Path
 
+import lab_path  # noqa: F401  (the lab, not installed)
 import torch
+from lab.provenance import code_state
+from lab.sst_models import sst_model
 
 from graphtree.data.batching import collate_graphs
 from graphtree.data.loader import with_schedule
 from graphtree.datasets import SST
-from graphtree.experiments.provenance import code_state
-from graphtree.experiments.sst_models import sst_model
 from graphtree.models.classifier import node_loss
 from graphtree.train import PRESETS, PaperOptimizer
 from graphtree.train.checkpoint import seed_everything

@@ -43,16 +43,15 @@ import sysconfig
 import time
 from pathlib import Path
 
+import lab_path  # noqa: F401  (the lab, not installed)
 import torch
-from torch_geometric.data import Batch, Data
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from depth import MeanPool, _saving, layered, random_tree
+from lab.provenance import code_state, processor
+from torch_geometric.data import Batch, Data
 
 from graphtree import settings
 from graphtree.backend import native
 from graphtree.data import with_schedule
-from graphtree.experiments.provenance import code_state, processor
 from graphtree.nn import ChildSumTreeLSTM, TopDownTreeLSTM
 from graphtree.schedule import SPLIT_COST_SLOTS, Schedule
 

@@ -24,17 +24,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import lab_path  # noqa: F401  (the lab, not installed)
 import torch
+from depth import random_tree
+from hubs import function_trees
+from lab.provenance import code_state, processor
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from depth import random_tree
-from hubs import function_trees
-
 from graphtree.data.pairs import pair_side
 from graphtree.datasets import SICK, TREC, BooleanCircuits, ListOps
-from graphtree.experiments.provenance import code_state, processor
 from graphtree.schedule import SPLIT_COST_SLOTS, Schedule
 
 COSTS = (64, 256, SPLIT_COST_SLOTS)

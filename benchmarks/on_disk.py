@@ -43,6 +43,8 @@ import sysconfig
 import time
 from pathlib import Path
 
+import lab_path  # noqa: F401  (the lab, not installed)
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -335,8 +337,7 @@ def main() -> None:
     if args.quick:
         args.sizes, args.steps, args.memory_up_to, args.parse_up_to = [1_000, 10_000], 60, 10_000, 10_000
     import torch
-
-    from graphtree.experiments.provenance import code_state, processor
+    from lab.provenance import code_state, processor
 
     code = code_state()  # the code this run imports, asked before it runs
     baseline = Path(args.baseline).resolve() if args.baseline else None

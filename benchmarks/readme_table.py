@@ -14,7 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from graphtree.experiments.report import write_readme_section
+import lab_path  # noqa: F401  (the lab, not installed)
+from lab.report import write_readme_section
 
 REPO = Path(__file__).resolve().parent.parent
 BOUND_TARGET = 2.5  # every cell's training step at batch 25 within this factor of its essential-FLOP time

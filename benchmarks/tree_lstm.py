@@ -51,8 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import lab_path  # noqa: F401  (the lab, not installed)
 import torch
 import torch.nn.functional as F
+from lab.provenance import code_state, processor_name
+from lab.runs import corpus_file
+from plain_level_loop import PlainLevelTreeLSTM
+from recursive_reference import RecursiveTreeLSTM, tree_from_data
 from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
@@ -61,18 +66,10 @@ from graphtree.data import NO_WORD, from_ptb
 from graphtree.data.tree import tree_data
 from graphtree.datasets import SST
 from graphtree.engine import schedule_of
-from graphtree.experiments.provenance import code_state, processor_name
-from graphtree.experiments.runs import corpus_file
-from graphtree.experiments.scripts import load_script
 from graphtree.models import BiTreeLSTM, NodeEmbedding, TreeClassifier, node_loss
 from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
 from graphtree.schedule import Schedule
 from graphtree.train import make_optimizer
-
-# The two baselines beside this file, imported by their paths (this file is imported by its path too).
-PlainLevelTreeLSTM = load_script(Path(__file__).with_name("plain_level_loop.py")).PlainLevelTreeLSTM
-_reference = load_script(Path(__file__).with_name("recursive_reference.py"))
-RecursiveTreeLSTM, tree_from_data = _reference.RecursiveTreeLSTM, _reference.tree_from_data
 
 # --------------------------------------------------------------------------- configuration
 
@@ -1091,7 +1088,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def sst_archive() -> str:
-    """SST's archive where the experiments read it (:func:`graphtree.experiments.runs.corpus_file`); "" without one."""
+    """SST's archive where the experiments read it (:func:`lab.runs.corpus_file`); "" without one."""
     found = corpus_file(SST.ARCHIVE, REPO)
     return str(found) if found is not None else ""
 

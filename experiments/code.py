@@ -16,7 +16,7 @@ same command resumes a killed run and skips a finished one.
     python experiments/code.py --task kind --model childsum --seeds 1 2 3
     python experiments/code.py --task kind --model childsum --quick   # a minute, under runs/quick/
 
-Tasks (:mod:`graphtree.experiments.code_tasks`): ``name``, the name's first five
+Tasks (:mod:`lab.code_tasks`): ``name``, the name's first five
 sub-tokens as ogbg-code2 defines the task, scored by OGB's F1; ``kind``, the
 13 method kinds of :data:`graphtree.datasets.code.KINDS` (from the name's
 pattern: ``__init__``, other dunders, ``test_``, ``get_``, ``is_``/``has_``...),
@@ -39,7 +39,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from graphtree.experiments.runs import QUICK_EPOCHS, ArgumentParser, add_run_arguments, check_flags_first
+from lab.runs import QUICK_EPOCHS, ArgumentParser, add_run_arguments, check_flags_first
+
 from graphtree.train.presets import OptimizerSpec
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -86,9 +87,7 @@ if __name__ == "__main__":
     check_flags_first(parse_args, "code.py")  # --help and a mistyped flag answer here, before torch is imported
 
 import torch
-
-from graphtree.datasets import CodeTrees
-from graphtree.experiments.code_tasks import (
+from lab.code_tasks import (
     EOS,
     NAME_LENGTH,
     NAME_VOCAB,
@@ -102,9 +101,9 @@ from graphtree.experiments.code_tasks import (
     prepare,
     tfidf_features,
 )
-from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
-from graphtree.experiments.runs import (
-        RunPaths,
+from lab.harness import SPLITS, Experiment, split_sizes
+from lab.runs import (
+    RunPaths,
     finished_run,
     main_guard,
     note,
@@ -112,7 +111,9 @@ from graphtree.experiments.runs import (
     recorded_command,
     run_record,
 )
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from lab.seeds import Outcome, SeedRun, count_parameters
+
+from graphtree.datasets import CodeTrees
 from graphtree.train.checkpoint import atomic_write_text, seed_everything
 from graphtree.train.trainer import collate
 
@@ -218,7 +219,7 @@ def tfidf_runs(args, argv, exp, cfg, splits, train_set, targets, classes, names,
             predicted = (features[split] @ layer.weight.t() + layer.bias).view(-1, outputs, width).argmax(-1)
         if args.task == "kind":
             return dict(accuracy=100 * float((predicted[:, 0] == y[split][:, 0]).float().mean()), total=len(predicted))
-        from graphtree.experiments.code_tasks import name_f1
+        from lab.code_tasks import name_f1
         return dict(name_f1(names[split], [decode_name(p, classes) for p in predicted.tolist()]),
                     total=len(predicted))
 

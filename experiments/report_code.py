@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from graphtree.experiments.report import (
+from lab.report import (
     Provenance,
     commands_section,
     load_runs,

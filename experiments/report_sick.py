@@ -10,7 +10,7 @@ A row pools the full runs of its model: mean ± sample standard deviation
 (n - 1) over seeds of the dev-selected test Pearson r, Spearman ρ and MSE. Rows
 without runs say "not run"; the plot shows only models with runs. Each row names
 the commits its runs come from, and a row whose runs predate the current
-numerics (``graphtree.experiments.provenance``) carries a stale mark.
+numerics (``lab.provenance``) carries a stale mark.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from graphtree.experiments.report import (
+from lab.report import (
     Provenance,
     code_cell,
     commands_section,
@@ -44,8 +44,8 @@ from graphtree.experiments.report import (
     target_line,
     wall_minutes,
 )
-from graphtree.experiments.runs import check_flags_first
-from graphtree.experiments.scripts import load_script
+from lab.runs import check_flags_first
+from lab.scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md

@@ -20,7 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from graphtree.experiments.report import (
+from lab.report import (
     Provenance,
     load_runs,
     markdown_table,
@@ -30,7 +30,7 @@ from graphtree.experiments.report import (
     publish,
     summary_label,
 )
-from graphtree.experiments.runs import ArgumentParser
+from lab.runs import ArgumentParser
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL_NAMES = {"childsum": "Child-Sum Tree-LSTM", "nary": "N-ary Tree-LSTM", "slstm": "S-LSTM", "lstmrnn": "LSTM-RNN",

@@ -9,7 +9,7 @@ Every number of ours comes from ``<results>/trec/*.json`` (written by
 (Table 2). A row pools the full runs of its model: mean ± sample standard
 deviation (n - 1) over seeds of the dev-selected test accuracy. Rows without
 runs say "not run". Each row names the commits its runs come from, and a row
-whose runs predate the current numerics (``graphtree.experiments.provenance``)
+whose runs predate the current numerics (``lab.provenance``)
 carries a stale mark.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from graphtree.experiments.report import (
+from lab.report import (
     Provenance,
     code_cell,
     commands_section,
@@ -42,8 +42,8 @@ from graphtree.experiments.report import (
     target_line,
     wall_minutes,
 )
-from graphtree.experiments.runs import check_flags_first
-from graphtree.experiments.scripts import load_script
+from lab.runs import check_flags_first
+from lab.scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"  # the committed results: the only folder whose report updates README.md

@@ -19,7 +19,7 @@ largest difference and exits 0 within the tolerance, 1 beyond it.
 
 ``--record`` adds the verdict to ``experiments/results/reproduced.json``, which
 the reports read: a row whose runs predate the current numerics version (see
-:mod:`graphtree.experiments.provenance`) counts as current once one of its runs is
+:mod:`lab.provenance`) counts as current once one of its runs is
 shown to reproduce there.
 """
 
@@ -33,9 +33,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphtree.experiments.provenance import NUMERICS_VERSION, code_state, rounding_differences
-from graphtree.experiments.report import Provenance
-from graphtree.experiments.runs import ArgumentParser, check_flags_first, fail, main_guard
+from lab.provenance import NUMERICS_VERSION, code_state, rounding_differences
+from lab.report import Provenance
+from lab.runs import ArgumentParser, check_flags_first, fail, main_guard
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = REPO / "experiments" / "results" / "reproduced.json"

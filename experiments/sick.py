@@ -34,8 +34,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from graphtree.experiments.encoder_runs import add_encoder_arguments, check_encoder_flags
-from graphtree.experiments.runs import (
+from lab.encoder_runs import add_encoder_arguments, check_encoder_flags
+from lab.runs import (
     ArgumentParser,
     add_run_arguments,
     check_embeddings,
@@ -43,6 +43,7 @@ from graphtree.experiments.runs import (
     main_guard,
     note,
 )
+
 from graphtree.train.presets import PRESETS
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -86,14 +87,7 @@ if __name__ == "__main__":
     check_flags_first(parse_args, "sick.py")  # --help and a mistyped flag answer here, before torch is imported
 
 import torch
-from torch_geometric.data import Data
-
-from graphtree.data.spacy import binarize
-from graphtree.data.tree import lookup_words
-from graphtree.datasets import SICK
-from graphtree.datasets.sick import TREE_KEYS, make_pair
-from graphtree.embeddings import embedding_matrix
-from graphtree.experiments.encoder_runs import (
+from lab.encoder_runs import (
     ENCODER_DEFAULTS,
     checkpoint_seconds,
     encode_once,
@@ -102,8 +96,15 @@ from graphtree.experiments.encoder_runs import (
     encoder_optimizer,
     encoder_settings,
 )
-from graphtree.experiments.harness import SPLITS, Experiment, encoder_record, split_sizes, vectors_name
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from lab.harness import SPLITS, Experiment, encoder_record, split_sizes, vectors_name
+from lab.seeds import Outcome, SeedRun, count_parameters
+from torch_geometric.data import Data
+
+from graphtree.data.spacy import binarize
+from graphtree.data.tree import lookup_words
+from graphtree.datasets import SICK
+from graphtree.datasets.sick import TREE_KEYS, make_pair
+from graphtree.embeddings import embedding_matrix
 from graphtree.models import NodeEmbedding
 from graphtree.models.similarity import MeanEncoder, PairSimilarity, SequenceEncoder, TreeEncoder, similarity_loss
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM

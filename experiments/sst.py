@@ -34,9 +34,10 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from graphtree.experiments.encoder_runs import ENCODER_DEFAULTS, checkpoint_seconds, encode_once
-from graphtree.experiments.runs import check_flags_first, main_guard
-from graphtree.experiments.sst_options import SSTOptions
+from lab.encoder_runs import ENCODER_DEFAULTS, checkpoint_seconds, encode_once
+from lab.runs import check_flags_first, main_guard
+from lab.sst_options import SSTOptions
+
 from graphtree.train.presets import PRESETS
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -76,11 +77,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 if __name__ == "__main__" and sys.argv[1:2] != ["predict"]:
     check_flags_first(parse_args, "sst.py")  # --help and a mistyped flag answer here, before torch is imported
 
-from torch_geometric.data import Data
-
-from graphtree.datasets import SST
-from graphtree.experiments.baselines import single_process, sst_phrase_baseline
-from graphtree.experiments.harness import (
+from lab.baselines import single_process, sst_phrase_baseline
+from lab.harness import (
     SPLITS,
     Experiment,
     encoder_record,
@@ -88,10 +86,13 @@ from graphtree.experiments.harness import (
     sample_splits,
     split_sizes,
 )
-from graphtree.experiments.runs import default_mirror, note
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.experiments.sst_models import sst_model
-from graphtree.experiments.sst_predict import predict
+from lab.runs import default_mirror, note
+from lab.seeds import Outcome, SeedRun, count_parameters
+from lab.sst_models import sst_model
+from lab.sst_predict import predict
+from torch_geometric.data import Data
+
+from graphtree.datasets import SST
 from graphtree.train import OptimizerSpec, Trainer, recursive_tree, restrict_supervision
 from graphtree.vocab import Vocab
 

@@ -46,8 +46,9 @@ import sys
 import time
 from pathlib import Path
 
-from graphtree.experiments.own_data.names import MODELS
-from graphtree.experiments.runs import ArgumentParser, add_run_arguments, check_flags_first, main_guard, note
+from lab.own_data.names import MODELS
+from lab.runs import ArgumentParser, add_run_arguments, check_flags_first, main_guard, note
+
 from graphtree.train.presets import PRESETS
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -81,12 +82,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 if __name__ == "__main__":
     check_flags_first(parse_args, "structure.py")  # --help and a mistyped flag answer here, before torch is imported
 
+from lab.harness import SPLITS, Experiment, split_sizes
+from lab.own_data import Task, TaskTrainer
+from lab.seeds import Outcome, SeedRun, count_parameters
+from lab.structure import accuracy_by, add_sequences, structure_model
+
 from graphtree.datasets import BooleanCircuits, ListOps
 from graphtree.datasets.listops import TREES
-from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
-from graphtree.experiments.own_data import Task, TaskTrainer
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
-from graphtree.experiments.structure import accuracy_by, add_sequences, structure_model
 
 DATASETS = {"ListOps": ListOps, "BooleanCircuits": BooleanCircuits}
 assert TREES == LISTOPS_TREES, "experiments/structure.py lists ListOps' trees as graphtree.datasets.listops.TREES"

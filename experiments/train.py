@@ -48,9 +48,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from graphtree.experiments import own_data as own  # a lazy package: MODELS needs no torch
-from graphtree.experiments.encoder_runs import add_encoder_arguments, check_encoder_flags
-from graphtree.experiments.runs import (
+from lab import own_data as own  # a lazy package: MODELS needs no torch
+from lab.encoder_runs import add_encoder_arguments, check_encoder_flags
+from lab.runs import (
     ArgumentParser,
     RunPaths,
     add_run_arguments,
@@ -61,6 +61,7 @@ from graphtree.experiments.runs import (
     main_guard,
     note,
 )
+
 from graphtree.train.presets import PRESETS
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -138,7 +139,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 if __name__ == "__main__":
     check_flags_first(parse_args, "train.py")  # --help and a mistyped flag answer here, before torch is imported
 
-from graphtree.experiments.encoder_runs import (
+from lab.encoder_runs import (
     checkpoint_seconds,
     encode_once,
     encoder_leaves,
@@ -146,8 +147,9 @@ from graphtree.experiments.encoder_runs import (
     encoder_optimizer,
     encoder_settings,
 )
-from graphtree.experiments.harness import Experiment, encoder_record, split_sizes, vectors_name
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from lab.harness import Experiment, encoder_record, split_sizes, vectors_name
+from lab.seeds import Outcome, SeedRun, count_parameters
+
 from graphtree.train import distributed
 
 

@@ -33,8 +33,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graphtree.experiments.encoder_runs import add_encoder_arguments, check_encoder_flags
-from graphtree.experiments.runs import (
+from lab.encoder_runs import add_encoder_arguments, check_encoder_flags
+from lab.runs import (
     ArgumentParser,
     add_run_arguments,
     check_embeddings,
@@ -43,6 +43,7 @@ from graphtree.experiments.runs import (
     main_guard,
     note,
 )
+
 from graphtree.train.presets import PRESETS
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -84,14 +85,8 @@ if __name__ == "__main__":
     check_flags_first(parse_args, "trec.py")  # --help and a mistyped flag answer here, before torch is imported
 
 import torch
-from torch import Tensor
-from torch.nn import Linear
-
-from graphtree.data.tree import lookup_words
-from graphtree.datasets import TREC
-from graphtree.embeddings import embedding_matrix
-from graphtree.experiments.baselines import single_process, trec_question_baseline
-from graphtree.experiments.encoder_runs import (
+from lab.baselines import single_process, trec_question_baseline
+from lab.encoder_runs import (
     ENCODER_DEFAULTS,
     checkpoint_seconds,
     encode_once,
@@ -100,7 +95,7 @@ from graphtree.experiments.encoder_runs import (
     encoder_optimizer,
     encoder_settings,
 )
-from graphtree.experiments.harness import (
+from lab.harness import (
     SPLITS,
     Experiment,
     encoder_record,
@@ -108,7 +103,13 @@ from graphtree.experiments.harness import (
     split_sizes,
     vectors_name,
 )
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from lab.seeds import Outcome, SeedRun, count_parameters
+from torch import Tensor
+from torch.nn import Linear
+
+from graphtree.data.tree import lookup_words
+from graphtree.datasets import TREC
+from graphtree.embeddings import embedding_matrix
 from graphtree.models import BiTreeLSTM, NodeEmbedding
 from graphtree.models.similarity import MeanEncoder, SequenceEncoder, TreeEncoder, roots_of
 from graphtree.nn import ChildSumTreeLSTM
@@ -206,7 +207,7 @@ def scorer(splits: dict[str, list], encoder: dict[str, Any] | None = None) -> An
 
 def train_over_encoder(args: argparse.Namespace, argv: list[str]) -> None:
     """A run over a pretrained encoder (``--encoder``): its word states are the leaves, fine-tuned with the
-    model by the recipe of :mod:`graphtree.experiments.encoder_runs`."""
+    model by the recipe of :mod:`lab.encoder_runs`."""
     exp = Experiment.start("trec", args, argv, REPO, ENCODER_DEFAULTS["epochs"])
     trees = MODELS[args.model]["trees"] if args.model in MODELS else "binary"
     record = encoder_record(args.encoder)

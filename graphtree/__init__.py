@@ -2,7 +2,7 @@
 
 # Importing graphtree, or running its layers, datasets and trainer, sets nothing process-wide: the garbage collector,
 # the floating-point mode, malloc and the thread count are the choices of the program that runs them (the experiment
-# scripts make theirs in graphtree.experiments.process).
+# scripts make theirs in experiments/lab/process.py, which is not part of the package).
 import importlib
 from typing import TYPE_CHECKING, Any
 

@@ -15,7 +15,7 @@ setting                      environment variable            meaning
 ``flush_denormals``          ``GRAPHTREE_FLUSH_DENORMALS``   the experiment scripts flush subnormal floats to
                                                              zero for their run (default ``True``; ``0``
                                                              leaves the processor's setting alone;
-                                                             :mod:`graphtree.experiments.process`)
+                                                             ``experiments/lab/process.py``)
 ``slot_check``               ``GRAPHTREE_SLOT_CHECK``        whether a pass checks that a cell's ``update``
                                                              leaves empty slots out of its result
                                                              (:mod:`graphtree.engine.slot_check`):

@@ -5,7 +5,7 @@ figure of the epoch in docs/performance.md against its results file."""
 from __future__ import annotations
 
 import copy
-import importlib.util
+import importlib
 import json
 import re
 import subprocess
@@ -18,10 +18,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def epoch_module():
-    spec = importlib.util.spec_from_file_location("benchmark_epoch", BENCHMARKS / "epoch.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = importlib.import_module("epoch")
     return module
 
 
@@ -145,9 +142,7 @@ def test_epoch_figure_command_draws_its_results_file_and_the_figure_is_not_stale
 
 
 def test_readme_says_which_is_faster_on_the_gpu_plain_loop_or_graphtree():
-    spec = importlib.util.spec_from_file_location("benchmark_readme_table", BENCHMARKS / "readme_table.py")
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
+    table = importlib.import_module("readme_table")
 
     def results(at_25: float, at_256: float) -> dict:
         rows = [{"model": "plain", "embedding": 300, "batch": 25, "train_time_vs_nary": at_25},
@@ -180,9 +175,7 @@ def test_performance_page_blocks_are_what_their_commands_write(tmp_path, monkeyp
     (tmp_path / "benchmarks").symlink_to(BENCHMARKS)
     monkeypatch.chdir(root)
 
-    spec = importlib.util.spec_from_file_location("benchmark_readme_table", BENCHMARKS / "readme_table.py")
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
+    table = importlib.import_module("readme_table")
     monkeypatch.setattr(table, "REPO", tmp_path)
     results = ["benchmarks/results/cpu-threads2.json", "benchmarks/results/cuda-threads1.json",
                "benchmarks/results/operator-calls.json"]
@@ -198,14 +191,7 @@ def test_performance_page_blocks_are_what_their_commands_write(tmp_path, monkeyp
 
 
 def test_the_hub_table_of_the_performance_page_is_what_its_results_file_gives():
-    # benchmarks/hubs.py imports depth.py beside it, as it runs from the command line.
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location("benchmark_hubs", BENCHMARKS / "hubs.py")
-        hubs = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(hubs)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    hubs = importlib.import_module("hubs")
     result = json.loads((BENCHMARKS / "results" / "hubs-cpu.json").read_text())
     page = (BENCHMARKS.parent / "docs" / "performance.md").read_text()
     assert hubs.table(result) in page
@@ -213,13 +199,7 @@ def test_the_hub_table_of_the_performance_page_is_what_its_results_file_gives():
 
 
 def test_the_level_waste_table_of_the_performance_page_is_what_its_results_file_gives():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location("benchmark_level_waste", BENCHMARKS / "level_waste.py")
-        waste = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(waste)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    waste = importlib.import_module("level_waste")
     result = json.loads((BENCHMARKS / "results" / "level-waste.json").read_text())
     assert waste.table(result) in (BENCHMARKS.parent / "docs" / "performance.md").read_text()
     # The default splits no batch of the experiments' sentences, and the trees' slots per edge fall with the cost.
@@ -227,14 +207,7 @@ def test_the_level_waste_table_of_the_performance_page_is_what_its_results_file_
 
 
 def contention_module():
-    # benchmarks/contention.py imports epoch.py beside it, as it runs from the command line.
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location("benchmark_contention", BENCHMARKS / "contention.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    module = importlib.import_module("contention")
     return module
 
 
@@ -265,9 +238,7 @@ def test_the_contention_table_of_the_performance_page_is_what_its_results_file_g
 
 
 def test_the_on_disk_table_of_the_performance_page_is_what_its_results_file_gives():
-    spec = importlib.util.spec_from_file_location("benchmark_on_disk", BENCHMARKS / "on_disk.py")
-    on_disk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(on_disk)
+    on_disk = importlib.import_module("on_disk")
     result = json.loads((BENCHMARKS / "results" / "on-disk-cpu.json").read_text())
     page = (BENCHMARKS.parent / "docs" / "performance.md").read_text()
     assert on_disk.table(result) in page
@@ -295,9 +266,7 @@ def test_the_epoch_breakdown_tables_of_the_performance_page_are_what_their_resul
 
 
 def test_the_on_disk_ratio_is_the_median_of_the_rounds_where_there_are_several():
-    spec = importlib.util.spec_from_file_location("benchmark_on_disk", BENCHMARKS / "on_disk.py")
-    on_disk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(on_disk)
+    on_disk = importlib.import_module("on_disk")
     row = {"disk1": {"graphs_per_s": 90.0}, "memory1": {"graphs_per_s": 100.0}, "paired1": [0.5, 0.8, 1.0]}
     assert on_disk._ratio(row, "disk1", "memory1") == "0.80 (0.50-1.00)"
     assert on_disk._ratio({**row, "paired1": [0.7]}, "disk1", "memory1") == "0.90"  # one round: the two rates

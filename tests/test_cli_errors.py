@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from lab.runs import RunPaths, finished_run, in_command_line_terms, main_guard, resolve_device
+from lab.scripts import load_script
 
 from graphtree import settings
-from graphtree.experiments.runs import RunPaths, finished_run, in_command_line_terms, main_guard, resolve_device
-from graphtree.experiments.scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 sick, sst, trec = (load_script(REPO / "experiments" / f"{name}.py") for name in ("sick", "sst", "trec"))
@@ -58,7 +58,7 @@ def test_run_paths_keep_quick_runs_and_checkpoints_apart(tmp_path):
 
 
 def bad_flag_error(run, capsys) -> str:
-    """The one line argparse prints for a bad value (graphtree.experiments.runs.ArgumentParser), exit status 2."""
+    """The one line argparse prints for a bad value (lab.runs.ArgumentParser), exit status 2."""
     with pytest.raises(SystemExit) as exit_info:
         run()
     captured = capsys.readouterr()

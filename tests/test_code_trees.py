@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from lab.code_tasks import EOS, UNK, CodeModel, decode_name, lcrs, name_f1, name_targets
 from torch_geometric.data import Batch
 
 from graphtree.datasets import CodeTrees
 from graphtree.datasets.code import KINDS, SELF_NAME, function_trees, method_kind, package_splits, split_subtokens
 from graphtree.datasets.download import DatasetError
-from graphtree.experiments.code_tasks import EOS, UNK, CodeModel, decode_name, lcrs, name_f1, name_targets
 from graphtree.models import NodeFields
 
 GETTER = '''
@@ -291,8 +291,9 @@ def test_code_experiment_short_run(tmp_path, task, model):
 
 
 def test_prepare_gives_each_node_its_position_among_its_siblings_by_hand():
+    from lab.code_tasks import InputVocab, prepare
+
     from graphtree.datasets.code import to_data
-    from graphtree.experiments.code_tasks import InputVocab, prepare
 
     (tree,) = function_trees(GETTER)
     types = {k: i for i, k in enumerate(sorted(set(tree.node_types)))}

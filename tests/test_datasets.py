@@ -179,7 +179,7 @@ def test_processed_files_pack_string_lists_and_read_back_the_same_graphs(tmp_pat
 
 
 def test_sst_script_vocabulary_from_token_columns_is_the_one_from_graphs(tmp_path, small_sst):
-    from graphtree.experiments.scripts import load_script
+    from lab.scripts import load_script
 
     sst = load_script(Path(__file__).resolve().parent.parent / "experiments" / "sst.py")
 

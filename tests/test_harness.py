@@ -1,4 +1,4 @@
-"""graphtree.experiments.harness: the set-up every experiment script shares, on hand-worked cases and a toy
+"""lab.harness: the set-up every experiment script shares, on hand-worked cases and a toy
 experiment run through :class:`Experiment` (the data's identity stored with the checkpoint, the run's trainer
 built by ``SeedRun.trainer``)."""
 
@@ -9,10 +9,7 @@ import json
 
 import pytest
 import torch
-
-from graphtree.data import from_ptb
-from graphtree.embeddings import WordVectors
-from graphtree.experiments.harness import (
+from lab.harness import (
     SPLITS,
     Experiment,
     check_training_flags,
@@ -22,8 +19,11 @@ from graphtree.experiments.harness import (
     split_sizes,
     vectors_name,
 )
-from graphtree.experiments.runs import QUICK_EPOCHS, ArgumentParser
-from graphtree.experiments.seeds import Outcome, SeedRun
+from lab.runs import QUICK_EPOCHS, ArgumentParser
+from lab.seeds import Outcome, SeedRun
+
+from graphtree.data import from_ptb
+from graphtree.embeddings import WordVectors
 from graphtree.models import NodeEmbedding, TreeClassifier
 from graphtree.nn import NaryTreeLSTM
 from graphtree.train import PRESETS, Trainer

@@ -184,7 +184,7 @@ def test_resumed_run_cuts_the_same_remaining_minibatches_and_ends_the_same(tmp_p
 
 
 def test_runs_with_grouping_are_named_and_recorded_apart() -> None:
-    from graphtree.experiments.seeds import SeedRun, grouped_name
+    from lab.seeds import SeedRun, grouped_name
 
     assert grouped_name("childsum_random_fine_s3", 3, None) == "childsum_random_fine_s3"
     assert grouped_name("childsum_random_fine_s3", 3, 16) == "childsum_random_fine_hg16_s3"

@@ -2,13 +2,14 @@
 import (where a function-local import or an import order can hide a cycle).
 
 A *part* is a subpackage or a top-level module of ``graphtree`` (``graphtree.data``, ``graphtree.schedule``).
-Parts stand in :data:`LAYERS`, from the ground floor (errors, settings, levels, schedules) up to the lab
-(``graphtree.experiments``, what only the experiment and report scripts use); a part imports only parts of its
-own layer or below, and no two parts import each other, however indirectly. The library (every layer below the
-lab) never imports the lab, so it reads, installs and runs without it.
+Parts stand in :data:`LAYERS`, from the ground floor (errors, settings, levels, schedules) up to the trainer; a
+part imports only parts of its own layer or below, and no two parts import each other, however indirectly. The
+lab (``experiments/lab``, the package ``lab``: what only the experiment, report and benchmark scripts use) lives
+beside the experiments, outside the package: the library never imports it, so it reads, installs and runs
+without it, and ``pip install .`` installs the library alone.
 
 ``python tests/test_layering.py`` prints the graph's size: modules, import edges between them, and the lines of
-the library and of its narrow core (cells, engine, schedules, graph data, backend).
+the library, of its narrow core (cells, engine, schedules, graph data, backend) and of the lab.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "graphtree"
-LAB = "experiments"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "graphtree"
+LAB_PACKAGE = REPO / "experiments" / "lab"
 LAYERS = (
     {"errors", "settings", "version", "levels", "schedule"},  # the ground floor
     {"data", "backend"},  # graphs as PyG data; the compiled kernels
@@ -27,7 +29,6 @@ LAYERS = (
     {"models", "embeddings", "encoders"},  # models; word vectors and pretrained encoders
     {"replay"},  # training steps replayed as CUDA graphs
     {"train"},  # the trainer library
-    {LAB},  # the lab: the experiment scripts' set-up, run files, reports
 )
 GROUND = LAYERS[0]
 NARROW_CORE = {"nn", "engine", "schedule", "levels", "data", "backend"}  # cells, engine, schedules, data, kernels
@@ -110,16 +111,27 @@ def upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
                   for target in targets if layer_of(target) > layer_of(part))
 
 
-def summary(package: Path = PACKAGE) -> dict[str, float]:
-    """The graph's size: modules, edges between them, lines (all, the library's, the narrow core's)."""
+def summary(package: Path = PACKAGE, lab: Path = LAB_PACKAGE) -> dict[str, float]:
+    """The graph's size: modules, edges between them, lines (the library's, its narrow core's share, the lab's)."""
     graph = module_imports(package)
     lines = {module: len(path.read_text().splitlines()) for module, path in modules(package).items()}
     total = sum(lines.values())
-    library = sum(n for module, n in lines.items() if part_of(module) != LAB)
     core = sum(n for module, n in lines.items() if part_of(module) in NARROW_CORE)
-    return {"modules": len(graph), "edges": sum(len(targets) for targets in graph.values()),
-            "lab_modules": sum(part_of(module) == LAB for module in graph), "lines": total,
-            "library_share": library / total, "narrow_core_share": core / total}
+    return {"modules": len(graph), "edges": sum(len(targets) for targets in graph.values()), "lines": total,
+            "narrow_core_share": core / total, "lab_modules": len(modules(lab)),
+            "lab_lines": sum(len(path.read_text().splitlines()) for path in modules(lab).values()),
+            "longest": max((n, module) for module, n in lines.items())}
+
+
+def lab_imports(package: Path) -> list[str]:
+    """Each import of the lab (``lab``, ``experiments``) anywhere in ``package``'s modules, as ``module: line``."""
+    found = []
+    for module, path in modules(package).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{module}:{node.lineno}" for name in names if name.split(".")[0] in ("lab", "experiments")]
+    return found
 
 
 def test_every_part_has_a_layer():
@@ -136,9 +148,12 @@ def test_no_part_imports_a_layer_above_its_own():
 
 
 def test_the_library_never_imports_the_lab():
-    offenders = sorted(f"{module} imports {target}" for module, targets in module_imports(PACKAGE).items()
-                       if part_of(module) != LAB for target in targets if part_of(target) == LAB)
-    assert offenders == []
+    assert lab_imports(PACKAGE) == []
+
+
+def test_the_lab_lives_outside_the_package():
+    assert not (PACKAGE / "experiments").exists()
+    assert (LAB_PACKAGE / "__init__.py").is_file()
 
 
 def test_the_ground_floor_imports_nothing_above_it():
@@ -162,20 +177,15 @@ def test_the_check_finds_a_cycle_hidden_in_a_function(tmp_path: Path):
 
 
 def test_the_check_finds_a_library_module_reaching_into_the_lab(tmp_path: Path):
-    """A core module's import of the lab, hidden in a function and written three ways, is an upward arrow."""
+    """A core module's import of the lab, hidden in a function and written three ways, is found."""
     package = tmp_path / "graphtree"
-    for folder in ("nn", LAB):
-        (package / folder).mkdir(parents=True)
-        (package / folder / "__init__.py").write_text("")
+    (package / "nn").mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / LAB / "report.py").write_text("x = 1\n")
-    (package / "nn" / "a.py").write_text("def f():\n    from ..experiments import report\n")
-    (package / "nn" / "b.py").write_text("import graphtree.experiments.report\n")
-    (package / "nn" / "c.py").write_text("from graphtree.experiments.report import x\n")
-    graph = module_imports(package)
-    assert {module for module in graph if f"graphtree.{LAB}.report" in graph[module]} == {
-        "graphtree.nn.a", "graphtree.nn.b", "graphtree.nn.c"}
-    assert upward(imports(package)) == [("nn", LAB)]
+    (package / "nn" / "__init__.py").write_text("")
+    (package / "nn" / "a.py").write_text("def f():\n    from lab import report\n")
+    (package / "nn" / "b.py").write_text("import lab.report\n")
+    (package / "nn" / "c.py").write_text("from lab.report import x\nfrom .a import f\n")
+    assert lab_imports(package) == ["graphtree.nn.a:2", "graphtree.nn.b:1", "graphtree.nn.c:1"]
 
 
 def test_models_read_sentence_pairs_without_the_datasets():
@@ -185,7 +195,9 @@ def test_models_read_sentence_pairs_without_the_datasets():
 
 if __name__ == "__main__":
     size = summary()
-    print(f"{size['modules']} modules ({size['lab_modules']} in graphtree.{LAB}), {size['edges']} import edges "
-          f"between them; {size['lines']} lines, the library (all but graphtree.{LAB}) "
-          f"{size['library_share']:.0%}, the narrow core ({', '.join(sorted(NARROW_CORE))}) "
-          f"{size['narrow_core_share']:.0%}")
+    graph = imports(PACKAGE)
+    print(f"the package: {size['modules']} modules, {size['edges']} import edges between them, "
+          f"{len(LAYERS)} layers, {len(upward(graph))} upward imports, {len(cycles(graph))} cycles; "
+          f"{size['lines']} lines, the narrow core ({', '.join(sorted(NARROW_CORE))}) "
+          f"{size['narrow_core_share']:.0%}; longest module {size['longest'][1]} ({size['longest'][0]} lines). "
+          f"The lab (experiments/lab, not installed): {size['lab_modules']} modules, {size['lab_lines']} lines")

@@ -1,11 +1,11 @@
-"""graphtree.experiments.own_data's pieces that ``experiments/train.py`` uses for a run's line and its word vectors."""
+"""lab.own_data's pieces that ``experiments/train.py`` uses for a run's line and its word vectors."""
 
 from __future__ import annotations
 
 import torch
+from lab.own_data import Task, word_embedding
 
 from graphtree.embeddings import WordVectors
-from graphtree.experiments.own_data import Task, word_embedding
 from graphtree.models import NodeEmbedding
 from graphtree.vocab import Vocab
 

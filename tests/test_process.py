@@ -1,5 +1,5 @@
 """A library that leaves the process alone, and the one module where the experiment scripts opt into what they set
-for their run (graphtree.experiments.process): the garbage collector, subnormal floats flushed to zero, threads, and
+for their run (lab.process): the garbage collector, subnormal floats flushed to zero, threads, and
 the record of it in a results file."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from lab import process
+from lab.process import opted_in, startup_frozen
+from lab.runs import main_guard, run_record
 
 import graphtree
 from graphtree import settings
 from graphtree.backend import threads as pool
 from graphtree.errors import GraphtreeError
-from graphtree.experiments import process
-from graphtree.experiments.process import opted_in, startup_frozen
-from graphtree.experiments.runs import main_guard, run_record
 
 HELPER = Path(__file__).with_name("process_state_helper.py")
 REPO = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def test_the_exit_collects_nothing_once_asked():
     script = (
         "import atexit, gc\n"
         "from unittest import mock\n"
-        "from graphtree.experiments.process import exit_without_collecting\n"
+        "from lab.process import exit_without_collecting\n"
         "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))  # runs after the freeze\n"
         "with mock.patch.object(atexit, 'register', wraps=atexit.register) as register:\n"
         "    exit_without_collecting(); exit_without_collecting()\n"

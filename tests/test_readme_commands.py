@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pytest
 from corpora import CORPORA, HOW_TO_SUPPLY
-
-from graphtree.experiments.scripts import load_script
+from lab.scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()

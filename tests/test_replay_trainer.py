@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from lab.own_data import NodeInputs, Task, TaskTrainer, build_model, model_settings
+from lab.own_data.models import Structure
+from lab.sst_models import sst_model
 from torch_geometric.data import Data
 from trees import random_ptb
 
 from graphtree.data import from_ptb
 from graphtree.datasets.sick import make_pair, sick_target
-from graphtree.experiments.own_data import NodeInputs, Task, TaskTrainer, build_model, model_settings
-from graphtree.experiments.own_data.models import Structure
-from graphtree.experiments.sst_models import sst_model
 from graphtree.models import NodeEmbedding
 from graphtree.models.similarity import PairSimilarity, TreeEncoder, similarity_loss
 from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
@@ -138,7 +138,8 @@ def test_replayed_sst_training_equals_the_plain_one(name):
 
 @pytest.mark.parametrize("name", ["childsum", "contree", "bicontree"])
 def test_replayed_trec_training_equals_the_plain_one(name, monkeypatch):
-    from graphtree.experiments.scripts import load_script
+    from lab.scripts import load_script
+
     from graphtree.train import restrict_supervision
 
     trec = load_script(Path(__file__).resolve().parent.parent / "experiments" / "trec.py")
@@ -279,8 +280,8 @@ def test_what_cannot_replay_trains_plainly_and_says_why():
 def test_a_script_replays_with_replay_on_and_records_the_path(data, model, seed, tmp_path, capsys):
     import json
 
-    from graphtree.experiments.runs import main_guard
-    from graphtree.experiments.scripts import load_script
+    from lab.runs import main_guard
+    from lab.scripts import load_script
 
     repo = Path(__file__).resolve().parent.parent
     train = load_script(repo / "experiments" / "train.py")

@@ -7,10 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-
-from graphtree.experiments import report
-from graphtree.experiments.report import RESULTS_PAGE, SECTIONS, Provenance, summary_label, write_summary
-from graphtree.experiments.scripts import load_script
+from lab import report
+from lab.report import RESULTS_PAGE, SECTIONS, Provenance, summary_label, write_summary
+from lab.scripts import load_script
 
 pytest.importorskip("scipy")
 REPO = Path(__file__).resolve().parent.parent

@@ -1,5 +1,5 @@
 """Provenance, stale rows, targets and ``--results`` of the report scripts, on made-up run records with hand-worked
-expectations (graphtree.experiments.report and experiments/report_{sst,sick,trec}.py)."""
+expectations (lab.report and experiments/report_{sst,sick,trec}.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from graphtree.experiments.provenance import NUMERICS_VERSION
-from graphtree.experiments.report import SECTIONS, Provenance, git_added, load_checks, summary_label
-from graphtree.experiments.scripts import load_script
+from lab.provenance import NUMERICS_VERSION
+from lab.report import SECTIONS, Provenance, git_added, load_checks, summary_label
+from lab.scripts import load_script
 
 pytest.importorskip("scipy")
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"

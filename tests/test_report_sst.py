@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from graphtree.experiments import report
-from graphtree.experiments.scripts import load_script
+from lab import report
+from lab.scripts import load_script
 
 pytest.importorskip("scipy")
 report_sst = load_script(Path(__file__).resolve().parent.parent / "experiments" / "report_sst.py")
@@ -277,7 +276,7 @@ def test_another_learning_rate_is_listed_apart_with_its_dev_accuracy():
 
 
 def test_seeds_to_separate_matches_the_textbook_sample_sizes():
-    # The shared statistics (graphtree.experiments.report). Cohen's tables (two-sided t-test, alpha 0.05, power 0.8):
+    # The shared statistics (lab.report). Cohen's tables (two-sided t-test, alpha 0.05, power 0.8):
     # 17 per group for an effect of one standard deviation, 64 for half of one, 26 for 0.8 of one.
     assert report.seeds_to_separate(1.0, 1.0) == 17
     assert report.seeds_to_separate(0.5, 1.0) == 64

@@ -2,7 +2,7 @@
 
 The slow tests rerun one cheap committed run per task with its recorded command and require every epoch's
 metrics to equal the committed ones exactly: a change that alters the numbers without bumping
-``graphtree.experiments.provenance.NUMERICS_VERSION`` (and rerunning the results) fails here.
+``lab.provenance.NUMERICS_VERSION`` (and rerunning the results) fails here.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from corpora import needs_corpora
-
-from graphtree.experiments.scripts import load_script
+from lab.scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 reproduce = load_script(REPO / "experiments" / "reproduce.py")
@@ -57,7 +56,7 @@ CHEAP_RUNS = {"sick": ["experiments/results/sick/dependency_glove50_s1.json"],
 
 
 def cheap_run(task: str) -> str:
-    from graphtree.experiments.provenance import processor
+    from lab.provenance import processor
 
     def made_here(path: str) -> bool:
         block = json.loads((REPO / path).read_text()).get("provenance") or {}
@@ -85,7 +84,7 @@ def test_a_committed_run_reproduces_at_this_checkout(task):
 
 
 def test_results_name_the_processor_they_ran_on():
-    from graphtree.experiments.provenance import processor, provenance
+    from lab.provenance import processor, provenance
 
     name = processor()
     assert name.endswith(f"({torch.backends.cpu.get_cpu_capability()})")
@@ -105,7 +104,7 @@ HERE_BUILD = {"torch": "2.13.0+cpu", "commit": "abc", "blas": "mkl", "lapack": "
 
 
 def test_same_processor_and_build_expect_bits():
-    from graphtree.experiments.provenance import rounding_differences
+    from lab.provenance import rounding_differences
 
     recorded = {"cpu": dict(HERE_CPU), "build": dict(HERE_BUILD)}
     assert rounding_differences(recorded, HERE_CPU, HERE_BUILD) == []
@@ -118,7 +117,7 @@ def test_same_processor_and_build_expect_bits():
 
 
 def test_runs_that_predate_the_record_say_not_recorded():
-    from graphtree.experiments.provenance import rounding_differences
+    from lab.provenance import rounding_differences
 
     assert rounding_differences({}, HERE_CPU, HERE_BUILD) == [
         "processor: not recorded (this machine: Xeon X (AVX512))", "BLAS / torch build: not recorded"]
@@ -128,7 +127,7 @@ def test_runs_that_predate_the_record_say_not_recorded():
 
 
 def test_new_results_record_processor_and_build():
-    from graphtree.experiments.provenance import build_record, processor_record, provenance
+    from lab.provenance import build_record, processor_record, provenance
 
     block = provenance(1, "compiled")
     assert block["cpu"] == processor_record() and block["build"] == build_record()
@@ -165,7 +164,7 @@ def _rerun(monkeypatch, tmp_path, record, history, kernels="compiled"):
     (False, 0.80, 1, "beyond 2%: largest difference 3.36%"),
 ])
 def test_the_verdict_follows_what_can_be_expected(monkeypatch, tmp_path, capsys, same_machine, loss, status, said):
-    from graphtree.experiments.provenance import build_record, processor_record
+    from lab.provenance import build_record, processor_record
 
     history = [{"epoch": 1, "train_loss": 0.7739939257303874, "dev_pearson": 0.7535873063552456, "seconds": 10.9}]
     provenance = {"kernels": "compiled"}

@@ -4,9 +4,7 @@ import argparse
 import json
 
 import pytest
-
-from graphtree import settings
-from graphtree.experiments.runs import (
+from lab.runs import (
     QUICK_EPOCHS,
     add_run_arguments,
     default_mirror,
@@ -14,6 +12,8 @@ from graphtree.experiments.runs import (
     finished_run,
     quick_sample,
 )
+
+from graphtree import settings
 
 
 def test_quick_sample_is_fixed_sorted_and_distinct():
@@ -57,15 +57,15 @@ def test_finished_run_is_found_by_its_results_file_and_settings(tmp_path):
 
 
 def test_the_recorded_command_leaves_out_where_the_files_went():
-    from graphtree.experiments.runs import recorded_command
+    from lab.runs import recorded_command
 
     argv = ["--model", "nary", "--out", "/some/machine/folder", "--seeds", "1", "--out=elsewhere", "--quick"]
     assert recorded_command("sst.py", argv) == "python experiments/sst.py --model nary --seeds 1 --quick"
 
 
 def test_a_run_records_the_commit_it_started_at_not_the_one_it_ended_at(monkeypatch):
-    from graphtree.experiments import provenance as prov
-    from graphtree.experiments.runs import main_guard
+    from lab import provenance as prov
+    from lab.runs import main_guard
 
     heads = iter([("a" * 40, False), ("b" * 40, True)])  # the work tree moves on (a pull) during the run
     monkeypatch.setattr(prov, "git_state", lambda root=prov.PACKAGE_ROOT: next(heads))

@@ -1,4 +1,4 @@
-"""graphtree.experiments.seeds: the per-seed loop of the experiment scripts, on a toy experiment with hand-worked
+"""lab.seeds: the per-seed loop of the experiment scripts, on a toy experiment with hand-worked
 expectations: a finished seed is skipped, a run killed after its last epoch resumes and is written, the results
 file holds what every experiment records, and each trained run's line goes to stdout."""
 
@@ -8,9 +8,9 @@ import argparse
 import json
 
 import pytest
+from lab.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
 
 from graphtree.data import from_ptb
-from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters, seed_names, train_seeds
 from graphtree.models import NodeEmbedding, TreeClassifier
 from graphtree.nn import NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer

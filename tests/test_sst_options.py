@@ -1,4 +1,4 @@
-"""graphtree.experiments.sst_options: ``experiments/sst.py``'s flags, run settings and run names, checked
+"""lab.sst_options: ``experiments/sst.py``'s flags, run settings and run names, checked
 against every committed SST run (its recorded command gives its recorded settings and name) and hand-written
 cases."""
 
@@ -10,9 +10,9 @@ import types
 from pathlib import Path
 
 import pytest
+from lab.runs import RunError
+from lab.scripts import load_script
 
-from graphtree.experiments.runs import RunError
-from graphtree.experiments.scripts import load_script
 from graphtree.models import BiTreeLSTM
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def test_the_flags_default_to_the_repository_folders():
 
 
 def test_every_model_of_the_table_is_built_as_its_paper_says():
-    """graphtree.experiments.sst_models builds Teng & Zhang's model (a BiTreeLSTM) for exactly the table's Teng &
+    """lab.sst_models builds Teng & Zhang's model (a BiTreeLSTM) for exactly the table's Teng &
     Zhang rows, and a model for every row; LSTM-RNN's memory is its vector size."""
     for model in (m for m in sst.MODELS if sst.MODELS[m]["paper"] != "encoder"):  # --model encoder: below
         cfg = OPTIONS.config(OPTIONS.parse(["--model", model], REPO), types.SimpleNamespace(dim=8))

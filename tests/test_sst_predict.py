@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from lab.runs import main_guard
+from lab.scripts import load_script
+from lab.sst_predict import picture_path
 
 from graphtree.data import from_ptb
-from graphtree.experiments.runs import main_guard
-from graphtree.experiments.scripts import load_script
-from graphtree.experiments.sst_predict import picture_path
 from graphtree.models import NodeEmbedding, TreeClassifier
 from graphtree.nn import NaryTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from graphtree.datasets import BooleanCircuits, ListOps
-from graphtree.experiments.own_data import Task
-from graphtree.experiments.structure import (
+from lab.own_data import Task
+from lab.structure import (
     SequenceLSTM,
     add_sequences,
     structure_model,
     token_sequence,
     topological_sequence,
 )
+
+from graphtree.datasets import BooleanCircuits, ListOps
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "experiments" / "structure.py"

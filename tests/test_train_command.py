@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from lab.own_data import TaskTrainer
+from lab.runs import main_guard
+from lab.scripts import load_script
 
 from graphtree.datasets.files import split_indices
-from graphtree.experiments.own_data import TaskTrainer
-from graphtree.experiments.runs import main_guard
-from graphtree.experiments.scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
@@ -261,7 +261,8 @@ def test_fields_are_embedded_beside_the_token_and_the_readout_is_recorded(tmp_pa
 
 
 def test_node_inputs_with_fields_are_the_type_vector_plus_the_mean_of_the_bag():
-    from graphtree.experiments.own_data import NodeInputs
+    from lab.own_data import NodeInputs
+
     from graphtree.models import NodeFields
 
     fields = NodeFields(4, 5, 3)

@@ -16,7 +16,7 @@ pool) nothing is switched and the call says so: the calling thread's setting
 (:func:`torch.set_flush_denormal`) is then all there is.
 
 graphtree never switches the mode by itself: :func:`denormals_flushed` is for code that chooses to, around its
-own work (the experiment scripts do, for their whole run: :mod:`graphtree.experiments.process`).
+own work (the experiment scripts do, for their whole run: ``experiments/lab/process.py``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@
   regression (SICK relatedness) and its correlations.
 
 The experiment scripts' own parts (command-line conventions, run files and their provenance, reports, training on
-files of one's own) are the lab, :mod:`graphtree.experiments`, which this package never imports.
+files of one's own) are the lab, ``experiments/lab/``: not installed with the package, which never imports it.
 """
 
 import importlib

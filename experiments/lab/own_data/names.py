@@ -1,5 +1,5 @@
 """The models ``experiments/train.py --model`` offers, by name (:data:`MODELS`): apart from their code in
-:mod:`~graphtree.experiments.own_data.models`, so that the script lists them in its flags without importing torch."""
+:mod:`~lab.own_data.models`, so that the script lists them in its flags without importing torch."""
 
 from __future__ import annotations
 

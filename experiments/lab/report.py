@@ -116,7 +116,7 @@ def write_readme_section(readme: Path, key: str, text: str) -> bool:
         return False
     updated = pattern.sub(lambda _: f"{begin}\n{text.strip()}\n{end}", source, count=1)
     if updated != source:
-        from ..train.checkpoint import atomic_write_text  # with torch: only a report that writes needs it
+        from graphtree.train.checkpoint import atomic_write_text  # with torch: only a report that writes needs it
 
         atomic_write_text(updated, readme)
     return True
@@ -330,7 +330,7 @@ def provenance_lines(prov: Provenance, rows: Sequence[tuple[str, Sequence[dict],
              "Which code each number comes from. A run's JSON records the commit it ran at (*ran at*, `+dirty` where "
              "the work tree had uncommitted changes); for a JSON from before runs recorded it, the commit that added "
              "the file to git, which came after the run (*recorded in*). The numerics version counts the changes "
-             "that alter a run's numbers, rounding included (`graphtree.experiments.provenance`); this checkout is at "
+             "that alter a run's numbers, rounding included (`lab.provenance`); this checkout is at "
              f"version {NUMERICS_VERSION}. A row is current when all its runs ran at that version, or when one of "
              f"its runs, rerun at it, matched every compared epoch exactly (`{CHECKS_FILE}`); other rows' numbers "
              f"carry {STALE_MARK}.", ""]

@@ -6,8 +6,8 @@ found it: the garbage collector, the processor's floating-point mode, ``malloc``
 and the thread count (``tests/test_process.py`` checks each in a fresh
 interpreter). A command that trains for minutes gains from setting some of them,
 so the experiment scripts opt in here, for the duration of their run
-(:func:`opted_in`, entered by :func:`graphtree.experiments.runs.main_guard`;
-:func:`set_threads`, by :func:`~graphtree.experiments.runs.start_process`), and
+(:func:`opted_in`, entered by :func:`lab.runs.main_guard`;
+:func:`set_threads`, by :func:`~lab.runs.start_process`), and
 every results file records what was set (:func:`record`, its ``process`` block):
 
 * **The garbage collector.** A command's imports (PyTorch, PyG) and the cutting
@@ -41,8 +41,8 @@ from typing import Any
 
 import torch
 
-from .. import settings
-from ..backend import allocator, threads
+from graphtree import settings
+from graphtree.backend import allocator, threads
 
 __all__ = ["exit_without_collecting", "opted_in", "record", "set_threads", "startup_frozen"]
 

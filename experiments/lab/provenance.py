@@ -60,7 +60,7 @@ def git_state(root: Path = PACKAGE_ROOT) -> tuple[str | None, bool | None]:
 @cache
 def code_state() -> tuple[str | None, bool | None]:
     """:func:`git_state` of graphtree as this process first asked for it. The experiment scripts ask when they
-    start (:func:`graphtree.experiments.runs.main_guard`), so a run records the code it imported, not the commit the
+    start (:func:`lab.runs.main_guard`), so a run records the code it imported, not the commit the
     work tree has moved to (a ``git pull``) by the time the run ends."""
     return git_state()
 
@@ -68,7 +68,7 @@ def code_state() -> tuple[str | None, bool | None]:
 @cache
 def processor_name() -> str:
     """The processor's model name as the kernel build reads it (``/proc/cpuinfo``), else the platform's."""
-    from ..backend.native import cpu_description
+    from graphtree.backend.native import cpu_description
 
     described = dict(line.split(":", 1) for line in cpu_description() if ":" in line)
     name = {k.strip(): v.strip() for k, v in described.items()}.get("model name", "")
@@ -95,7 +95,7 @@ def processor_record() -> dict:
     vector code PyTorch's CPU kernels chose on it (e.g. ``AVX512``). MKL also picks its code by vendor."""
     import torch
 
-    from ..backend.native import cpu_description
+    from graphtree.backend.native import cpu_description
 
     described = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in cpu_description() if ":" in line)}
     flags = set(described.get("flags", "").split())

@@ -4,7 +4,7 @@ An :class:`Experiment` is one command's run of a script: it sets the process's
 threads and device (one process, or this one of ``torchrun``'s), knows the
 epochs, the data mirror and the word vectors the flags ask for, samples the
 splits for ``--quick``, and hands the script's ``build`` and ``score`` to the
-per-seed loop (:func:`~graphtree.experiments.seeds.train_seeds`) with the data's
+per-seed loop (:func:`~lab.seeds.train_seeds`) with the data's
 identity, which a resumed run must match. The flag checks the scripts share
 (:func:`check_training_flags`) and the names of word vectors are here too.
 """
@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
-from ..backend.thread_budget import ThreadBudget
-from ..embeddings import embedding_matrix, load_glove
-from ..train import distributed
-from ..train.trainer import FitResult, Trainer
+from graphtree.backend.thread_budget import ThreadBudget
+from graphtree.embeddings import embedding_matrix, load_glove
+from graphtree.train import distributed
+from graphtree.train.trainer import FitResult, Trainer
+
 from .runs import check_training_flags, default_mirror, epochs_of, quick_sample, start_process, thread_budget
 from .seeds import Outcome, SeedRun, seed_names, train_seeds
 
@@ -46,7 +47,7 @@ def encoder_record(name_or_folder: str) -> dict[str, Any]:
     place on this machine), width, layers, and each file's size and SHA-256."""
     import json
 
-    from ..encoders import encoder_files, encoder_folder
+    from graphtree.encoders import encoder_files, encoder_folder
 
     folder = encoder_folder(name_or_folder)
     config = json.loads((folder / "config.json").read_text())
@@ -99,9 +100,9 @@ class Experiment:
     @classmethod
     def start(cls, name: str, args: argparse.Namespace, argv: Sequence[str], repo: Path,
               default_epochs: int) -> Experiment:
-        """Set this process's threads and device (:func:`~graphtree.experiments.runs.start_process`) and begin; above
+        """Set this process's threads and device (:func:`~lab.runs.start_process`) and begin; above
         one thread, the models train on fewer while other processes keep the processors busy
-        (:func:`~graphtree.experiments.runs.thread_budget`)."""
+        (:func:`~lab.runs.thread_budget`)."""
         device = start_process(args)
         return cls(name, args, argv, repo, default_epochs, device, thread_budget(args, device))
 
@@ -112,7 +113,7 @@ class Experiment:
 
     @property
     def mirror(self) -> str | None:
-        """Where the corpora come from (:func:`~graphtree.experiments.runs.default_mirror`)."""
+        """Where the corpora come from (:func:`~lab.runs.default_mirror`)."""
         return default_mirror(self.repo)
 
     def vectors(self) -> Any:
@@ -134,14 +135,14 @@ class Experiment:
                     vocab=vocab.fingerprint, sample="random-0" if self.args.quick else "all")
 
     def run_names(self, stem: str) -> Callable[[int], str]:
-        """Run names ``<stem>[_ep<epochs>]_s<seed>`` (:func:`~graphtree.experiments.seeds.seed_names`)."""
+        """Run names ``<stem>[_ep<epochs>]_s<seed>`` (:func:`~lab.seeds.seed_names`)."""
         return seed_names(stem, self.epochs, self.default_epochs, self.args.quick)
 
     def train_seeds(self, config: dict[str, Any], run_name: Callable[[int], str],
                     build: Callable[[SeedRun], Trainer], score: Callable[[Any, FitResult], Outcome],
                     splits: Mapping[str, Sequence], data: dict[str, Any] | None = None) -> list[Path]:
         """Train, test and write one run per seed of ``--seeds`` on ``splits``' train and dev
-        (:func:`~graphtree.experiments.seeds.train_seeds`); ``data`` is the data's identity, stored with the
+        (:func:`~lab.seeds.train_seeds`); ``data`` is the data's identity, stored with the
         checkpoints. The paths of the results files."""
         return train_seeds(self.name, self.args, self.argv, config, run_name=run_name, build=build, score=score,
                            train=splits["train"], dev=splits["dev"],

@@ -1,31 +1,31 @@
 """What the experiment scripts (``experiments/*.py``) share, so that each script holds only its own settings,
 data and choice of model.
 
-* :mod:`~graphtree.experiments.seeds` — the per-seed loop: skip a finished seed,
+* :mod:`~lab.seeds` — the per-seed loop: skip a finished seed,
   seed, build, train (resuming a killed run), test, write the results file.
-* :mod:`~graphtree.experiments.harness` — the set-up around that loop
-  (:class:`~graphtree.experiments.harness.Experiment`): threads and device, epochs,
+* :mod:`~lab.harness` — the set-up around that loop
+  (:class:`~lab.harness.Experiment`): threads and device, epochs,
   data mirror, word vectors, ``--quick`` samples, the data's identity, run names.
-* :mod:`~graphtree.experiments.sst_options` — ``experiments/sst.py``'s flags,
+* :mod:`~lab.sst_options` — ``experiments/sst.py``'s flags,
   run settings and run names over the script's settings tables.
-* :mod:`~graphtree.experiments.sst_models` — ``experiments/sst.py``'s models,
+* :mod:`~lab.sst_models` — ``experiments/sst.py``'s models,
   built from a run's settings.
-* :mod:`~graphtree.experiments.baselines` — the n-gram baselines (naive Bayes,
+* :mod:`~lab.baselines` — the n-gram baselines (naive Bayes,
   linear SVM) with their value chosen on dev.
-* :mod:`~graphtree.experiments.sst_predict` — ``experiments/sst.py predict``:
+* :mod:`~lab.sst_predict` — ``experiments/sst.py predict``:
   classify every node of a parsed sentence with a checkpoint, print and draw it.
-* :mod:`~graphtree.experiments.scripts` — an experiment or benchmark script
+* :mod:`~lab.scripts` — an experiment or benchmark script
   imported by its path (its settings table, for a report script or a test).
-* :mod:`~graphtree.experiments.runs` — the command-line conventions (flags,
+* :mod:`~lab.runs` — the command-line conventions (flags,
   output folders, one-line errors) of every script.
-* :mod:`~graphtree.experiments.provenance` — what a results file records about
+* :mod:`~lab.provenance` — what a results file records about
   the code and machine that made it, and the numerics version.
-* :mod:`~graphtree.experiments.report` — the statistics, tables and pages the
+* :mod:`~lab.report` — the statistics, tables and pages the
   report scripts (``experiments/report_*.py``) share.
-* :mod:`~graphtree.experiments.own_data` — training on files of one's own
+* :mod:`~lab.own_data` — training on files of one's own
   (``experiments/train.py``): splits, the task the labels give, models, a
   :class:`~graphtree.train.Trainer` for graph or node labels, predictions.
-* :mod:`~graphtree.experiments.structure` — the structure benchmarks'
+* :mod:`~lab.structure` — the structure benchmarks'
   (``experiments/structure.py``) sequence baselines and breakdowns.
 
 This is the lab beside the library: it imports the library (cells, engine,

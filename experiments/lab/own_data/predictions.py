@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
-from ...data.tree import NO_LABEL
-from ...train.checkpoint import atomic_write_text
+from graphtree.data.tree import NO_LABEL
+from graphtree.train.checkpoint import atomic_write_text
+
 from .splits import GraphSplits
 from .task import Task
 from .training import Prediction

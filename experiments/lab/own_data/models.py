@@ -14,10 +14,11 @@ from torch import Tensor
 from torch.nn import Linear
 from torch_geometric.utils import scatter
 
-from ...data.tree import NO_WORD
-from ...models import BiTreeLSTM, Readout
-from ...nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
-from ...nn.functional import dropout
+from graphtree.data.tree import NO_WORD
+from graphtree.models import BiTreeLSTM, Readout
+from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
+from graphtree.nn.functional import dropout
+
 from ..runs import fail
 from .inputs import NodeInputs
 from .names import MODELS
@@ -155,7 +156,7 @@ def root_mean(out: Tensor, batch: Any) -> Tensor:
     On a padded batch (:mod:`graphtree.replay`: rows sorted by level, replicas never roots and in a graph of
     their own, one past the batch's) the rows are summed per graph with all but the roots zeroed and divided by
     the roots' count, without asking the host how many roots there are."""
-    from ...replay import PaddedBatch  # here: graphtree.replay imports the training code
+    from graphtree.replay import PaddedBatch  # here: graphtree.replay imports the training code
 
     if isinstance(batch, PaddedBatch):
         is_root = batch.is_root.to(out.dtype)

@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..train import distributed
-from ..train.checkpoint import atomic_write_text
+from graphtree.train import distributed
+from graphtree.train.checkpoint import atomic_write_text
+
 from .runs import RunPaths, fail, recorded_command, run_record
 
 __all__ = ["GridResult", "grid_search", "phrase_texts", "single_process", "sst_phrase_baseline",

@@ -37,10 +37,10 @@ from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
 from torch_geometric.data import Batch, Data
 
-from ..models import NodeFields, Readout
-from ..nn import ChildSumTreeLSTM, NaryTreeLSTM
-from ..nn.functional import dropout
-from ..train.trainer import Trainer
+from graphtree.models import NodeFields, Readout
+from graphtree.nn import ChildSumTreeLSTM, NaryTreeLSTM
+from graphtree.nn.functional import dropout
+from graphtree.train.trainer import Trainer
 
 __all__ = ["EOS", "NAME_LENGTH", "NAME_VOCAB", "UNK", "CodeModel", "CodeTrainer", "InputVocab", "decode_name",
            "lcrs", "name_f1", "name_targets", "prepare", "tfidf_features"]

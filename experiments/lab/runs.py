@@ -35,16 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
-from .. import settings
-from ..errors import GraphtreeError
+from graphtree import settings
+from graphtree.errors import GraphtreeError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     import torch
 
-    from ..backend.thread_budget import ThreadBudget
-    from ..datasets.download import RemoteFile
+    from graphtree.backend.thread_budget import ThreadBudget
+    from graphtree.datasets.download import RemoteFile
 
 # torch, the datasets and the trainer are imported where they are used, not here: a script builds its parser from
 # this module and answers --help, or a mistyped flag, without waiting seconds for them to load.
@@ -92,7 +92,7 @@ def fail(message: str) -> NoReturn:
 
 def note(message: str) -> None:
     """A line for the user on stderr, from rank 0 only under ``torchrun`` (one copy, not one per process)."""
-    from ..train import distributed
+    from graphtree.train import distributed
 
     if distributed.is_main():
         print(message, file=sys.stderr)
@@ -122,8 +122,8 @@ def in_command_line_terms(message: str) -> str:
 def main_guard(main: Callable[[], T], prog: str) -> T:
     """Run ``main`` and return what it returns; a user error ends it with one line ``prog: error: ...`` and exit
     status 2, no traceback. The code's commit is read first, before the run (see
-    :func:`~graphtree.experiments.provenance.code_state`). The run opts into what a script sets for its process
-    (:func:`graphtree.experiments.process.opted_in`: the garbage collector quieter, subnormal floats flushed),
+    :func:`~lab.provenance.code_state`). The run opts into what a script sets for its process
+    (:func:`lab.process.opted_in`: the garbage collector quieter, subnormal floats flushed),
     all put back when it ends."""
     from . import process
     from .provenance import code_state
@@ -231,7 +231,7 @@ def thread_budget(args: argparse.Namespace, device: torch.device) -> ThreadBudge
     while other processes keep the processors busy; ``None`` for one thread, ``--fixed-threads`` or a GPU."""
     if args.threads < 2 or getattr(args, "fixed_threads", False) or device.type != "cpu":
         return None
-    from ..backend.thread_budget import ThreadBudget
+    from graphtree.backend.thread_budget import ThreadBudget
 
     return ThreadBudget(args.threads)
 
@@ -243,7 +243,8 @@ def epochs_of(args: argparse.Namespace, default: int) -> int:
 
 def start_process(args: argparse.Namespace) -> torch.device:
     """Threads and device of this process (one, or this one of ``torchrun``'s): the device it trains on."""
-    from ..train import distributed
+    from graphtree.train import distributed
+
     from . import process
 
     process.set_threads(args.threads)
@@ -290,7 +291,7 @@ def corpus_file(remote: RemoteFile, repo: Path) -> Path | None:
     """A corpus file where the experiments find it, for the scripts that read the raw file (the benchmarks): in the
     mirror of :func:`default_mirror` where that is a folder (read in place), else fetched from the mirror's URL or
     the official one into ``datasets/`` beside the experiments' data; ``None`` where it cannot be had."""
-    from ..datasets.download import DatasetError, fetch
+    from graphtree.datasets.download import DatasetError, fetch
 
     mirror = default_mirror(repo)
     if mirror is not None and not mirror.startswith(("http://", "https://")):
@@ -346,18 +347,19 @@ def kernels_used(device: torch.device | str) -> str:
     """``"compiled"`` where this process ran the cells on graphtree's compiled kernels, else ``"pytorch"``."""
     import torch
 
-    from ..backend import native
+    from graphtree.backend import native
 
     return "compiled" if torch.device(device).type == "cpu" and native.kernels_loaded() else "pytorch"
 
 
 def run_record(threads: int, device: torch.device | str = "cpu") -> dict:
     """The fields every results file ends with: threads (per process), device, versions, machine, provenance and
-    what the script set for its process (:func:`graphtree.experiments.process.record`); ``processes`` too for a
+    what the script set for its process (:func:`lab.process.record`); ``processes`` too for a
     run trained by several (``torchrun``)."""
     import torch
 
-    from ..train import distributed
+    from graphtree.train import distributed
+
     from . import process
     from .provenance import provenance
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..train.presets import OptimizerSpec
+from graphtree.train.presets import OptimizerSpec
 
 __all__ = ["ENCODER_DEFAULTS", "add_encoder_arguments", "check_encoder_flags", "checkpoint_seconds",
            "encode_once", "encoder_leaves", "encoder_name_parts", "encoder_optimizer", "encoder_settings"]
@@ -125,9 +125,9 @@ def encoder_leaves(cfg: Mapping[str, Any]) -> Any:
     """The contextual leaves of a run: the encoder of ``cfg["encoder"]``, found offline
     (:func:`graphtree.encoders.load_encoder`), pooled and frozen as ``cfg`` says; with ``trainable_layers``
     below the encoder's depth the frozen layers' output is kept per sentence (``cache_below``)."""
-    from ..encoders import load_encoder
-    from ..models import EncoderLeaves
-    from ..models.contextual import encoder_layers
+    from graphtree.encoders import load_encoder
+    from graphtree.models import EncoderLeaves
+    from graphtree.models.contextual import encoder_layers
 
     encoder, tokenizer, _ = load_encoder(cfg["encoder"])
     top = cfg.get("trainable_layers")
@@ -140,7 +140,8 @@ def encode_once(leaves: Any, sentences: Iterable[Sequence[str]], path: Path) -> 
     states in ``path`` for the other seeds and a resumed run (nothing to do where no part is frozen)."""
     import torch
 
-    from ..train.checkpoint import atomic_save
+    from graphtree.train.checkpoint import atomic_save
+
     from .runs import note
 
     if not getattr(leaves, "caches", False):

@@ -24,12 +24,13 @@ from typing import Any
 
 import torch
 
-from ..backend.thread_budget import ThreadBudget
-from ..train import distributed
-from ..train.checkpoint import atomic_write_text, seed_everything
-from ..train.optim import OptimizerSpec, PaperOptimizer
-from ..train.replaying import replay_requested, unreplayable_reason
-from ..train.trainer import FitResult, Trainer
+from graphtree.backend.thread_budget import ThreadBudget
+from graphtree.train import distributed
+from graphtree.train.checkpoint import atomic_write_text, seed_everything
+from graphtree.train.optim import OptimizerSpec, PaperOptimizer
+from graphtree.train.replaying import replay_requested, unreplayable_reason
+from graphtree.train.trainer import FitResult, Trainer
+
 from .runs import RunPaths, finished_run, note, recorded_command, run_record
 
 __all__ = ["Outcome", "SeedRun", "count_parameters", "seed_names", "train_seeds"]

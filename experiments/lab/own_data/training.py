@@ -11,11 +11,12 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
-from ...errors import GraphtreeError
-from ...train.optim import PaperOptimizer
-from ...train.pairs import relatedness
-from ...train.replaying import unreplayable_reason
-from ...train.trainer import Trainer
+from graphtree.errors import GraphtreeError
+from graphtree.train.optim import PaperOptimizer
+from graphtree.train.pairs import relatedness
+from graphtree.train.replaying import unreplayable_reason
+from graphtree.train.trainer import Trainer
+
 from ..runs import RunError
 from .task import Task
 

@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
-from ..models import BiTreeLSTM, EncoderSpanClassifier, NodeEmbedding, TreeClassifier
-from ..models.spans import SpanLSTMClassifier
-from ..nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
-from ..train import WordInputModel
+from graphtree.models import BiTreeLSTM, EncoderSpanClassifier, NodeEmbedding, TreeClassifier
+from graphtree.models.spans import SpanLSTMClassifier
+from graphtree.nn import LSTMRNN, SLSTM, ChildSumTreeLSTM, NaryTreeLSTM
+from graphtree.train import WordInputModel
+
 from .encoder_runs import encoder_leaves
 from .runs import fail
 

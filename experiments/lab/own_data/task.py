@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ...data.tree import NO_LABEL
+from graphtree.data.tree import NO_LABEL
+
 from ..runs import fail
 from .splits import SPLITS, GraphSplits
 

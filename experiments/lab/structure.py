@@ -6,7 +6,7 @@
 * :class:`SequenceLSTM`: ``nn.LSTM`` over that sequence, a class per graph
   from its last state (the baseline of ``experiments/structure.py``).
 * :func:`structure_of` says what the graphs ask of a tree cell (for
-  :func:`~graphtree.experiments.own_data.model_settings`); :func:`accuracy_by`
+  :func:`~lab.own_data.model_settings`); :func:`accuracy_by`
   breaks accuracy down by depth, size or any other integer per graph.
 * :func:`structure_model` builds a model of ``experiments/structure.py`` (a tree
   cell on the gold graphs, or the sequence LSTM) with the sizes the script
@@ -23,11 +23,12 @@ from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_sequence
 from torch_geometric.data import Data
 
-from ..data.tree import NO_WORD
-from ..datasets.circuits import FAN_IN, NODE_TYPES
-from ..datasets.listops import LISTOPS_VOCAB
-from ..models import NodeEmbedding
-from ..nn.functional import dropout
+from graphtree.data.tree import NO_WORD
+from graphtree.datasets.circuits import FAN_IN, NODE_TYPES
+from graphtree.datasets.listops import LISTOPS_VOCAB
+from graphtree.models import NodeEmbedding
+from graphtree.nn.functional import dropout
+
 from .own_data import NodeInputs, Structure, Task, build_model, model_settings
 
 __all__ = ["SequenceLSTM", "accuracy_by", "add_sequences", "structure_model", "structure_of", "token_sequence",
@@ -104,7 +105,7 @@ class SequenceLSTM(torch.nn.Module):
 
 
 def structure_of(graphs: Iterable[Data], name: str) -> Structure:
-    """The :class:`~graphtree.experiments.own_data.Structure` of generated ``graphs`` (``name``: where, in errors)."""
+    """The :class:`~lab.own_data.Structure` of generated ``graphs`` (``name``: where, in errors)."""
     most, inner = 0, False
     for graph in graphs:
         most = max(most, int(graph.edge_pos.max()) + 1 if graph.edge_pos.numel() else 0)
@@ -120,7 +121,7 @@ def structure_model(task_name: str, model: str, splits: Mapping[str, Sequence[Da
     """A model of ``experiments/structure.py`` on ``task_name``'s graphs (``"listops"`` or ``"circuits"``), its
     settings, and its word embedding (``None`` for circuits, whose inputs are their one-hot gate types).
 
-    ``model`` is a cell of :data:`~graphtree.experiments.own_data.MODELS` on the gold
+    ``model`` is a cell of :data:`~lab.own_data.MODELS` on the gold
     graphs of ``splits`` (it must fit them: :func:`model_settings`), or
     ``"lstm"``: a :class:`SequenceLSTM` over the sequences of
     :func:`add_sequences` (``max_offset``: its circuits' operand distances).

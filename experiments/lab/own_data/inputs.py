@@ -9,10 +9,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...data.tree import lookup_words
-from ...embeddings import embedding_matrix
-from ...models import NodeEmbedding, NodeFields
-from ...vocab import Vocab
+from graphtree.data.tree import lookup_words
+from graphtree.embeddings import embedding_matrix
+from graphtree.models import NodeEmbedding, NodeFields
+from graphtree.vocab import Vocab
+
 from ..runs import fail
 from .splits import SPLITS, GraphSplits
 

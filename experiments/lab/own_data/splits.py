@@ -13,7 +13,8 @@ from typing import Any
 
 from torch_geometric.data import Data
 
-from ...datasets.files import SUFFIXES, GraphFiles, split_indices
+from graphtree.datasets.files import SUFFIXES, GraphFiles, split_indices
+
 from ..runs import fail, note, quick_sample
 
 __all__ = ["SPLITS", "GraphSplits", "load_graph_splits"]
@@ -52,7 +53,7 @@ class GraphSplits:
         return f"{self.files[split]}, line {int(graph.line)}"
 
     def sample(self, sizes: Mapping[str, int]) -> GraphSplits:
-        """A fixed random subset of each split (:func:`~graphtree.experiments.runs.quick_sample`), for ``--quick``."""
+        """A fixed random subset of each split (:func:`~lab.runs.quick_sample`), for ``--quick``."""
         graphs, indices = {}, {}
         for split in SPLITS:
             if getattr(self.graphs[split], "reads_from_disk", False):  # a view of the store: nothing read

@@ -16,7 +16,7 @@ one module per role.
   loss and dev selection (accuracy, or mean squared error);
   :func:`write_predictions` writes one line per test graph.
 
-A problem with the data or the settings is a :class:`~graphtree.experiments.runs.RunError`
+A problem with the data or the settings is a :class:`~lab.runs.RunError`
 (or the :class:`~graphtree.errors.TreeFormatError` of the malformed record)
 naming the file, the line and what to change.
 """
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
-        raise AttributeError(f"module 'graphtree.experiments.own_data' has no attribute {name!r}")
+        raise AttributeError(f"module 'lab.own_data' has no attribute {name!r}")
     value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     globals()[name] = value
     return value

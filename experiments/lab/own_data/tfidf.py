@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
-from ...train.checkpoint import atomic_write_text
-from ...train.pairs import relatedness
+from graphtree.train.checkpoint import atomic_write_text
+from graphtree.train.pairs import relatedness
+
 from ..runs import RunPaths, fail, finished_run, note, recorded_command, run_record
 from .inputs import field_names
 from .predictions import write_predictions

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..train.presets import OptimizerSpec
+from graphtree.train.presets import OptimizerSpec
+
 from .encoder_runs import (
     ENCODER_DEFAULTS,
     add_encoder_arguments,

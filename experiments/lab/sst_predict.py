@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 
-from ..parse import parse
-from ..train.transforms import recursive_tree
-from ..vocab import Vocab
+from graphtree.parse import parse
+from graphtree.train.transforms import recursive_tree
+from graphtree.vocab import Vocab
+
 from .runs import ArgumentParser, RunPaths, fail
 from .sst_options import PREDICT_USAGE
 
