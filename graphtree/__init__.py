@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Any
 _LAZY = {
     "data": ".data", "datasets": ".datasets", "models": ".models", "nn": ".nn",
     "load_glove": ".embeddings", "Children": ".engine", "propagate": ".engine", "schedule_of": ".engine",
-    "CycleError": ".errors", "GraphtreeError": ".errors", "ScheduleError": ".errors", "TreeFormatError": ".errors",
+    "CycleError": ".errors", "GraphtreeError": ".errors", "HostValueError": ".errors",
+    "InvalidArgumentError": ".errors", "InvalidTypeError": ".errors", "KernelBuildError": ".errors",
+    "MissingDependencyError": ".errors", "MissingFileError": ".errors", "OutOfRangeError": ".errors",
+    "ScheduleError": ".errors", "SlotLeakError": ".errors", "TreeFormatError": ".errors", "UsageError": ".errors",
     "parse": ".parse", "LevelPlan": ".schedule", "Schedule": ".schedule", "Vocab": ".vocab",
 }
 
@@ -19,7 +22,21 @@ if TYPE_CHECKING:
     from . import data, datasets, models, nn
     from .embeddings import load_glove
     from .engine import Children, propagate, schedule_of
-    from .errors import CycleError, GraphtreeError, ScheduleError, TreeFormatError
+    from .errors import (
+        CycleError,
+        GraphtreeError,
+        HostValueError,
+        InvalidArgumentError,
+        InvalidTypeError,
+        KernelBuildError,
+        MissingDependencyError,
+        MissingFileError,
+        OutOfRangeError,
+        ScheduleError,
+        SlotLeakError,
+        TreeFormatError,
+        UsageError,
+    )
     from .parse import parse
     from .schedule import LevelPlan, Schedule
     from .vocab import Vocab
@@ -44,10 +61,19 @@ __all__ = [
     "Children",
     "CycleError",
     "GraphtreeError",
+    "HostValueError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "KernelBuildError",
     "LevelPlan",
+    "MissingDependencyError",
+    "MissingFileError",
+    "OutOfRangeError",
     "Schedule",
     "ScheduleError",
+    "SlotLeakError",
     "TreeFormatError",
+    "UsageError",
     "Vocab",
     "data",
     "datasets",

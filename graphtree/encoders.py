@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .errors import GraphtreeError
+from .errors import MissingFileError
 
 __all__ = ["ENCODERS", "EncoderNotFoundError", "EncoderPackage", "encoder_files", "encoder_folder", "load_encoder"]
 
@@ -46,7 +46,7 @@ _WANTED = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.j
 _NEEDED = ("config.json", "tokenizer.json")
 
 
-class EncoderNotFoundError(GraphtreeError, FileNotFoundError):
+class EncoderNotFoundError(MissingFileError):
     """An encoder's package is not installed, or a folder lacks the files of an encoder."""
 
 

@@ -7,16 +7,75 @@ would be without graphtree: an error about malformed input a :class:`ValueError`
 :class:`RuntimeError` (:class:`SlotLeakError`, :class:`HostValueError`), so code
 that guards against those keeps working. Each says what is wrong and where (a
 character offset, a token index, a line number, a node).
+
+The general kinds, each a :class:`GraphtreeError` and the built-in type named:
+
+- :class:`InvalidArgumentError` (:class:`ValueError`): an argument, setting or
+  value out of its range or choices (``n_ary=0``, an unknown ``direction``, an
+  ``edge_index`` of the wrong shape, a cell's ``update`` returning the wrong states).
+- :class:`InvalidTypeError` (:class:`TypeError`): a value of the wrong type (a
+  string where token lists go, integer node features, a cell class that overrides
+  what the engine never calls).
+- :class:`OutOfRangeError` (:class:`IndexError`): an index past what it indexes.
+- :class:`MissingFileError` (:class:`FileNotFoundError`): a file graphtree was
+  told to read, or needs, is not there.
+- :class:`MissingDependencyError` (:class:`ImportError`): an optional package a
+  feature needs (spaCy and its model, the packaged GloVe vectors) is not installed.
+- :class:`UsageError` (:class:`RuntimeError`): an operation called in a state
+  where it cannot run (a second backward through one pass, a dense-only optimizer
+  given sparse gradients).
+- :class:`KernelBuildError` (:class:`RuntimeError`): the C++ kernels were asked
+  for (``GRAPHTREE_NATIVE=1``) and could not be built or loaded.
+
+The specific ones (:class:`TreeFormatError`, :class:`ScheduleError`, the datasets'
+``DatasetError`` and ``StoreError``, ...) say more where they apply.
 """
 
 from __future__ import annotations
 
-__all__ = ["CycleError", "GraphtreeError", "HostValueError", "ScheduleError", "SlotLeakError", "TreeFormatError"]
+__all__ = ["CycleError", "GraphtreeError", "HostValueError", "InvalidArgumentError", "InvalidTypeError",
+           "KernelBuildError", "MissingDependencyError", "MissingFileError", "OutOfRangeError", "ScheduleError",
+           "SlotLeakError", "TreeFormatError", "UsageError"]
 
 
 class GraphtreeError(ValueError):
     """Base class of every error graphtree raises for bad input or misuse (``tests/test_errors.py`` walks the
     package's exception classes to keep it so)."""
+
+
+class InvalidArgumentError(GraphtreeError):
+    """An argument, setting or value is outside its range or its choices (a :class:`ValueError`, as every
+    :class:`GraphtreeError` is): the message names it, what it may be and what it got."""
+
+
+class InvalidTypeError(GraphtreeError, TypeError):
+    """A value is of a type graphtree cannot take there (a :class:`TypeError` too): the message names the
+    type it got and the one it takes."""
+
+
+class OutOfRangeError(GraphtreeError, IndexError):
+    """An index lies outside what it indexes (an :class:`IndexError` too, so sequence protocols that stop at
+    one keep stopping): the message names the index and the range."""
+
+
+class MissingFileError(GraphtreeError, FileNotFoundError):
+    """A file graphtree was told to read, or needs, is not there (a :class:`FileNotFoundError` too)."""
+
+
+class MissingDependencyError(GraphtreeError, ImportError):
+    """An optional package a feature needs is not installed (an :class:`ImportError` too): the message says
+    what to install."""
+
+
+class UsageError(GraphtreeError, RuntimeError):
+    """graphtree was called in a way or a state it cannot run in, not with a malformed value (a
+    :class:`RuntimeError` too): a second backward through one pass, a dense-only optimizer given sparse
+    gradients, a cell's compiled kernel that returns the wrong number of gradients."""
+
+
+class KernelBuildError(GraphtreeError, RuntimeError):
+    """The C++ kernels were required (``GRAPHTREE_NATIVE=1``) and could not be built or loaded (a
+    :class:`RuntimeError` too); without that setting graphtree warns and runs the PyTorch path instead."""
 
 
 class TreeFormatError(GraphtreeError):

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import CycleError
+from .errors import CycleError, InvalidArgumentError
 
 __all__ = ["longest_path_levels", "topological_levels"]
 
@@ -23,7 +23,7 @@ def _as_numpy_edges(edge_index: Tensor | np.ndarray) -> np.ndarray:
         edge_index = edge_index.detach().cpu().numpy()
     edge_index = np.asarray(edge_index, dtype=np.int64)
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
-        raise ValueError(f"edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
+        raise InvalidArgumentError(f"edge_index must have shape [2, num_edges], got {tuple(edge_index.shape)}")
     return edge_index
 
 
@@ -97,7 +97,7 @@ def topological_levels(edge_index: Tensor | np.ndarray, num_nodes: int) -> tuple
     edges = _as_numpy_edges(edge_index)
     src, dst = edges[0], edges[1]
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):
-        raise ValueError(f"edge_index refers to nodes outside 0..{num_nodes - 1}")
+        raise InvalidArgumentError(f"edge_index refers to nodes outside 0..{num_nodes - 1}")
     loops = np.flatnonzero(src == dst)
     if loops.size:
         raise CycleError([int(src[loops[0]])], f"node {int(src[loops[0]])} is its own parent (a self-loop)")

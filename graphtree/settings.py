@@ -46,6 +46,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import InvalidArgumentError, InvalidTypeError
+
 __all__ = ["ENVIRONMENT", "Settings", "configure", "current", "overridden", "reload"]
 
 # Each setting's environment variable.
@@ -70,19 +72,20 @@ class Settings:
     def __post_init__(self) -> None:
         native = str(self.native).strip().lower()
         if native not in NATIVE_MODES:
-            raise ValueError(f"native (${ENVIRONMENT['native']}) must be 0, 1 or auto, got {self.native!r}")
+            raise InvalidArgumentError(f"native (${ENVIRONMENT['native']}) must be 0, 1 or auto, got {self.native!r}")
         object.__setattr__(self, "native", native)
         object.__setattr__(self, "cache", Path(self.cache).expanduser())
         object.__setattr__(self, "mirror", os.fspath(self.mirror))
         if not isinstance(self.flush_denormals, bool):
-            raise TypeError(f"flush_denormals must be True or False, got {self.flush_denormals!r}")
+            raise InvalidTypeError(f"flush_denormals must be True or False, got {self.flush_denormals!r}")
         slot_check = str(self.slot_check).strip().lower()
         if slot_check not in SLOT_CHECKS:
-            raise ValueError(f"slot_check (${ENVIRONMENT['slot_check']}) must be one of {', '.join(SLOT_CHECKS)}, "
-                             f"got {self.slot_check!r}")
+            raise InvalidArgumentError(
+                f"slot_check (${ENVIRONMENT['slot_check']}) must be one of {', '.join(SLOT_CHECKS)}, "
+                f"got {self.slot_check!r}")
         object.__setattr__(self, "slot_check", slot_check)
         if not isinstance(self.width_classes, bool):
-            raise TypeError(f"width_classes must be True or False, got {self.width_classes!r}")
+            raise InvalidTypeError(f"width_classes must be True or False, got {self.width_classes!r}")
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -96,7 +99,7 @@ class Settings:
         for name in ("flush_denormals", "width_classes"):  # switches, on unless set to 0
             flag = environ.get(ENVIRONMENT[name], "1").strip()
             if flag not in ("0", "1"):
-                raise ValueError(f"${ENVIRONMENT[name]} must be 0 or 1, got {flag!r}")
+                raise InvalidArgumentError(f"${ENVIRONMENT[name]} must be 0 or 1, got {flag!r}")
             values[name] = flag == "1"
         if environ.get(ENVIRONMENT["slot_check"]):
             values["slot_check"] = environ[ENVIRONMENT["slot_check"]]

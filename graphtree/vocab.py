@@ -27,6 +27,7 @@ from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Any
 
 from .data.ptb import ptb_unescape
+from .errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["UNK", "Vocab", "lookup_forms"]
 
@@ -105,9 +106,9 @@ class Vocab(Mapping[str, int]):
             TypeError: an item of ``sentences`` is neither a token list nor a graph with tokens.
         """
         if min_count < 1:
-            raise ValueError(f"min_count must be at least 1, got {min_count}")
+            raise InvalidArgumentError(f"min_count must be at least 1, got {min_count}")
         if max_size is not None and max_size < 0:
-            raise ValueError(f"max_size must be non-negative, got {max_size}")
+            raise InvalidArgumentError(f"max_size must be non-negative, got {max_size}")
         seen: Counter[str] = Counter()
         for tokens in _token_lists(sentences):
             seen.update(tokens)
@@ -191,7 +192,7 @@ class Vocab(Mapping[str, int]):
         with open(path, encoding="utf-8") as handle:
             state = json.load(handle)
         if not isinstance(state, dict) or not {"lowercase", "unk_token", "itos"} <= state.keys():
-            raise ValueError(f"{path} is not a vocabulary written by Vocab.save")
+            raise InvalidArgumentError(f"{path} is not a vocabulary written by Vocab.save")
         return cls(state["itos"][1:], lowercase=state["lowercase"], unk_token=state["unk_token"])
 
 
@@ -216,7 +217,7 @@ def _pretrained_key(token: str, table: Container[str]) -> str | None:
 def _token_lists(sentences: Iterable[Any]) -> Iterator[list[str]]:
     for item in sentences:
         if isinstance(item, str):
-            raise TypeError("Vocab.build expects token lists, not strings; split the sentences first")
+            raise InvalidTypeError("Vocab.build expects token lists, not strings; split the sentences first")
         tokens = getattr(item, "tokens", None)
         if tokens is not None:
             yield tokens
@@ -230,5 +231,5 @@ def _token_lists(sentences: Iterable[Any]) -> Iterator[list[str]]:
             if all(isinstance(t, str) for t in tokens):
                 yield tokens
                 continue
-        raise TypeError(f"Vocab.build cannot read tokens from a {type(item).__name__}; pass token lists or "
-                        f"graphs with a 'tokens' attribute")
+        raise InvalidTypeError(f"Vocab.build cannot read tokens from a {type(item).__name__}; pass token lists or "
+                               f"graphs with a 'tokens' attribute")

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from .. import settings
+from ..errors import KernelBuildError, MissingFileError
 from . import kernel_build
 from .kernel_build import cpu_description
 
@@ -159,8 +160,8 @@ def _load(strict: bool) -> Any | None:
     start = time.perf_counter()
     try:
         if missing := kernel_build.missing_sources():  # an install without csrc: nothing to announce, no folder
-            raise FileNotFoundError(f"the kernels' sources are missing from {kernel_build.SOURCE_DIR}: "
-                                    f"{', '.join(missing)}")
+            raise MissingFileError(f"the kernels' sources are missing from {kernel_build.SOURCE_DIR}: "
+                                   f"{', '.join(missing)}")
         name = build_name()
         shipped = INSTALLED_DIR / f"{name}{kernel_build.LIBRARY_SUFFIX}"
         if shipped.is_file():
@@ -176,7 +177,7 @@ def _load(strict: bool) -> Any | None:
         return _kernels
     except Exception as error:  # no compiler, no ninja, a failed build: all mean "use PyTorch"
         if strict:
-            raise RuntimeError(f"graphtree's native kernels could not be built: {error}") from error
+            raise KernelBuildError(f"graphtree's native kernels could not be built: {error}") from error
         if _failed is None:
             warnings.warn(f"graphtree's native kernels could not be built ({type(error).__name__}: "
                           f"{str(error)[:200]}); using the pure-PyTorch path. GRAPHTREE_NATIVE=0 silences this.",

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["ThreadBudget"]
 
 # Fields of a "cpuN" line of /proc/stat, in clock ticks: user nice system idle iowait irq softirq steal ...
@@ -57,9 +59,9 @@ class ThreadBudget:
     def __init__(self, threads: int, *, interval: float = 0.5, margin: float = 0.25,
                  stat: str | os.PathLike = "/proc/stat") -> None:
         if threads < 1:
-            raise ValueError(f"threads must be at least 1, got {threads}")
+            raise InvalidArgumentError(f"threads must be at least 1, got {threads}")
         if interval <= 0 or not 0 <= margin < 1:
-            raise ValueError(f"interval must be positive and margin in [0, 1), got {interval} and {margin}")
+            raise InvalidArgumentError(f"interval must be positive and margin in [0, 1), got {interval} and {margin}")
         self.threads, self.interval, self.margin = threads, interval, margin
         self._stat = Path(stat)
         self._cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []

@@ -38,6 +38,8 @@ from torch.utils.data import get_worker_info
 from torch_geometric import EdgeIndex, Index
 from torch_geometric.data import Batch, Data, InMemoryDataset
 
+from ..errors import InvalidArgumentError, OutOfRangeError
+
 __all__ = ["BatchCutter", "batch_of_columns", "collate_graphs", "separate_graphs"]
 
 # PyG's batch class for Data, looked up once: Batch(_base_cls=Data) resolves its metaclass and reads
@@ -61,7 +63,7 @@ def collate_graphs(data_list: Sequence[Data], follow_batch: Iterable[str] | None
             where PyG's own collate raises a bare ``KeyError``).
     """
     if not data_list:
-        raise ValueError("cannot batch an empty list of graphs")
+        raise InvalidArgumentError("cannot batch an empty list of graphs")
     follow_batch = list(follow_batch or [])
     # A graph's own schedule says nothing about the batch's: the batch gets its own (with_schedule).
     exclude_keys = [*(exclude_keys or []), "schedule"]
@@ -112,7 +114,7 @@ def _check_same_attributes(data_list: Sequence[Data], exclude_keys: list[str]) -
     for k, data in enumerate(data_list[1:], start=1):
         missing = [key for key in keys if key not in data]
         if missing:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"graph {k} of the batch has no {missing[0]!r}, which graph 0 has: graphs batch together when "
                 "they carry the same attributes. Every graphtree converter gives the same ones; drop what only "
                 f"some graphs have (del data.{missing[0]}) or pass exclude_keys=[{missing[0]!r}]")
@@ -246,11 +248,11 @@ class BatchCutter:
         attributes are views of tensors made for the whole order; the values are PyG's.
         """
         if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+            raise InvalidArgumentError(f"batch_size must be positive, got {batch_size}")
         whole, count = self._whole, len(order)
         picked = torch.as_tensor(order, dtype=torch.long)
         if count and not 0 <= int(picked.min()) <= int(picked.max()) < len(self._counts):
-            raise IndexError(f"order holds graph indices outside 0..{len(self._counts) - 1}")
+            raise OutOfRangeError(f"order holds graph indices outside 0..{len(self._counts) - 1}")
         counts = self._counts[picked]
         node_bounds = _exclusive_cumsum(counts)
         first = torch.arange(count) - torch.arange(count) % batch_size  # where each graph's minibatch begins

@@ -24,6 +24,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 from torch_geometric.loader.dataloader import Collater
 
+from ..errors import InvalidArgumentError, UsageError
 from ..schedule import DIRECTIONS, SPLIT_COST_SLOTS, Schedule
 from .batching import DATA_BATCH, collate_graphs, new_data_batch
 
@@ -34,7 +35,7 @@ def _check_directions(directions: Sequence[str]) -> tuple[str, ...]:
     directions = (directions,) if isinstance(directions, str) else tuple(directions)
     unknown = [d for d in directions if d not in DIRECTIONS]
     if unknown:
-        raise ValueError(f"directions must be among {DIRECTIONS}, got {unknown[0]!r}")
+        raise InvalidArgumentError(f"directions must be among {DIRECTIONS}, got {unknown[0]!r}")
     return directions
 
 
@@ -63,7 +64,7 @@ def with_schedule(batch: Any, directions: Sequence[str] = ("bottom_up",)) -> Any
 def _packed_tensor(where: Any) -> torch.Tensor:
     """Stands in a packed batch's pickle for a tensor of its buffer: :class:`_TensorUnpacker` resolves the name to
     its own reader of the buffer, so this is never called."""
-    raise RuntimeError("a packed tensor is read by PackedBatch.unpack")
+    raise UsageError("a packed tensor is read by PackedBatch.unpack")
 
 
 class _TensorPacker(pickle.Pickler):

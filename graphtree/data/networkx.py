@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from ..errors import CycleError, TreeFormatError
+from ..errors import CycleError, InvalidTypeError, TreeFormatError
 from ..levels import topological_levels
 from .tree import NO_LABEL, NO_WORD
 
@@ -59,8 +59,8 @@ def from_networkx(graph: Any, position: str = "position", names: bool = False) -
     import networkx as nx
 
     if not isinstance(graph, nx.DiGraph) or graph.is_multigraph():
-        raise TypeError("from_networkx expects a networkx.DiGraph (edges child -> parent), "
-                        f"got {type(graph).__name__}")
+        raise InvalidTypeError("from_networkx expects a networkx.DiGraph (edges child -> parent), "
+                               f"got {type(graph).__name__}")
     loop = next(iter(nx.selfloop_edges(graph)), None)
     if loop is not None:
         raise CycleError([loop[0]], f"node {loop[0]!r} is its own parent (a self-loop)")

@@ -16,6 +16,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["TREE_KEYS", "pair_side"]
 
 TREE_KEYS = ("edge_index", "edge_pos", "y", "word_pos", "word", "tokens", "child_pos", "height", "depth",
@@ -40,9 +42,9 @@ def pair_side(pairs: Data, side: str) -> Batch:
         ValueError: ``side`` is not ``"a"``, ``"b"`` or ``"both"``, or ``pairs`` is not a pair.
     """
     if side not in ("a", "b", "both"):
-        raise ValueError(f"side must be 'a', 'b' or 'both', got {side!r}")
+        raise InvalidArgumentError(f"side must be 'a', 'b' or 'both', got {side!r}")
     if getattr(pairs, "edge_index_a", None) is None:
-        raise ValueError("pair_side expects a PairData (or a batch of them) with edge_index_a/edge_index_b")
+        raise InvalidArgumentError("pair_side expects a PairData (or a batch of them) with edge_index_a/edge_index_b")
     if side == "both":
         a, b = pair_side(pairs, "a"), pair_side(pairs, "b")
         out = {}

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from ..errors import CycleError, TreeFormatError
+from ..errors import CycleError, InvalidTypeError, TreeFormatError
 from ..levels import topological_levels
 from .tree import NO_LABEL, Vocabulary, tree_data
 
@@ -173,8 +173,8 @@ def _tree(parent: list[int], word_pos: list[int], labels: list[int] | None, toke
 
 def _int_array(values: object, function: str, expected: str, noun: str, first: int) -> list[int]:
     if not isinstance(values, (str, Sequence, np.ndarray, torch.Tensor)) or getattr(values, "ndim", 1) != 1:
-        raise TypeError(f"{function} expects {expected} as a sequence or a whitespace-separated string, "
-                        f"got {type(values).__name__}")
+        raise InvalidTypeError(f"{function} expects {expected} as a sequence or a whitespace-separated string, "
+                               f"got {type(values).__name__}")
     out = _parse_ints(values, noun, first)
     if not out:
         raise TreeFormatError(f"empty {'parent' if noun == 'node' else 'head'} array")

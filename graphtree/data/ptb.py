@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from torch_geometric.data import Data
 
-from ..errors import TreeFormatError
+from ..errors import InvalidArgumentError, InvalidTypeError, TreeFormatError
 from .records import FileRecord, located_error
 from .tree import NO_LABEL, NO_WORD, Vocabulary, tree_data
 
@@ -50,7 +50,7 @@ def from_ptb(line: str, vocab: Vocabulary | None = None) -> Data:
             carries the character offset.
     """
     if not isinstance(line, str):
-        raise TypeError(f"from_ptb expects a string, got {type(line).__name__}")
+        raise InvalidTypeError(f"from_ptb expects a string, got {type(line).__name__}")
     n = len(line)
     pos = _skip(line, 0)
     if pos == n:
@@ -159,15 +159,15 @@ def to_ptb(data: Data) -> str:
     has_parent = [False] * num_nodes
     for child, parent, slot in zip(data.edge_index[0].tolist(), data.edge_index[1].tolist(), data.edge_pos.tolist()):
         if has_parent[child]:
-            raise ValueError(f"node {child} has several parents: not a tree, cannot write PTB")
+            raise InvalidArgumentError(f"node {child} has several parents: not a tree, cannot write PTB")
         has_parent[child] = True
         children[parent].append((slot, child))
     roots = [i for i in range(num_nodes) if not has_parent[i]]
     if len(roots) != 1:
-        raise ValueError(f"a PTB string holds one tree, but the graph has {len(roots)} roots")
+        raise InvalidArgumentError(f"a PTB string holds one tree, but the graph has {len(roots)} roots")
     unlabelled = [i for i, y in enumerate(labels) if y < 0]
     if unlabelled:
-        raise ValueError(f"node {unlabelled[0]} has no label; PTB strings need a label on every node")
+        raise InvalidArgumentError(f"node {unlabelled[0]} has no label; PTB strings need a label on every node")
 
     out: list[str] = []
     # Iterative pre-order walk (deep trees must not hit the recursion limit).

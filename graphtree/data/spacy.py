@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch_geometric.data import Data
 
-from ..errors import TreeFormatError
+from ..errors import InvalidTypeError, TreeFormatError
 from .tree import NO_LABEL, NO_WORD, Vocabulary, tree_data
 
 __all__ = ["binarize", "from_spacy"]
@@ -42,7 +42,7 @@ def from_spacy(doc_or_span: Any, vocab: Vocabulary | None = None) -> Data:
         TypeError: the input is not a spaCy ``Doc`` or ``Span``.
     """
     if not hasattr(doc_or_span, "__iter__") or not hasattr(doc_or_span, "text"):
-        raise TypeError(f"from_spacy expects a spaCy Doc or Span, got {type(doc_or_span).__name__}")
+        raise InvalidTypeError(f"from_spacy expects a spaCy Doc or Span, got {type(doc_or_span).__name__}")
     tokens = list(doc_or_span)
     if not tokens:
         raise TreeFormatError("empty Doc/Span: nothing to convert")

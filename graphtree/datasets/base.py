@@ -18,6 +18,7 @@ from torch_geometric.data.data import BaseData
 from torch_geometric.io import fs
 
 from ..data.batching import separate_graphs
+from ..errors import InvalidTypeError
 from ..vocab import Vocab
 from .download import DatasetError, RemoteFile, atomic_torch_save, resolve_mirror
 
@@ -63,8 +64,8 @@ def vocab_tag(vocab: Any) -> str:
     if isinstance(vocab, Mapping):
         items = sorted((str(k), int(v)) for k, v in vocab.items())
         return "vocab-" + hashlib.sha256(json.dumps(items, ensure_ascii=False).encode()).hexdigest()[:12]
-    raise TypeError(f"datasets take a Vocab or a dict token -> id as vocab, got {type(vocab).__name__}; "
-                    f"build one with graphtree.vocab.Vocab.build")
+    raise InvalidTypeError(f"datasets take a Vocab or a dict token -> id as vocab, got {type(vocab).__name__}; "
+                           f"build one with graphtree.vocab.Vocab.build")
 
 
 class CorpusDataset(InMemoryDataset):

@@ -48,9 +48,9 @@ def evaluate_gate(kind: str, values: Sequence[int]) -> int:
         ValueError: an unknown gate or the wrong number of inputs.
     """
     if kind not in FAN_IN:
-        raise ValueError(f"unknown gate {kind!r}; gates are {', '.join(FAN_IN)}")
+        raise DatasetError(f"unknown gate {kind!r}; gates are {', '.join(FAN_IN)}")
     if len(values) != FAN_IN[kind]:
-        raise ValueError(f"{kind} takes {FAN_IN[kind]} input(s), got {len(values)}")
+        raise DatasetError(f"{kind} takes {FAN_IN[kind]} input(s), got {len(values)}")
     ones = sum(values)
     if kind == "AND":
         return int(ones == len(values))
@@ -137,12 +137,12 @@ def random_circuit(rng: random.Random, num_inputs: int, num_gates: int,
             ``gates`` can take its inputs from ``num_inputs`` inputs.
     """
     if num_inputs < 1 or num_gates < 1:
-        raise ValueError(f"a circuit needs at least one input and one gate, got {num_inputs} and {num_gates}")
+        raise DatasetError(f"a circuit needs at least one input and one gate, got {num_inputs} and {num_gates}")
     unknown = [kind for kind in gates if kind not in FAN_IN]
     if unknown or not gates:
-        raise ValueError(f"gates must be a non-empty selection of {', '.join(FAN_IN)}, got {list(gates)}")
+        raise DatasetError(f"gates must be a non-empty selection of {', '.join(FAN_IN)}, got {list(gates)}")
     if min(FAN_IN[kind] for kind in gates) > num_inputs:
-        raise ValueError(f"none of the gates {list(gates)} fits {num_inputs} input(s)")
+        raise DatasetError(f"none of the gates {list(gates)} fits {num_inputs} input(s)")
     values = [rng.randrange(2) for _ in range(num_inputs)]
     drawn: list[tuple[str, list[int]]] = []
     unused = list(range(num_inputs))
@@ -206,8 +206,8 @@ def generate_circuits(num: int, seed: int = 0, *, num_inputs: int = 4, num_gates
     while len(out) < num:
         budget -= 1
         if budget < 0:
-            raise ValueError(f"found only {len(out)} of {num} distinct DAG circuits with {num_inputs} inputs and "
-                             f"{num_gates} gates; ask for fewer, or for more inputs or gates")
+            raise DatasetError(f"found only {len(out)} of {num} distinct DAG circuits with {num_inputs} inputs and "
+                               f"{num_gates} gates; ask for fewer, or for more inputs or gates")
         circuit = random_circuit(rng, num_inputs, num_gates, gates)
         key = repr(circuit)
         if _shares_a_node(circuit) and key not in seen:

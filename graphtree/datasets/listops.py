@@ -54,7 +54,7 @@ def apply_operator(operator: str, args: Sequence[int]) -> int:
         ValueError: an unknown operator or no arguments.
     """
     if not args:
-        raise ValueError(f"{operator} needs at least one argument")
+        raise DatasetError(f"{operator} needs at least one argument")
     if operator == "[MIN":
         return min(args)
     if operator == "[MAX":
@@ -65,7 +65,7 @@ def apply_operator(operator: str, args: Sequence[int]) -> int:
         return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) // 2
     if operator == "[SM":
         return sum(args) % 10
-    raise ValueError(f"unknown ListOps operator {operator!r}; use one of {OPERATORS}")
+    raise DatasetError(f"unknown ListOps operator {operator!r}; use one of {OPERATORS}")
 
 
 TREES = ("paper", "flat")
@@ -111,7 +111,7 @@ def listops_tree(tokens: str | Sequence[str], vocab: Vocabulary | None = None, t
         ValueError: an unknown ``tree``.
     """
     if tree not in TREES:
-        raise ValueError(f"unknown ListOps tree {tree!r}; use one of {TREES}")
+        raise DatasetError(f"unknown ListOps tree {tree!r}; use one of {TREES}")
     seq = tokens.split() if isinstance(tokens, str) else list(tokens)
     root = _parse(seq)
     data = _paper_tree(root, seq, vocab) if tree == "paper" else _flat_tree(root, seq, vocab)
@@ -274,8 +274,8 @@ def generate_listops(num: int, seed: int = 0, *, max_depth: int = 10, min_args: 
             found in a reasonable number of draws (the settings allow too few).
     """
     if min(max_depth, min_args) < 1 or max_args < min_args or not 0 <= list_prob <= 1 or max_length < 3:
-        raise ValueError(f"ListOps settings out of range: max_depth={max_depth}, args {min_args}..{max_args}, "
-                         f"list_prob={list_prob}, max_length={max_length}")
+        raise DatasetError(f"ListOps settings out of range: max_depth={max_depth}, args {min_args}..{max_args}, "
+                           f"list_prob={list_prob}, max_length={max_length}")
     rng = random.Random(seed)
     seen = exclude if exclude is not None else set()
     settings = (max_depth, min_args, max_args, float(list_prob), max_length)
@@ -284,8 +284,8 @@ def generate_listops(num: int, seed: int = 0, *, max_depth: int = 10, min_args: 
     while len(out) < num:
         budget -= 1
         if budget < 0:
-            raise ValueError(f"found only {len(out)} of {num} distinct ListOps examples with these settings; ask "
-                             "for fewer, or allow longer or deeper ones")
+            raise DatasetError(f"found only {len(out)} of {num} distinct ListOps examples with these settings; ask "
+                               "for fewer, or allow longer or deeper ones")
         tokens: list[str] = []
         try:
             _draw(rng, 1, settings, tokens)

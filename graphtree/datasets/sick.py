@@ -58,7 +58,7 @@ def sick_target(score: float | Tensor, num_classes: int = 5) -> Tensor:
     flat = y.reshape(-1)
     bad = ~torch.isfinite(flat) | (flat < 1) | (flat > num_classes)
     if bad.any():
-        raise ValueError(f"relatedness score {float(flat[bad][0])} is outside [1, {num_classes}]")
+        raise DatasetError(f"relatedness score {float(flat[bad][0])} is outside [1, {num_classes}]")
     floor = flat.floor()
     low = floor.long() - 1  # 0-based index of rating floor(y)
     rows = torch.arange(flat.numel())

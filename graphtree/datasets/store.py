@@ -40,6 +40,7 @@ from torch import Tensor
 from torch_geometric.data import Data, OnDiskDataset, SQLiteDatabase
 
 from .. import version
+from ..errors import InvalidTypeError, OutOfRangeError
 from .download import DatasetError
 
 __all__ = ["STORE_FORMAT", "EncodedGraphs", "GraphStore", "OnDiskMixin", "StoreError", "decode_graph", "encode_graph",
@@ -88,8 +89,9 @@ def encode_graph(data: Data) -> bytes:
             try:
                 json.dumps(value)
             except (TypeError, ValueError):
-                raise TypeError(f"cannot store attribute {key!r} of type {type(value).__name__} on disk; a graph's "
-                                "attributes must be tensors, strings, numbers or lists of them") from None
+                raise InvalidTypeError(
+                    f"cannot store attribute {key!r} of type {type(value).__name__} on disk; a graph's "
+                    "attributes must be tensors, strings, numbers or lists of them") from None
             fields.append([key, value])
     header = json.dumps(fields, separators=(",", ":")).encode()
     return b"".join([_MAGIC, struct.pack("<I", len(header)), header, *payload])
@@ -99,7 +101,7 @@ def decode_graph(blob: bytes) -> Data:
     """The ``Data`` that :func:`encode_graph` wrote.
 
     Raises:
-        ValueError: bytes that are not an encoded graph (corrupt), with the reason.
+        DatasetError: bytes that are not an encoded graph (corrupt), with the reason (a ValueError).
     """
     data = Data()
     # The attributes straight into the storage: Data's __setattr__ checks cost more than reading the graph.
@@ -110,12 +112,12 @@ def decode_graph(blob: bytes) -> Data:
 def _decoded_fields(blob: bytes) -> list[tuple[str, Any]]:
     """The ``(name, value)`` pairs of an encoded graph, its tensors views of one writable copy of its bytes."""
     if not isinstance(blob, (bytes, bytearray, memoryview)) or bytes(blob[:4]) != _MAGIC or len(blob) < 8:
-        raise ValueError("not an encoded graph (bad leading bytes)")
+        raise DatasetError("not an encoded graph (bad leading bytes)")
     (size,) = struct.unpack_from("<I", blob, 4)
     try:
         fields = json.loads(bytes(blob[8:8 + size]))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"unreadable header ({err})") from None
+        raise DatasetError(f"unreadable header ({err})") from None
     buffer = bytearray(blob[8 + size:])  # writable, so tensors are views of it, not copies
     out, offset, end = [], 0, len(buffer)
     for field in fields:  # a loader worker's inner loop: a batch of 25 graphs of 11 attributes runs it 275 times
@@ -125,7 +127,7 @@ def _decoded_fields(blob: bytes) -> list[tuple[str, Any]]:
         key, dtype_name, shape, nbytes = field
         dtype = _DTYPES.get(dtype_name)
         if dtype is None or offset + nbytes > end:
-            raise ValueError(f"attribute {key!r}: {'bytes missing' if dtype is not None else 'bad dtype'}")
+            raise DatasetError(f"attribute {key!r}: {'bytes missing' if dtype is not None else 'bad dtype'}")
         stored = torch.int16 if dtype is torch.bfloat16 else dtype
         if nbytes:
             tensor = torch.frombuffer(buffer, dtype=stored, count=nbytes // stored.itemsize, offset=offset)
@@ -134,11 +136,11 @@ def _decoded_fields(blob: bytes) -> list[tuple[str, Any]]:
             tensor = torch.empty(0, dtype=dtype)
         count = nbytes // stored.itemsize if nbytes else 0
         if count != math.prod(shape):
-            raise ValueError(f"attribute {key!r}: {count} values for shape {shape}")
+            raise DatasetError(f"attribute {key!r}: {count} values for shape {shape}")
         out.append((key, tensor.view(shape) if len(shape) != 1 else tensor))
         offset += nbytes
     if offset != end:
-        raise ValueError(f"{end - offset} stray bytes after the last tensor")
+        raise DatasetError(f"{end - offset} stray bytes after the last tensor")
     return out
 
 
@@ -406,7 +408,7 @@ class GraphStore(OnDiskDataset):
         """The encoded graphs at store positions ``indices``, one query; a missing one is an error."""
         bad = [i for i in indices if not 0 <= i < self._numel]
         if bad:
-            raise IndexError(f"{self.path}: graph {bad[0]} is outside 0..{self._numel - 1}")
+            raise OutOfRangeError(f"{self.path}: graph {bad[0]} is outside 0..{self._numel - 1}")
         try:
             rows = self.db.multi_get(indices)
         except sqlite3.DatabaseError as err:

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from .. import settings
 from ..backend import dispatch
-from ..errors import ScheduleError
+from ..errors import InvalidArgumentError, InvalidTypeError, ScheduleError
 from ..schedule import SPLIT_COST_SLOTS, Schedule, schedule_of
 from . import slot_check
 from .definition import Update, definition_pass, run_update_levels
@@ -121,11 +121,11 @@ def _prepare(cell: torch.nn.Module, inputs: Sequence[Tensor] | Mapping[str, Tens
     names = tuple(inputs) if isinstance(inputs, Mapping) else None
     inputs = list(inputs.values()) if isinstance(inputs, Mapping) else list(inputs)
     if not inputs:
-        raise ValueError("propagate needs at least one per-node input tensor")
+        raise InvalidArgumentError("propagate needs at least one per-node input tensor")
     for k, x in enumerate(inputs):
         if not isinstance(x, Tensor) or x.dim() == 0:
-            raise TypeError(f"input {names[k] if names else k} must be a per-node tensor, got "
-                            f"{type(x).__name__ if not isinstance(x, Tensor) else 'a scalar tensor'}")
+            raise InvalidTypeError(f"input {names[k] if names else k} must be a per-node tensor, got "
+                                   f"{type(x).__name__ if not isinstance(x, Tensor) else 'a scalar tensor'}")
         if x.size(0) != schedule.num_nodes:
             raise ScheduleError(f"input {names[k] if names else k} has {x.size(0)} rows but the batch has "
                                 f"{schedule.num_nodes} nodes; was the schedule built for another batch?")

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..backend import native
+from ..errors import InvalidArgumentError
 from ..schedule import LevelPlan
 from . import slot_check
 from .layout import Children, Prepared, Slots, children_of, gather, gathered, num_outputs, state_buffers
@@ -45,14 +46,15 @@ class Update(NamedTuple):
             states = (states,)
         channels = self.cell.state_channels
         if len(states) != len(channels):
-            raise ValueError(f"{type(self.cell).__name__}.update returned {len(states)} states, but its "
-                             f"state_channels has {len(channels)}")
+            raise InvalidArgumentError(f"{type(self.cell).__name__}.update returned {len(states)} states, but its "
+                                       f"state_channels has {len(channels)}")
         n = children.mask.size(0)
         for k, (state, d) in enumerate(zip(states, channels)):
             if not isinstance(state, Tensor) or state.shape != (n, d):
                 shape = list(state.shape) if isinstance(state, Tensor) else type(state).__name__
-                raise ValueError(f"{type(self.cell).__name__}.update returned state {k} of shape {shape} for a level "
-                                 f"of {n} nodes; expected [{n}, {d}] (state_channels[{k}] = {d})")
+                raise InvalidArgumentError(
+                    f"{type(self.cell).__name__}.update returned state {k} of shape {shape} for a level "
+                    f"of {n} nodes; expected [{n}, {d}] (state_channels[{k}] = {d})")
         return tuple(states)
 
 

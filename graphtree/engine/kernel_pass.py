@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ..backend.dispatch import BoundKernel
+from ..errors import UsageError
 from .layout import Prepared, num_outputs, state_buffers
 
 __all__ = ["LevelPass", "SideBySidePasses", "by_pass", "run_compiled_levels", "run_side_by_side"]
@@ -84,7 +85,7 @@ class LevelPass(torch.autograd.Function):
         saved = ctx.saved_tensors
         inputs, buffers = saved[:ctx.num_inputs], saved[ctx.num_inputs:]
         if ctx.saved is _RELEASED:
-            raise RuntimeError(
+            raise UsageError(
                 "a second backward through the same graphtree pass (retain_graph=True): its compiled level loop "
                 "freed what its backward needs after the first one. Run the forward again, or set "
                 "GRAPHTREE_NATIVE=0 for the Python level loop, which keeps it.")
@@ -112,8 +113,8 @@ class SideBySidePasses(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grad_outputs):
         if ctx.bound is _RELEASED:
-            raise RuntimeError("a second backward through the same graphtree passes (retain_graph=True): their "
-                               "compiled level loops freed what the backward needs after the first one")
+            raise UsageError("a second backward through the same graphtree passes (retain_graph=True): their "
+                             "compiled level loops freed what the backward needs after the first one")
         grad_states, grad_inputs = [], []
         for p, grads_out, outputs in zip(ctx.passes, by_pass(grad_outputs, ctx.passes),
                                          by_pass(ctx.saved_tensors, ctx.passes)):
@@ -147,8 +148,8 @@ def _weight_grads(bound: BoundKernel, grads: Sequence[Tensor]) -> Sequence[Tenso
     """The kernel's gradients of its weights, which it returns in the order of ``bound.weights`` (the cell's
     ``compiled_weights()``), the order in which the pass took them as inputs: matched by position."""
     if len(grads) != len(bound.weights):
-        raise RuntimeError(f"a compiled level kernel returned {len(grads)} weight gradients for the "
-                           f"{len(bound.weights)} weights it took")
+        raise UsageError(f"a compiled level kernel returned {len(grads)} weight gradients for the "
+                         f"{len(bound.weights)} weights it took")
     return grads
 
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..errors import HostValueError, ScheduleError
+from ..errors import HostValueError, InvalidArgumentError, ScheduleError
 from ..schedule import LevelPlan, Schedule, level_blocks
 
 __all__ = ["Children", "Prepared", "SlotLayout", "Slots", "children_of", "gathered", "in_node_order",
@@ -85,8 +85,9 @@ class Children(NamedTuple):
         shape, slots = getattr(value, "shape", ()), self.mask.shape
         if len(shape) < 2 or shape[0] != slots[0] or shape[1] != slots[1] or not isinstance(value, Tensor):
             shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
-            raise ValueError(f"a reduction over the slots takes a state index or a tensor of shape [n, K, ...] = "
-                             f"[{', '.join(map(str, self.mask.shape))}, ...], one entry per slot; got {shape}")
+            raise InvalidArgumentError(
+                f"a reduction over the slots takes a state index or a tensor of shape [n, K, ...] = "
+                f"[{', '.join(map(str, self.mask.shape))}, ...], one entry per slot; got {shape}")
         return value
 
     def filled(self, value: int | Tensor = 0, fill: float = 0.0) -> Tensor:
@@ -147,8 +148,9 @@ class Children(NamedTuple):
         if scores.dim() == 3 and scores.size(-1) == 1:
             scores = scores.squeeze(-1)
         if scores.shape != self.mask.shape:
-            raise ValueError(f"softmax_weights takes one score per slot, [n, K] = {list(self.mask.shape)}, got "
-                             f"{list(scores.shape)}")
+            raise InvalidArgumentError(
+                f"softmax_weights takes one score per slot, [n, K] = {list(self.mask.shape)}, got "
+                f"{list(scores.shape)}")
         if scores.size(1) == 0:
             return scores
         if self.every_slot_filled:
@@ -197,8 +199,8 @@ def num_outputs(cell: torch.nn.Module) -> int:
     if count is None:
         return len(cell.state_channels)
     if not 1 <= count <= len(cell.state_channels):
-        raise ValueError(f"{type(cell).__name__}.output_states must be between 1 and its "
-                         f"{len(cell.state_channels)} state components, got {count}")
+        raise InvalidArgumentError(f"{type(cell).__name__}.output_states must be between 1 and its "
+                                   f"{len(cell.state_channels)} state components, got {count}")
     return count
 
 

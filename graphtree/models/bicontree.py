@@ -10,6 +10,7 @@ from torch import Tensor
 from torch.nn import Linear
 
 from ..engine import Children, propagate_side_by_side, schedule_of
+from ..errors import InvalidArgumentError
 from ..nn.cell import TreeCell, first_state
 from ..nn.functional import dropout
 from ..nn.head_lexicalization import LEAF_SUM_MODE, HeadLexicalization
@@ -126,7 +127,7 @@ class BiTreeLSTM(torch.nn.Module):
                  dropout: float = 0.0) -> None:
         super().__init__()
         if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+            raise InvalidArgumentError(f"variant must be one of {VARIANTS}, got {variant!r}")
         self.in_channels, self.hidden_channels, self.num_classes = in_channels, hidden_channels, num_classes
         self.variant, self.dropout = variant, dropout
         d = hidden_channels

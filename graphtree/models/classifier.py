@@ -10,6 +10,7 @@ from torch import Tensor
 from torch.nn import Embedding, Linear
 
 from ..data.tree import NO_LABEL, NO_WORD
+from ..errors import InvalidArgumentError
 from ..nn.cell import TreeCell, first_state
 from ..nn.functional import dropout
 
@@ -32,8 +33,8 @@ class NodeEmbedding(torch.nn.Module):
         self.embedding = Embedding(num_embeddings, embedding_dim)
         if pretrained is not None:
             if tuple(pretrained.shape) != (num_embeddings, embedding_dim):
-                raise ValueError(f"pretrained vectors have shape {tuple(pretrained.shape)}, "
-                                 f"expected ({num_embeddings}, {embedding_dim})")
+                raise InvalidArgumentError(f"pretrained vectors have shape {tuple(pretrained.shape)}, "
+                                           f"expected ({num_embeddings}, {embedding_dim})")
             with torch.no_grad():
                 self.embedding.weight.copy_(pretrained)
         self.embedding.weight.requires_grad_(not freeze)
@@ -51,8 +52,8 @@ class NodeEmbedding(torch.nn.Module):
         """The vectors of ``batch.word``: what a model asks its input module for (an
         :class:`~graphtree.models.EncoderLeaves` reads the batch's words instead)."""
         if getattr(batch, "word", None) is None:
-            raise ValueError("the batch has no word ids: build the trees with a vocabulary "
-                             "(e.g. graphtree.datasets.SST or from_ptb(line, vocab=...))")
+            raise InvalidArgumentError("the batch has no word ids: build the trees with a vocabulary "
+                                       "(e.g. graphtree.datasets.SST or from_ptb(line, vocab=...))")
         return self(batch.word)
 
 

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from ..data import NO_WORD
+from ..errors import InvalidArgumentError
 from ..nn.functional import dropout
 
 __all__ = ["POOLS", "EncoderLeaves", "EncoderSpanClassifier", "encoder_layers", "encoder_text"]
@@ -60,8 +61,8 @@ def _sentences(batch: Any) -> list[list[str]]:
     """The words of each graph of ``batch`` (a ``Batch``: one list per graph; a single ``Data``: its list)."""
     tokens = getattr(batch, "tokens", None)
     if tokens is None:
-        raise ValueError("the batch has no tokens: EncoderLeaves reads each graph's words from its 'tokens' "
-                         "attribute, which every graphtree converter writes")
+        raise InvalidArgumentError("the batch has no tokens: EncoderLeaves reads each graph's words from its 'tokens' "
+                                   "attribute, which every graphtree converter writes")
     if hasattr(batch, "ptr"):  # a Batch: a list per graph
         return [list(t) for t in tokens]
     return [list(tokens)]
@@ -106,10 +107,10 @@ class EncoderLeaves(torch.nn.Module):
                  cache_frozen: bool = True, cache_below: bool = False) -> None:
         super().__init__()
         if pool not in POOLS:
-            raise ValueError(f"pool must be one of {POOLS}, got {pool!r}")
+            raise InvalidArgumentError(f"pool must be one of {POOLS}, got {pool!r}")
         if not getattr(tokenizer, "is_fast", False):
-            raise ValueError("EncoderLeaves needs a fast tokenizer (its word_ids align sub-words to words); "
-                             f"got {type(tokenizer).__name__}")
+            raise InvalidArgumentError("EncoderLeaves needs a fast tokenizer (its word_ids align sub-words to words); "
+                                       f"got {type(tokenizer).__name__}")
         self.encoder, self.tokenizer, self.pool = encoder, tokenizer, pool
         config = getattr(encoder, "config", None)
         self.out_channels = int(config.hidden_size)
@@ -126,7 +127,7 @@ class EncoderLeaves(torch.nn.Module):
         self.cache_below = bool(cache_below and trainable_layers and layers is not None
                                 and trainable_layers < len(layers))
         if cache_below and not self.cache_below:
-            raise ValueError("cache_below needs trainable_layers between 1 and the encoder's layers less one")
+            raise InvalidArgumentError("cache_below needs trainable_layers between 1 and the encoder's layers less one")
         # sentence words -> (its sub-words' states at the first trained layer's input [T, H], their word ids)
         self._below: dict[tuple[str, ...], tuple[Tensor, list[int | None]]] = {}
         self._upper = _UpperStack(encoder, int(trainable_layers or 0)) if self.cache_below else None
@@ -139,8 +140,9 @@ class EncoderLeaves(torch.nn.Module):
             return
         layers = encoder_layers(self.encoder)
         if not 0 <= trainable_layers <= len(layers):
-            raise ValueError(f"trainable_layers must be between 0 and the encoder's {len(layers)} layers, got "
-                             f"{trainable_layers}")
+            raise InvalidArgumentError(
+                f"trainable_layers must be between 0 and the encoder's {len(layers)} layers, got "
+                f"{trainable_layers}")
         keep = {id(p) for layer in layers[len(layers) - trainable_layers:] for p in layer.parameters()}
         for p in self.encoder.parameters():
             p.requires_grad_(id(p) in keep)
@@ -260,7 +262,7 @@ class EncoderLeaves(torch.nn.Module):
     def load_cache_state(self, state: dict[str, Any]) -> None:
         """Take back a :meth:`cache_state`; one made under other settings or weights is refused."""
         if state.get("key") != self._cache_key():
-            raise ValueError(f"the cache was made for {state.get('key')}, not {self._cache_key()}")
+            raise InvalidArgumentError(f"the cache was made for {state.get('key')}, not {self._cache_key()}")
         self._below.update(state["below"])
         self._frozen_states.update(state["frozen"])
 
@@ -332,8 +334,8 @@ class EncoderLeaves(torch.nn.Module):
         has_word = word_pos != NO_WORD
         if bool((word_pos[has_word] >= lengths[graph[has_word]]).any()):
             node = int((has_word & (word_pos >= lengths[graph])).nonzero()[0])
-            raise ValueError(f"node {node}: word_pos {int(word_pos[node])} is past its sentence's "
-                             f"{int(lengths[graph[node]])} tokens")
+            raise InvalidArgumentError(f"node {node}: word_pos {int(word_pos[node])} is past its sentence's "
+                                       f"{int(lengths[graph[node]])} tokens")
         row = torch.where(has_word, offsets[graph] + word_pos, 0)
         x = out_rows.new_zeros(num_nodes, self.out_channels)
         if out_rows.size(0):
@@ -363,8 +365,8 @@ def encoder_layers(encoder: torch.nn.Module) -> torch.nn.ModuleList:
             module = getattr(module, name, None)
         if isinstance(module, torch.nn.ModuleList):
             return module
-    raise ValueError(f"cannot find the layer stack of {type(encoder).__name__} (looked for encoder.layer, "
-                     "transformer.layer, layers): pass trainable_layers=None")
+    raise InvalidArgumentError(f"cannot find the layer stack of {type(encoder).__name__} (looked for encoder.layer, "
+                               "transformer.layer, layers): pass trainable_layers=None")
 
 
 class EncoderSpanClassifier(torch.nn.Module):
@@ -424,8 +426,8 @@ class _UpperStack:
 
         stack = getattr(encoder, "encoder", None)
         if stack is None or not isinstance(getattr(stack, "layer", None), torch.nn.ModuleList):
-            raise ValueError(f"cache_below needs an encoder with encoder.layer (BERT, MPNet, RoBERTa), not "
-                             f"{type(encoder).__name__}")
+            raise InvalidArgumentError(f"cache_below needs an encoder with encoder.layer (BERT, MPNet, RoBERTa), not "
+                                       f"{type(encoder).__name__}")
         self.config = encoder.config
         self.stack = copy.copy(stack)  # the same submodules, another list of layers
         self.stack._modules = dict(stack._modules)

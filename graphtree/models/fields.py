@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["NodeFields"]
 
 
@@ -40,9 +42,9 @@ class NodeFields(torch.nn.Module):
                  bag: str = "mean") -> None:
         super().__init__()
         if combine not in ("sum", "concat"):
-            raise ValueError(f"combine must be 'sum' or 'concat', got {combine!r}")
+            raise InvalidArgumentError(f"combine must be 'sum' or 'concat', got {combine!r}")
         if bag not in ("mean", "sum"):
-            raise ValueError(f"bag must be 'mean' or 'sum', got {bag!r}")
+            raise InvalidArgumentError(f"bag must be 'mean' or 'sum', got {bag!r}")
         self.combine, self.bag = combine, bag
         self.types = torch.nn.Embedding(num_types, channels)
         self.subtokens = torch.nn.Embedding(num_subtokens, channels)
@@ -50,8 +52,9 @@ class NodeFields(torch.nn.Module):
 
     def forward(self, node_type: Tensor, subtoken: Tensor, subtoken_index: Tensor) -> Tensor:
         if subtoken.shape != subtoken_index.shape:
-            raise ValueError(f"subtoken {tuple(subtoken.shape)} and subtoken_index {tuple(subtoken_index.shape)} "
-                             "must have one node per sub-token")
+            raise InvalidArgumentError(
+                f"subtoken {tuple(subtoken.shape)} and subtoken_index {tuple(subtoken_index.shape)} "
+                "must have one node per sub-token")
         types = self.types(node_type)
         bag = types.new_zeros(types.shape).index_add_(0, subtoken_index, self.subtokens(subtoken))
         if self.bag == "mean":

@@ -17,6 +17,8 @@ from torch_geometric.nn import global_max_pool, global_mean_pool
 from torch_geometric.nn.aggr import AttentionalAggregation
 from torch_geometric.utils import scatter
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["READOUTS", "Readout", "graph_index"]
 
 READOUTS = ("root", "mean", "max", "root-mean-max", "attention")
@@ -62,7 +64,7 @@ class Readout(torch.nn.Module):
     def __init__(self, mode: str, channels: int) -> None:
         super().__init__()
         if mode not in READOUTS:
-            raise ValueError(f"readout must be one of {', '.join(READOUTS)}, got {mode!r}")
+            raise InvalidArgumentError(f"readout must be one of {', '.join(READOUTS)}, got {mode!r}")
         self.mode, self.channels = mode, channels
         self.out_channels = 3 * channels if mode == "root-mean-max" else channels
         self.attention = (AttentionalAggregation(torch.nn.Linear(channels, 1)) if mode == "attention" else None)

@@ -25,6 +25,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from ..data.pairs import pair_side
 from ..data.tree import NO_WORD
+from ..errors import InvalidArgumentError
 from ..nn.cell import TreeCell, first_state
 from ..nn.functional import dropout
 from .classifier import NodeEmbedding
@@ -54,7 +55,8 @@ def roots_of(batch: Any) -> Tensor:
     """
     roots = batch.is_root.nonzero().view(-1)
     if roots.numel() != _num_graphs(batch):
-        raise ValueError(f"expected one root per tree, got {roots.numel()} roots for {_num_graphs(batch)} trees")
+        raise InvalidArgumentError(
+            f"expected one root per tree, got {roots.numel()} roots for {_num_graphs(batch)} trees")
     return roots
 
 

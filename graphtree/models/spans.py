@@ -9,6 +9,7 @@ from torch import Tensor
 from torch.nn import Linear
 
 from ..data import NO_WORD
+from ..errors import InvalidArgumentError
 from ..nn.functional import dropout
 from .classifier import NodeEmbedding
 from .similarity import _graph_of_nodes, padded_words
@@ -43,7 +44,7 @@ def word_spans(batch: Any) -> tuple[Tensor, Tensor]:
                 end.scatter_reduce_(0, p, end[c], "amax")
     if bool((end < 0).any()):
         node = int((end < 0).nonzero()[0])
-        raise ValueError(f"node {node} of {num_nodes} covers no word: every node needs a word below it")
+        raise InvalidArgumentError(f"node {node} of {num_nodes} covers no word: every node needs a word below it")
     return start, end
 
 

@@ -11,7 +11,7 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..engine import Children, Pass, propagate, schedule_of
-from ..errors import ScheduleError
+from ..errors import InvalidArgumentError, InvalidTypeError, ScheduleError
 from ..schedule import SPLIT_COST_SLOTS, LevelPlan
 
 __all__ = ["TreeCell", "first_state"]
@@ -96,17 +96,17 @@ class TreeCell(MessagePassing):
         super().__init_subclass__(**kwargs)
         for name in ("message", "aggregate", "message_and_aggregate"):
             if name in cls.__dict__:
-                raise TypeError(f"{cls.__name__} overrides {name}, which a tree cell never calls: the engine "
-                                "gathers each node's children's states into slots itself; compute from "
-                                "children.states (reduced with children.sum/mean/max/attend) in update")
+                raise InvalidTypeError(f"{cls.__name__} overrides {name}, which a tree cell never calls: the engine "
+                                       "gathers each node's children's states into slots itself; compute from "
+                                       "children.states (reduced with children.sum/mean/max/attend) in update")
         if "level_kernel" in cls.__dict__:
             # The kernel is the compiled form of this very update: a subclass that replaces update loses it (and
             # level_kernel = None turns an inherited one off).
             has_kernel = cls.__dict__["level_kernel"] is not None
             cls._compiled_update = cls.__dict__.get("update", cls.update) if has_kernel else None
             if has_kernel and cls.compiled_weights is TreeCell.compiled_weights:
-                raise TypeError(f"{cls.__name__} has a compiled kernel (level_kernel) but does not declare the "
-                                "weights it takes: define compiled_weights")
+                raise InvalidTypeError(f"{cls.__name__} has a compiled kernel (level_kernel) but does not declare the "
+                                       "weights it takes: define compiled_weights")
 
     def __init__(self, state_channels: tuple[int, ...] | None = None, *, max_children: int | None = None,
                  direction: str | None = None, output_states: int | None = None) -> None:
@@ -117,7 +117,7 @@ class TreeCell(MessagePassing):
             self.max_children = max_children
         if direction is not None:
             if direction not in ("bottom_up", "top_down"):
-                raise ValueError(f"direction must be 'bottom_up' or 'top_down', got {direction!r}")
+                raise InvalidArgumentError(f"direction must be 'bottom_up' or 'top_down', got {direction!r}")
             self.direction = direction
         if output_states is not None:
             self.output_states = output_states
@@ -200,17 +200,18 @@ class TreeCell(MessagePassing):
             One ``[num_nodes, d]`` tensor per returned state component.
         """
         if isinstance(size, Tensor):
-            raise TypeError(f"{type(self).__name__}.propagate takes update's inputs by name, as PyG's layers do: "
-                            "self.propagate(edge_index, x=x)")
+            raise InvalidTypeError(
+                f"{type(self).__name__}.propagate takes update's inputs by name, as PyG's layers do: "
+                "self.propagate(edge_index, x=x)")
         if size is not None:
-            raise ValueError(f"{type(self).__name__} maps a graph's nodes onto themselves; size must be None")
+            raise InvalidArgumentError(f"{type(self).__name__} maps a graph's nodes onto themselves; size must be None")
         return propagate(*self.pass_of(edge_index, edge_pos=edge_pos, **inputs))
 
     def pass_of(self, edge_index: Any, *, edge_pos: Tensor | None = None, **inputs: Tensor) -> Pass:
         """The pass :meth:`propagate` runs, not yet run: for
         :func:`~graphtree.engine.propagate_side_by_side`, which runs independent passes at the same time."""
         if not inputs:
-            raise ValueError(f"{type(self).__name__}.propagate needs the per-node inputs of update, by name")
+            raise InvalidArgumentError(f"{type(self).__name__}.propagate needs the per-node inputs of update, by name")
         num_nodes = next(iter(inputs.values())).size(0)
         schedule = schedule_of(edge_index, num_nodes=num_nodes, edge_pos=edge_pos)
         return Pass(self, inputs, schedule, self.direction)
@@ -227,15 +228,15 @@ class TreeCell(MessagePassing):
         name = type(self).__name__
         if not isinstance(x, Tensor) or x.dim() != 2 or (channels is not None and x.size(-1) != channels):
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"{name} expects node features of shape [num_nodes, {channels or 'channels'}], "
-                             f"got {shape}")
+            raise InvalidArgumentError(f"{name} expects node features of shape [num_nodes, {channels or 'channels'}], "
+                                       f"got {shape}")
         if not x.is_floating_point():
-            raise TypeError(f"{name} expects floating-point node features, got {x.dtype}; convert them with "
-                            ".float() (integer ids go through an embedding first)")
+            raise InvalidTypeError(f"{name} expects floating-point node features, got {x.dtype}; convert them with "
+                                   ".float() (integer ids go through an embedding first)")
         own = next((p.dtype for p in self.parameters() if p.is_floating_point()), None)
         if own is not None and x.dtype != own and not torch.is_autocast_enabled(x.device.type):
-            raise TypeError(f"{name} has {own} parameters but got node features of dtype {x.dtype}; convert "
-                            f"one to the other (x.to({own}) or cell.to({x.dtype}))")
+            raise InvalidTypeError(f"{name} has {own} parameters but got node features of dtype {x.dtype}; convert "
+                                   f"one to the other (x.to({own}) or cell.to({x.dtype}))")
         num_nodes = getattr(graph, "num_nodes", None) if graph is not None and not isinstance(graph, Tensor) \
             else None
         if isinstance(num_nodes, int) and x.size(0) != num_nodes:

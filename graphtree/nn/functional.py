@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..backend.native import native_kernels_if_loaded
+from ..errors import InvalidArgumentError
 
 __all__ = ["dropout"]
 
@@ -53,7 +54,7 @@ def _check(p: float) -> float | None:
     """PyTorch's kept value for ``p`` if the compiled mask reproduces ``F.dropout`` exactly, else ``None``."""
     extension = native_kernels_if_loaded(torch.empty(0))
     if not 0 < p < 1:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        raise InvalidArgumentError(f"dropout probability has to be between 0 and 1, but got {p}")
     if extension is None:  # not loaded (yet): asked again next time
         return None
     kept = float(torch.ones(1).div_(1 - p))

@@ -12,6 +12,7 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from ..engine import Children, schedule_of
+from ..errors import InvalidArgumentError
 from .cell import TreeCell
 
 if TYPE_CHECKING:
@@ -82,9 +83,9 @@ class HeadLexicalization(TreeCell):
     def __init__(self, channels: int, method: str = "gated", n_ary: int = 2) -> None:
         super().__init__(state_channels=(channels,), max_children=n_ary if method == "gated" else None)
         if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+            raise InvalidArgumentError(f"method must be one of {METHODS}, got {method!r}")
         if n_ary < 1:
-            raise ValueError(f"n_ary must be at least 1, got {n_ary}")
+            raise InvalidArgumentError(f"n_ary must be at least 1, got {n_ary}")
         self.channels, self.method, self.n_ary = channels, method, n_ary
         if method == "gated":
             D, N = channels, n_ary

@@ -10,6 +10,7 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from ..engine import Children
+from ..errors import InvalidArgumentError
 from .cell import TreeCell
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class LexicalizedTreeLSTM(TreeCell):
     def __init__(self, in_channels: int, hidden_channels: int, n_ary: int = 2, lexicalized: bool = True) -> None:
         super().__init__(state_channels=(hidden_channels, hidden_channels), max_children=n_ary)
         if n_ary < 1:
-            raise ValueError(f"n_ary must be at least 1, got {n_ary}")
+            raise InvalidArgumentError(f"n_ary must be at least 1, got {n_ary}")
         self.in_channels, self.hidden_channels = in_channels, hidden_channels
         self.n_ary, self.lexicalized = n_ary, lexicalized
         D, d, N = in_channels, hidden_channels, n_ary

@@ -11,6 +11,7 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from ..engine import Children
+from ..errors import InvalidArgumentError
 from .cell import TreeCell
 
 if TYPE_CHECKING:
@@ -142,12 +143,12 @@ class LSTMRNN(TreeCell):
         d = hidden_channels
         super().__init__(state_channels=(d, d, 8 * d), max_children=2, output_states=2)  # (p, c_p, m)
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+            raise InvalidArgumentError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
         if in_channels != hidden_channels:
-            raise ValueError(f"LSTMRNN needs in_channels == hidden_channels (got {in_channels} and "
-                             f"{hidden_channels}): a leaf's output is its word vector itself (Le & Zuidema, "
-                             "section 4), and leaf and inner outputs share one h tensor. Project the word "
-                             "vectors to hidden_channels first if they differ.")
+            raise InvalidArgumentError(f"LSTMRNN needs in_channels == hidden_channels (got {in_channels} and "
+                                       f"{hidden_channels}): a leaf's output is its word vector itself (Le & Zuidema, "
+                                       "section 4), and leaf and inner outputs share one h tensor. Project the word "
+                                       "vectors to hidden_channels first if they differ.")
         self.in_channels, self.hidden_channels, self.activation = in_channels, hidden_channels, activation
         self.g = ACTIVATIONS[activation]
         self.W_leaf = Parameter(torch.empty(8 * d, in_channels))

@@ -10,6 +10,7 @@ from torch import Tensor
 from torch.nn import Linear, Parameter
 
 from ..engine import Children
+from ..errors import InvalidArgumentError
 from .cell import TreeCell
 
 if TYPE_CHECKING:
@@ -78,11 +79,11 @@ class NaryTreeLSTM(TreeCell):
                  forget: str = "full") -> None:
         super().__init__(state_channels=(hidden_channels, hidden_channels), max_children=n_ary)
         if n_ary < 1:
-            raise ValueError(f"n_ary must be at least 1, got {n_ary}")
+            raise InvalidArgumentError(f"n_ary must be at least 1, got {n_ary}")
         if setting not in ("constituency", "general"):
-            raise ValueError(f"setting must be 'constituency' or 'general', got {setting!r}")
+            raise InvalidArgumentError(f"setting must be 'constituency' or 'general', got {setting!r}")
         if forget not in ("full", "tied", "zero"):
-            raise ValueError(f"forget must be 'full', 'tied' or 'zero', got {forget!r}")
+            raise InvalidArgumentError(f"forget must be 'full', 'tied' or 'zero', got {forget!r}")
         self.in_channels, self.hidden_channels = in_channels, hidden_channels
         self.n_ary, self.setting, self.forget = n_ary, setting, forget
         N, d = n_ary, hidden_channels

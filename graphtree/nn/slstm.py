@@ -10,6 +10,7 @@ from torch import Tensor
 from torch.nn import Linear, Parameter
 
 from ..engine import Children
+from ..errors import InvalidArgumentError
 from .cell import TreeCell
 
 if TYPE_CHECKING:
@@ -98,11 +99,12 @@ class SLSTM(TreeCell):
     def __init__(self, in_channels: int, hidden_channels: int, leaf: str = "embedding") -> None:
         super().__init__(state_channels=(hidden_channels, hidden_channels), max_children=2)
         if leaf not in LEAF_UNITS:
-            raise ValueError(f"leaf must be one of {LEAF_UNITS}, got {leaf!r}")
+            raise InvalidArgumentError(f"leaf must be one of {LEAF_UNITS}, got {leaf!r}")
         if leaf == "embedding" and in_channels != hidden_channels:
-            raise ValueError(f"leaf='embedding' uses the word vector as the leaf's hidden state (h = x), so "
-                             f"in_channels must equal hidden_channels; got {in_channels} and {hidden_channels}. "
-                             "Use leaf='lstm' for a learned leaf unit of any input width.")
+            raise InvalidArgumentError(
+                f"leaf='embedding' uses the word vector as the leaf's hidden state (h = x), so "
+                f"in_channels must equal hidden_channels; got {in_channels} and {hidden_channels}. "
+                "Use leaf='lstm' for a learned leaf unit of any input width.")
         self.in_channels, self.hidden_channels, self.leaf = in_channels, hidden_channels, leaf
         d = hidden_channels
         self.W_h = Parameter(torch.empty(5 * d, 2 * d))

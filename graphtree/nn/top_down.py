@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.nn import Parameter
 
 from ..engine import Children, Pass
-from ..errors import ScheduleError
+from ..errors import InvalidArgumentError, ScheduleError
 from ..schedule import Schedule
 from .cell import TreeCell
 
@@ -100,7 +100,7 @@ class TopDownTreeLSTM(TreeCell):
                  share_input_weights: bool = False) -> None:
         super().__init__(state_channels=(hidden_channels, hidden_channels), direction="top_down")
         if n_ary < 1:
-            raise ValueError(f"n_ary must be at least 1, got {n_ary}")
+            raise InvalidArgumentError(f"n_ary must be at least 1, got {n_ary}")
         self.in_channels, self.hidden_channels = in_channels, hidden_channels
         self.n_ary, self.share_input_weights = n_ary, share_input_weights
         D, d, N = in_channels, hidden_channels, n_ary

@@ -7,6 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["WordInputModel"]
 
 
@@ -27,5 +29,5 @@ class WordInputModel(torch.nn.Module):
         if hasattr(self.embedding, "node_inputs"):  # NodeEmbedding, EncoderLeaves
             return self.net(self.embedding.node_inputs(batch), batch)
         if getattr(batch, "word", None) is None:
-            raise ValueError("the batch has no word ids: build the trees with a vocabulary")
+            raise InvalidArgumentError("the batch has no word ids: build the trees with a vocabulary")
         return self.net(self.embedding(batch.word), batch)

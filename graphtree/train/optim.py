@@ -48,6 +48,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from ..errors import InvalidArgumentError, UsageError
+
 # The presets and their record need no torch: they live apart, for the scripts' flags.
 from .presets import _EMBEDDING_OPTIMIZERS, _OPTIMIZERS, PRESETS, SPARSE_EXACT, OptimizerSpec  # noqa: F401
 
@@ -134,7 +136,7 @@ def make_optimizer(name: str, params: list[Tensor], lr: float, dense: bool = Tru
             return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, capturable=on_gpu, foreach=True)
         if name == "sgd":
             return torch.optim.SGD(params, lr=lr, foreach=True)
-        raise ValueError(f"no capturable {name!r}: choose adagrad, adam or sgd")
+        raise InvalidArgumentError(f"no capturable {name!r}: choose adagrad, adam or sgd")
     if name == "sparse_adam":
         return torch.optim.SparseAdam(params, lr=lr, betas=(0.9, 0.999), eps=1e-8)
     if name == "adamw":  # the fine-tuning recipe: matrices decayed, biases and normalization weights not
@@ -189,7 +191,7 @@ class CapturableAdagrad(torch.optim.Optimizer):
             if not params:
                 continue
             if any(p.grad.is_sparse for p in params):
-                raise RuntimeError("CapturableAdagrad takes dense gradients; use RowAdagrad for sparse ones")
+                raise UsageError("CapturableAdagrad takes dense gradients; use RowAdagrad for sparse ones")
             grads = [p.grad for p in params]
             if group["weight_decay"]:
                 grads = torch._foreach_add(grads, params, alpha=group["weight_decay"])
@@ -216,15 +218,16 @@ class PaperOptimizer:
         self.params = [p for p in params if p.requires_grad]
         self.embedding_params = [p for p in embedding_params if p.requires_grad]
         if not self.params:
-            raise ValueError("PaperOptimizer got no trainable parameters")
+            raise InvalidArgumentError("PaperOptimizer got no trainable parameters")
         shared = {id(p) for p in self.params} & {id(p) for p in self.embedding_params}
         if shared:
-            raise ValueError("a parameter is both a model and an embedding parameter; pass each once")
+            raise InvalidArgumentError("a parameter is both a model and an embedding parameter; pass each once")
         if capturable and spec.embedding == "sparse_adam" and self.embedding_params and spec.embedding_lr > 0:
-            raise ValueError("lazy Adam (sparse_adam) moves only the rows a minibatch used, which no update of "
-                             "fixed shape can do: it has no capturable form")
+            raise InvalidArgumentError(
+                "lazy Adam (sparse_adam) moves only the rows a minibatch used, which no update of "
+                "fixed shape can do: it has no capturable form")
         if capturable and "adamw" in (spec.name, spec.embedding):
-            raise ValueError("AdamW (the fine-tuning recipe) has no capturable form here; replay='off'")
+            raise InvalidArgumentError("AdamW (the fine-tuning recipe) has no capturable form here; replay='off'")
         self.model_optimizer = make_optimizer(spec.name, self.params, spec.lr, capturable=capturable,
                                               weight_decay=spec.weight_decay)
         self.updates = 0  # updates made so far (the learning-rate schedule's position)
@@ -281,8 +284,8 @@ class PaperOptimizer:
         if not self.spec.scheduled:
             return
         if self.total_updates is None:
-            raise ValueError("a learning-rate schedule needs the run's number of updates: call plan_updates "
-                             "(the Trainer does)")
+            raise InvalidArgumentError("a learning-rate schedule needs the run's number of updates: call plan_updates "
+                                       "(the Trainer does)")
         factor = self.spec.lr_factor(self.updates, self.total_updates)
         for optimizer, lr in ((self.model_optimizer, self.spec.lr), (self.embedding_optimizer, self.spec.embedding_lr)):
             if optimizer is not None:
@@ -333,7 +336,7 @@ class PaperOptimizer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved = {"decay": 0.0, **state["spec"]}  # saved before OptimizerSpec had a decay
         if saved != self.spec.as_dict():
-            raise ValueError(f"optimizer state was saved with {state['spec']}, not {self.spec.as_dict()}")
+            raise InvalidArgumentError(f"optimizer state was saved with {state['spec']}, not {self.spec.as_dict()}")
         self.model_optimizer.load_state_dict(state["model"])
         self.updates = state.get("updates", 0)
         if self.embedding_optimizer is not None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["PRESETS", "OptimizerSpec"]
 
 _OPTIMIZERS = ("adagrad", "adam", "sgd", "adamw")
@@ -49,17 +51,17 @@ class OptimizerSpec:
 
     def __post_init__(self) -> None:
         if self.name not in _OPTIMIZERS:
-            raise ValueError(f"OptimizerSpec.name must be one of {_OPTIMIZERS}, got {self.name!r}")
+            raise InvalidArgumentError(f"OptimizerSpec.name must be one of {_OPTIMIZERS}, got {self.name!r}")
         if self.embedding not in _EMBEDDING_OPTIMIZERS:
-            raise ValueError(f"OptimizerSpec.embedding must be one of {_EMBEDDING_OPTIMIZERS}, "
-                             f"got {self.embedding!r}")
+            raise InvalidArgumentError(f"OptimizerSpec.embedding must be one of {_EMBEDDING_OPTIMIZERS}, "
+                                       f"got {self.embedding!r}")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"OptimizerSpec.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+            raise InvalidArgumentError(f"OptimizerSpec.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.weight_decay and "adamw" not in (self.name, self.embedding):
-            raise ValueError("OptimizerSpec.weight_decay is AdamW's: use name='adamw'")
+            raise InvalidArgumentError("OptimizerSpec.weight_decay is AdamW's: use name='adamw'")
         if (self.lr <= 0 or self.embedding_lr < 0 or self.l2 < 0 or self.batch_size < 1
                 or not 0 <= self.decay < 1 or self.weight_decay < 0 or not 0 <= self.warmup < 1):
-            raise ValueError(f"invalid optimizer settings: {self}")
+            raise InvalidArgumentError(f"invalid optimizer settings: {self}")
 
     @property
     def scheduled(self) -> bool:

@@ -7,6 +7,7 @@ from torch_geometric.data import Data
 
 from ..data.ptb import from_ptb
 from ..data.tree import NO_LABEL, NO_WORD, Vocabulary
+from ..errors import InvalidArgumentError
 
 __all__ = ["SUPERVISION", "recursive_tree", "restrict_supervision"]
 
@@ -26,7 +27,7 @@ def restrict_supervision(data: Data, supervision: str) -> Data:
         ValueError: an unknown ``supervision``.
     """
     if supervision not in SUPERVISION:
-        raise ValueError(f"supervision must be one of {SUPERVISION}, got {supervision!r}")
+        raise InvalidArgumentError(f"supervision must be one of {SUPERVISION}, got {supervision!r}")
     if supervision == "all":
         return data
     keep = data.is_root if supervision == "root" else data.is_root | data.is_leaf
@@ -53,10 +54,10 @@ def recursive_tree(data: Data, direction: str, vocab: Vocabulary | None = None) 
         ValueError: an unknown ``direction``, or a tree without tokens.
     """
     if direction not in ("left", "right"):
-        raise ValueError(f"direction must be 'left' or 'right', got {direction!r}")
+        raise InvalidArgumentError(f"direction must be 'left' or 'right', got {direction!r}")
     tokens = getattr(data, "tokens", None)
     if not tokens:
-        raise ValueError("recursive_tree needs the sentence's tokens (data.tokens)")
+        raise InvalidArgumentError("recursive_tree needs the sentence's tokens (data.tokens)")
     if len(tokens) == 1:
         return data
     word_label = torch.full((len(tokens),), NO_LABEL, dtype=torch.long)
