@@ -104,7 +104,7 @@ from graphtree.experiments.code_tasks import (
 )
 from graphtree.experiments.harness import SPLITS, Experiment, split_sizes
 from graphtree.experiments.runs import (
-        RunPaths,
+    RunPaths,
     finished_run,
     main_guard,
     note,
@@ -113,8 +113,8 @@ from graphtree.experiments.runs import (
     run_record,
 )
 from graphtree.experiments.seeds import Outcome, SeedRun, count_parameters
+from graphtree.train.batches import collate
 from graphtree.train.checkpoint import atomic_write_text, seed_everything
-from graphtree.train.trainer import collate
 
 
 def load(args: argparse.Namespace) -> tuple[dict[str, list], CodeTrees]:
