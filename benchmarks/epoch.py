@@ -401,8 +401,9 @@ def breakdown(args: argparse.Namespace) -> dict:
     from graphtree.data.batching import BatchCutter
     from graphtree.models import node_loss
     from graphtree.train import OptimizerSpec, PaperOptimizer
+    from graphtree.train.batches import collate
     from graphtree.train.metrics import evaluate
-    from graphtree.train.trainer import collate, epoch_order
+    from graphtree.train.ordering import epoch_order
 
     sst = _sst_script()
     model_name = args.models[0]

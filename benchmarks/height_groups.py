@@ -2,7 +2,7 @@
 of training runs with and without ``--group-by-height``.
 
 A minibatch runs as many levels as its tallest tree. For the trainer's plain order
-(:func:`graphtree.train.trainer.epoch_order`) and for :func:`~graphtree.train.trainer.height_grouped_order` with
+(:func:`graphtree.train.ordering.epoch_order`) and for :func:`~graphtree.train.ordering.height_grouped_order` with
 windows of ``W`` minibatches, this counts over ``--epochs`` epochs of seed ``--seed`` the mean levels per
 minibatch, the levels of a whole epoch, and the mean spread of heights within a minibatch (tallest less lowest).
 ``--runs DIR`` adds a table of the results files of ``experiments/sst.py`` under ``DIR/sst/`` (the runs with
@@ -30,13 +30,14 @@ import torch
 from lab.provenance import code_state
 from lab.sst_models import sst_model
 
+from graphtree.backend.threads import denormals_flushed
 from graphtree.data.batching import collate_graphs
 from graphtree.data.loader import with_schedule
 from graphtree.datasets import SST
 from graphtree.models.classifier import node_loss
 from graphtree.train import PRESETS, PaperOptimizer
 from graphtree.train.checkpoint import seed_everything
-from graphtree.train.trainer import denormals_flushed, epoch_order, height_grouped_order, tree_levels
+from graphtree.train.ordering import epoch_order, height_grouped_order, tree_levels
 from graphtree.vocab import Vocab
 
 CHILDSUM = dict(model="childsum", dim=300, hidden=168, dropout=0.5)  # experiments/sst.py's MODELS["childsum"]

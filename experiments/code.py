@@ -114,8 +114,8 @@ from lab.runs import (
 from lab.seeds import Outcome, SeedRun, count_parameters
 
 from graphtree.datasets import CodeTrees
+from graphtree.train.batches import collate
 from graphtree.train.checkpoint import atomic_write_text, seed_everything
-from graphtree.train.trainer import collate
 
 
 def load(args: argparse.Namespace) -> tuple[dict[str, list], CodeTrees]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from graphtree.train import distributed
-from graphtree.train.trainer import epoch_order
+from graphtree.train.ordering import epoch_order
 
 REPO = Path(__file__).resolve().parent.parent
 HELPER = REPO / "tests" / "distributed_helper.py"

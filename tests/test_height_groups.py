@@ -17,7 +17,7 @@ from graphtree.data import from_ptb
 from graphtree.models import NodeEmbedding, TreeClassifier
 from graphtree.nn import ChildSumTreeLSTM
 from graphtree.train import PRESETS, PaperOptimizer, Trainer
-from graphtree.train.trainer import epoch_order, height_grouped_order, tree_levels
+from graphtree.train.ordering import epoch_order, height_grouped_order, tree_levels
 
 
 def chain_ptb(levels: int, label: int) -> str:

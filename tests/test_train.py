@@ -29,7 +29,7 @@ from graphtree.train import (
     restrict_supervision,
 )
 from graphtree.train.metrics import span_lengths
-from graphtree.train.trainer import epoch_order
+from graphtree.train.ordering import epoch_order
 
 HERE = Path(__file__).resolve().parent
 VOCAB = {w: k for k, w in enumerate("a b c d e f".split())}

@@ -206,7 +206,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, repo: Path, default_epoch
     parser.add_argument("--group-by-height", type=at_least_one, default=None, metavar="W",
                         help="minibatches of trees of similar height, so that each runs fewer levels: the epoch's "
                              "shuffled order sorted by height within windows of W minibatches, the minibatches then "
-                             "shuffled (graphtree.train.trainer.height_grouped_order); recorded in the results file "
+                             "shuffled (graphtree.train.ordering.height_grouped_order); recorded in the results file "
                              "and the run's name (_hgW). Default: the plain shuffled order")
     parser.add_argument("--data-root", default=str(repo / "datasets"),
                         help="folder of the data: <root>/<corpus>/raw the fetched files, <root>/<corpus>/processed "

@@ -171,7 +171,7 @@ class CorpusDataset(InMemoryDataset):
         if getattr(self, "_data_list", None) is None and self.len() > 1:
             shared = self._shared_cut
             if shared.get("slices") is not self.slices:  # not cut yet, or another storage loaded since
-                # The collector is left alone (a script that wants it quieter says so: graphtree.experiments.process)
+                # The collector is left alone (a script that wants it quieter says so: experiments/lab/process.py)
                 shared["graphs"] = separate_graphs(self._data, self.slices)  # None: PyG cuts one by one
                 shared["slices"] = self.slices
             self._data_list = shared["graphs"]

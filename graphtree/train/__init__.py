@@ -6,8 +6,13 @@
 * :mod:`~graphtree.train.metrics` — root and all-phrase accuracy, and their
   breakdowns by sentence length, node height and span length.
 * :mod:`~graphtree.train.checkpoint` — atomic saves and RNG state capture.
-* :mod:`~graphtree.train.trainer` — :class:`Trainer`: epochs, early model
-  selection on dev, resumable checkpoints, per-epoch CSV, progress bar.
+* :mod:`~graphtree.train.trainer` — :class:`Trainer`: the epoch loop (over a
+  plain or a replayed step), early model selection on dev, resumable
+  checkpoints, per-epoch CSV, progress bar.
+* :mod:`~graphtree.train.ordering` — each epoch's order of the training set, a
+  function of seed and epoch: shuffled, or with trees of similar height together.
+* :mod:`~graphtree.train.batches` — where the minibatches come from: graphs in
+  memory (cut from their concatenation, or graph by graph) or a store on disk.
 * :mod:`~graphtree.train.replaying` — the trainer's replayed path: padded steps
   and evaluation passes, CUDA graphs on a GPU (``replay="auto"``), and what falls back.
 * :mod:`~graphtree.train.distributed` — data-parallel training under

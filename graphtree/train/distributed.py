@@ -6,7 +6,7 @@ the ``gloo`` backend on CPU and ``nccl`` on GPU; started plainly, it does nothin
 and the script trains in one process. :class:`~graphtree.train.Trainer` then
 finds the process group by itself:
 
-* every minibatch of the single-process epoch (:func:`~graphtree.train.trainer.epoch_order`,
+* every minibatch of the single-process epoch (:func:`~graphtree.train.ordering.epoch_order`,
   the paper's minibatch size) is split across the ranks (:func:`shard`), so the
   union of the ranks' work is that epoch and the minibatch gradient is the
   single-process one up to the order of float sums;

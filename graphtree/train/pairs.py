@@ -106,7 +106,7 @@ class PairTrainer(Trainer):
     """Trains a pair model with a paper's optimizer and keeps the epoch with the best dev Pearson r.
 
     :class:`~graphtree.train.Trainer` with a pair objective: each epoch visits
-    the training pairs in the order :func:`~graphtree.train.trainer.epoch_order`
+    the training pairs in the order :func:`~graphtree.train.ordering.epoch_order`
     gives, ``batch_size`` pairs at a time; the minibatch objective is
     ``loss_fn(log_probs, batch.target)`` divided by the number of pairs. A
     checkpoint is written atomically after every epoch; calling :meth:`fit`
@@ -130,7 +130,7 @@ class PairTrainer(Trainer):
         extra: JSON-able extras stored in the checkpoint.
         device: Where batches are sent (default: the model's device).
         group_by_height: Pairs of similar height (the taller side's) in one minibatch, in windows of this many
-            minibatches (:func:`~graphtree.train.trainer.height_grouped_order`); ``None``: the plain order.
+            minibatches (:func:`~graphtree.train.ordering.height_grouped_order`); ``None``: the plain order.
     """
 
     checkpoint_format = PAIR_CHECKPOINT_FORMAT

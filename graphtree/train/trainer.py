@@ -1,4 +1,10 @@
-"""The training loop every experiment uses: epochs, dev selection, resumable checkpoints, CSV, progress bar."""
+"""The training loop every experiment uses: epochs, dev selection, resumable checkpoints, CSV, progress bar.
+
+One epoch loop (:meth:`Trainer._train_epoch`) runs whichever step the run takes: :class:`PlainStep` (the level
+loop, under ``torchrun`` through ``DistributedDataParallel``) or :class:`ReplayedTrainingStep` (the padded step,
+replayed as CUDA graphs on a GPU: :mod:`graphtree.train.replaying`). The epoch's order is
+:mod:`graphtree.train.ordering`'s, its minibatches come from :mod:`graphtree.train.batches`.
+"""
 
 from __future__ import annotations
 
@@ -21,19 +27,17 @@ from tqdm.auto import tqdm
 
 from ..backend import native
 from ..backend.thread_budget import ThreadBudget
-from ..backend.threads import denormals_flushed  # noqa: F401  (importable here as before it moved)
-from ..data.batching import BatchCutter, collate_graphs
-from ..data.loader import ScheduleCollater, unpacked, with_schedule
-from ..levels import topological_levels
+from ..data.loader import with_schedule
 from ..models.classifier import node_loss
 from . import distributed
+from .batches import Minibatch, StoredBatches, TrainingBatches, collate, reads_from_disk
 from .checkpoint import atomic_save, atomic_write_text, get_rng_state, seed_everything, set_rng_state
 from .metrics import Tally, evaluate
 from .optim import PaperOptimizer
+from .ordering import EpochOrder
 from .replaying import ReplayedForward, ReplayPath, StepOptimizer, replay_requested, unreplayable_reason
 
-__all__ = ["CHECKPOINT_FORMAT", "PHASES", "FitResult", "Trainer", "collate", "epoch_order", "height_grouped_order",
-           "tree_levels"]
+__all__ = ["CHECKPOINT_FORMAT", "PHASES", "FitResult", "PlainStep", "ReplayedTrainingStep", "Trainer"]
 
 CHECKPOINT_FORMAT = 1
 """Version of the checkpoint layout written by :class:`Trainer`."""
@@ -47,142 +51,6 @@ under ``torchrun``, the gradient all-reduce), the update of the model's paramete
 embeddings. On a GPU, which runs asynchronously, a phase may be charged to a later one. A replayed epoch
 (:mod:`graphtree.train.replaying`) has ``batches`` and ``step``: the whole step (padding, forward, backward and
 both updates, captures included) is one launch."""
-
-
-_NOT_YET = object()  # Trainer._cutter before the first epoch of a fit has made it
-
-
-def epoch_order(num_examples: int, seed: int, epoch: int) -> Tensor:
-    """The shuffled order of the training examples in ``epoch``.
-
-    A pure function of ``(seed, epoch)``, so a resumed run visits the data in
-    the same order as an uninterrupted one without storing any loader state.
-    """
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(num_examples, generator=generator)
-
-
-def tree_levels(example: Data) -> int:
-    """The levels a bottom-up pass over ``example`` runs: its height plus one (the taller side of a pair; 0 for a
-    graph without nodes). Read from the stored ``height`` (``height_a`` and ``height_b`` of a pair) where the
-    converters left it, else computed from the edges."""
-    if getattr(example, "height", None) is not None:
-        return int(example.height.max()) + 1 if example.height.numel() else 0
-    if getattr(example, "height_a", None) is not None and getattr(example, "height_b", None) is not None:
-        return max(int(h.max()) + 1 if h.numel() else 0 for h in (example.height_a, example.height_b))
-    if getattr(example, "edge_index", None) is None:
-        raise ValueError(f"cannot tell the height of {type(example).__name__} without height or edge_index")
-    if not example.num_nodes:
-        return 0
-    return int(topological_levels(example.edge_index, example.num_nodes)[0].max()) + 1
-
-
-def height_grouped_order(levels: Tensor | Sequence[int], batch_size: int, window: int, seed: int,
-                         epoch: int) -> Tensor:
-    """The order of the training examples in ``epoch`` with trees of similar height in one minibatch.
-
-    :func:`epoch_order`'s permutation is cut into windows of ``window`` minibatches; each window is sorted by
-    ``levels`` (stably: ties keep the permutation's order) and cut into minibatches of ``batch_size``; the full
-    minibatches are then shuffled, and the short one (if any: the last window's lowest trees) comes last, as in
-    the plain order. Each window holds the same trees as in :func:`epoch_order`, and no cut of them into
-    minibatches of these sizes runs fewer levels in all. A minibatch
-    runs as many levels as its tallest tree, so fewer levels are run in all, while every tree still meets a
-    different set of others each epoch (within a window of ``window * batch_size`` random ones). A pure function
-    of its arguments, like :func:`epoch_order`, so a resumed run or every rank of a job cuts the same minibatches.
-
-    Args:
-        levels: Levels of each training example (:func:`tree_levels`), in dataset order.
-        batch_size: Examples per minibatch.
-        window: Minibatches per sorted window (1: each minibatch is the plain order's, in a shuffled order).
-        seed, epoch: As for :func:`epoch_order`.
-    """
-    if batch_size < 1 or window < 1:
-        raise ValueError(f"batch_size and window must be positive, got {batch_size} and {window}")
-    levels = torch.as_tensor(levels, dtype=torch.long)
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)  # epoch_order's permutation, then more
-    order = torch.randperm(levels.numel(), generator=generator)
-    windows = [chunk[torch.sort(levels[chunk], stable=True).indices] for chunk in order.split(window * batch_size)]
-    # The short minibatch (the last window's remainder) takes that window's lowest trees: the tallest then sit
-    # in full minibatches, which keeps every window's summed levels at their least.
-    short = windows[-1][:len(windows[-1]) % batch_size] if windows else order
-    if windows:
-        windows[-1] = windows[-1][short.numel():]
-    full = torch.cat(windows).view(-1, batch_size) if windows else order.view(0, batch_size)
-    return torch.cat([full[torch.randperm(full.size(0), generator=generator)].reshape(-1), short])
-
-
-def collate(examples: Sequence[Data], batch_size: int) -> list[Batch]:
-    """Consecutive ``Batch`` es of ``batch_size`` examples (for evaluation, where order does not matter)."""
-    return [collate_graphs(examples[k:k + batch_size]) for k in range(0, len(examples), batch_size)]
-
-
-def reads_from_disk(data: Any) -> bool:
-    """Whether ``data`` is a dataset read from a graph store (:class:`~graphtree.datasets.store.GraphStore`, or a
-    dataset with ``on_disk=True``): held a batch at a time, never whole."""
-    return bool(getattr(data, "reads_from_disk", False))
-
-
-class _MinibatchShares(torch.utils.data.Sampler):
-    """The epoch's minibatches of ``order`` (a tensor), each as this rank's share (:func:`distributed.shard`; a rank
-    without one gets the minibatch's first example, weighted zero by the trainer): the batches a loader's workers
-    read from disk. The order stays a tensor: a list of a million Python ints would be most of a reader's memory."""
-
-    def __init__(self, order: Tensor, batch_size: int) -> None:
-        self.order, self.batch_size = order, batch_size
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.order) / self.batch_size)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for start in range(0, len(self.order), self.batch_size):
-            minibatch = self.order[start:start + self.batch_size].tolist()
-            yield distributed.shard(minibatch) or minibatch[:1]
-
-
-class _EncodedReads(torch.utils.data.Dataset):
-    """A dataset on disk as a loader fetches it: each batch read as bytes in one query and collated from them
-    (:meth:`~graphtree.datasets.store.GraphStore.read_encoded`), not a ``Data`` per graph."""
-
-    def __init__(self, data: Any) -> None:
-        self.data = data
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitems__(self, indices: Sequence[int]) -> Any:
-        return self.data.read_encoded(indices)
-
-
-class StoredBatches(Sequence):
-    """The evaluation batches of a dataset on disk, read when used (never all held): ``batches[k]`` reads batch
-    ``k`` in this process; iterating reads them in ``workers`` loader processes, which collate and schedule them.
-    ``finish`` (e.g. moving to the device) is applied to each."""
-
-    def __init__(self, data: Sequence[Data], batch_size: int, finish: Callable[[Batch], Batch],
-                 workers: int = 0) -> None:
-        self.data, self.batch_size, self.finish, self.workers = data, batch_size, finish, workers
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.data) / self.batch_size)
-
-    def _indices(self, k: int) -> range:
-        return range(k * self.batch_size, min((k + 1) * self.batch_size, len(self.data)))
-
-    def __getitem__(self, k: int) -> Batch:  # type: ignore[override]
-        if not 0 <= k < len(self):
-            raise IndexError(k)
-        return self.finish(ScheduleCollater(self.data)(_EncodedReads(self.data).__getitems__(self._indices(k))))
-
-    def __iter__(self) -> Iterator[Batch]:
-        if self.workers == 0:
-            yield from (self[k] for k in range(len(self)))
-            return
-        loader = torch.utils.data.DataLoader(_EncodedReads(self.data),
-                                             batch_sampler=[self._indices(k) for k in range(len(self))],
-                                             collate_fn=ScheduleCollater(self.data, packed=True),
-                                             num_workers=self.workers)
-        for batch in unpacked(loader):
-            yield self.finish(batch)
 
 
 @dataclass
@@ -220,11 +88,106 @@ class _Replay(torch.nn.Module):
         return next(self._outputs)
 
 
+def _clock() -> float:
+    """Seconds, less those a first use of the compiled kernels took (a build or load is set-up, not training)."""
+    return time.perf_counter() - native.build_seconds()
+
+
+class _RunningLoss:
+    """An epoch's summed training loss. The plain path reads each step's loss on the host (it waits for every
+    step anyway); the replayed one sums them on the device, read once per epoch and, for the bar, every
+    :attr:`read_every` steps."""
+
+    def __init__(self, on_device: bool, start: float = 0.0) -> None:
+        self.on_device = on_device
+        self.read_every = 50 if on_device else 1
+        self._total: Tensor | float | None = None if on_device else start
+
+    def add(self, loss: Tensor) -> None:
+        if self.on_device:
+            self._total = loss if self._total is None else self._total + loss
+        else:
+            self._total += float(loss)
+
+    def value(self) -> float:
+        return float(self._total) if self._total is not None else 0.0
+
+
+class PlainStep:
+    """One training step of the plain level loop, through ``model`` (the trainer's model, or its
+    ``DistributedDataParallel``): forward pass and loss, backward pass (with the gradient all-reduce under
+    ``torchrun``), the model's update, the embeddings'. Each is timed as one of :data:`PHASES`.
+
+    Called as ``step(minibatch, mine, batch, phases)`` (a :data:`~graphtree.train.batches.Minibatch` and the
+    epoch's phase seconds), it returns the summed loss of this rank's share, or ``None`` for a rank without one.
+    """
+
+    phases = PHASES[1:]
+    resumable = True  # a mid-epoch checkpoint can resume it (its state is the optimizer's and the RNG's)
+    sums_on_device = False
+
+    def __init__(self, trainer: Trainer, model: torch.nn.Module) -> None:
+        self.trainer, self.model = trainer, model
+
+    def __call__(self, minibatch: list[int], mine: list[int], batch: Batch,
+                 phases: dict[str, float]) -> Tensor | None:
+        trainer, optimizer = self.trainer, self.trainer.optimizer
+        began = _clock()
+        loss = trainer._every_parameter(trainer._batch_loss(self.model, batch))
+        forward = _clock()
+        optimizer.zero_grad()
+        # DDP averages over the ranks, so each rank's share is divided by the minibatch size over the ranks:
+        # the gradient is that of the minibatch's summed loss over its size, as in one process.
+        (loss / (len(minibatch) / distributed.world_size()) if mine else loss * 0.0).backward()
+        for param in trainer._sparse_params:
+            distributed.all_reduce_sparse_(param)
+        backward = _clock()
+        optimizer.step_model()
+        stepped = _clock()
+        optimizer.step_embeddings()
+        done = _clock()
+        for phase, seconds in zip(self.phases, (forward - began, backward - forward, stepped - backward,
+                                                done - stepped)):
+            phases[phase] += seconds
+        return loss.detach() if mine else None
+
+    def end_epoch(self) -> None:
+        pass
+
+
+class ReplayedTrainingStep:
+    """One training step of the replayed path (:mod:`graphtree.train.replaying`): the run's
+    :class:`~graphtree.replay.ReplayedStep` on the minibatch's host trees (the trainer's ``_replay_trees``),
+    the loss weighed by this rank's share of the minibatch, timed as one ``step`` phase (padding, forward,
+    backward, both updates, captures: one launch). Called as :class:`PlainStep` is; returns the summed loss on
+    the device (zero for a rank without a share)."""
+
+    phases = ("step",)
+    resumable = False  # the step's captured state is not in a checkpoint: it resumes after whole epochs only
+    sums_on_device = True
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer, self.path = trainer, trainer.replay_path
+
+    def __call__(self, minibatch: list[int], mine: list[int], batch: Batch, phases: dict[str, float]) -> Tensor:
+        began = _clock()
+        weight = distributed.world_size() / len(minibatch) if mine else 0.0
+        trees = self.trainer._replay_trees(batch)
+        trees.loss_weight = torch.tensor(weight, dtype=torch.float64)
+        loss = self.path.step(trees).detach()
+        phases["step"] += _clock() - began
+        return loss / weight if weight else loss * 0.0
+
+    def end_epoch(self) -> None:
+        """A step that fell back (a pass asking the host for values) makes that the run's fallback."""
+        self.path.note_fallback()
+
+
 class Trainer:
     """Trains a node classifier with a paper's optimizer and keeps the model that does best on dev.
 
-    Each epoch visits the training trees in the order :func:`epoch_order`
-    gives (or :func:`height_grouped_order`, under ``group_by_height``), in
+    Each epoch visits the training trees in the order :func:`~graphtree.train.ordering.epoch_order`
+    gives (or :func:`~graphtree.train.ordering.height_grouped_order`, under ``group_by_height``), in
     minibatches of ``batch_size`` sentences; the minibatch loss is
     ``loss_fn(logits, y)`` (summed over labelled nodes) divided by the number
     of sentences, as in Tai et al.'s code. After each epoch the model is
@@ -280,12 +243,13 @@ class Trainer:
             (:meth:`PaperOptimizer.for_model`); what cannot replay trains plainly
             and :attr:`replay_path` says why.
         loader_workers: Processes reading, collating and scheduling the
-            minibatches of a dataset on disk (:func:`reads_from_disk`), as
+            minibatches of a dataset on disk (:func:`~graphtree.train.batches.reads_from_disk`), as
             :class:`~graphtree.data.TreeLoader` does, a batch a query; graphs
             in memory are batched in this process.
-        group_by_height: ``None`` (default): the minibatches of :func:`epoch_order`. A number ``W``: those of
-            :func:`height_grouped_order` with windows of ``W`` minibatches, trees of similar height together,
-            so that a minibatch runs fewer levels; the heights are read once per :meth:`fit`.
+        group_by_height: ``None`` (default): the minibatches of :func:`~graphtree.train.ordering.epoch_order`. A
+            number ``W``: those of :func:`~graphtree.train.ordering.height_grouped_order` with windows of ``W``
+            minibatches, trees of similar height together, so that a minibatch runs fewer levels; the heights
+            are read once per :meth:`fit`.
         checkpoint_every: Also write the checkpoint inside an epoch, after the first minibatch that ends this
             many seconds after the last write (``None``, the default: after each epoch only). A run killed
             mid-epoch then resumes at the minibatch after that write, and ends with the weights and metrics
@@ -313,7 +277,7 @@ class Trainer:
             raise ValueError(f"checkpoint_every must be None or a positive number of seconds, got {checkpoint_every}")
         self.checkpoint_every = checkpoint_every
         self.group_by_height = group_by_height
-        self._levels: Tensor | None = None  # each training example's levels, under group_by_height (per fit)
+        self._order = EpochOrder(seed, batch_size, group_by_height)  # each epoch's order of the training set
         self.model, self.optimizer = model, optimizer
         self.epochs, self.batch_size, self.seed = epochs, batch_size, seed
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
@@ -325,7 +289,7 @@ class Trainer:
         self.loader_workers = loader_workers
         self._sparse_params: list[torch.nn.Parameter] = []  # synchronized outside DDP (see _data_parallel)
         self._ddp_params: list[torch.nn.Parameter] = []  # synchronized by DDP
-        self._cutter: BatchCutter | object | None = _NOT_YET  # see _minibatches
+        self._batches: TrainingBatches | None = None  # the training minibatches' source, made by each fit
         if device is None:
             device = next((p.device for p in model.parameters()), torch.device("cpu"))
         self.device = torch.device(device)
@@ -335,7 +299,7 @@ class Trainer:
 
     def eval_batches(self, data: Sequence[Data]) -> Sequence[Batch]:
         """``data`` in evaluation batches with their schedules, on the device: all made now, or, for a dataset on
-        disk, each read when used (:class:`StoredBatches`)."""
+        disk, each read when used (:class:`~graphtree.train.batches.StoredBatches`)."""
         # Where evaluation replays, batches stay on the host with their schedules (the replayed pass pads them there).
         replayed = self.replay_path is not None and self.replay_path.forward is not None
         place = with_schedule if replayed else self.to_device
@@ -427,13 +391,6 @@ class Trainer:
         """A training minibatch as the epoch's path takes it: on the host with its schedule (replayed: the step
         pads it there), else on the device (:meth:`to_device`)."""
         return with_schedule(batch) if self._replaying() else self.to_device(batch)
-
-    def _replayed_step(self, batch: Batch, weight: float) -> Tensor:
-        """One replayed training step on the host ``batch``, its loss weighed by ``weight``: the summed loss."""
-        trees = self._replay_trees(batch)
-        trees.loss_weight = torch.tensor(weight, dtype=torch.float64)
-        loss = self.replay_path.step(trees)
-        return loss.detach() / weight if weight else loss.detach() * 0.0
 
     def _broadcast_parameters(self) -> None:
         """Under ``torchrun`` without DDP (the replayed path): every rank starts from rank 0's weights."""
@@ -564,8 +521,9 @@ class Trainer:
             return self._fit(train, dev)
 
     def _fit(self, train: Sequence[Data], dev: Sequence[Data]) -> FitResult:
-        self._cutter = _NOT_YET  # the training graphs are concatenated anew for each fit (see _minibatches)
-        self._levels = None  # and their heights read anew (see epoch_indices)
+        # The training graphs are concatenated anew for each fit (see TrainingBatches), their heights read anew.
+        self._batches = TrainingBatches(train, self.batch_size, self._prepare, self.loader_workers)
+        self._order.forget()
         history: list[dict[str, Any]] = []
         best: dict[str, Any] = {"epoch": 0, "dev": None, "model": None}
         seconds, start = 0.0, 0
@@ -602,8 +560,9 @@ class Trainer:
                 part["seconds"] = done_before + time.perf_counter() - began - (native.build_seconds() - building)
                 self._save(epoch, history, best, seconds + part["seconds"], part)
 
-            train_loss, phases = self._train_epoch(model, train, epoch, epoch * steps_per_epoch, history,
-                                                   resume=in_epoch, save_part=save_part)
+            train_loss, phases = self._train_epoch(self._training_step(model), train, epoch,
+                                                   epoch * steps_per_epoch, history, resume=in_epoch,
+                                                   save_part=save_part)
             in_epoch = None
             trained = done_before + time.perf_counter() - began - (native.build_seconds() - building)
             columns, dev_metrics = self._validate(self._scoring_model(dev_batches), dev_batches)
@@ -633,156 +592,73 @@ class Trainer:
 
     def epoch_indices(self, train: Sequence[Data], epoch: int) -> list[int]:
         """The order in which ``epoch`` (0-based) visits ``train``, its minibatches consecutive runs of
-        ``batch_size``: :func:`epoch_order`, or :func:`height_grouped_order` under ``group_by_height``."""
-        return self._epoch_order(train, epoch).tolist()
+        ``batch_size``: :func:`~graphtree.train.ordering.epoch_order`, or
+        :func:`~graphtree.train.ordering.height_grouped_order` under ``group_by_height``."""
+        return self._order(train, epoch).tolist()
 
-    def _epoch_order(self, train: Sequence[Data], epoch: int) -> Tensor:
-        """:meth:`epoch_indices` as a tensor."""
-        if self.group_by_height is None:
-            order = epoch_order(len(train), self.seed, epoch)
-        else:
-            if self._levels is None or self._levels.numel() != len(train):
-                self._levels = torch.tensor([tree_levels(train[k]) for k in range(len(train))], dtype=torch.long)
-            order = height_grouped_order(self._levels, self.batch_size, self.group_by_height, self.seed, epoch)
-        return order
+    def _minibatches(self, train: Sequence[Data], order: Tensor | list[int]) -> Iterator[Minibatch]:
+        """The minibatches of the epoch's ``order`` (:class:`~graphtree.train.batches.TrainingBatches`)."""
+        return self._batches(order)
 
-    def _minibatch(self, train: Sequence[Data], order: list[int], start: int) -> tuple[list[int], list[int], Batch]:
-        """The minibatch at ``start`` of the epoch's ``order``, this rank's share of it, and that share as a
-        ``Batch`` with its schedule (built here, on the host), on the device. A rank left without examples (a
-        last minibatch smaller than the job) still joins the gradient all-reduce, with one example weighted
-        zero."""
-        minibatch = order[start:start + self.batch_size]
-        mine = distributed.shard(minibatch)
-        return minibatch, mine, self._prepare(collate_graphs([train[i] for i in mine or minibatch[:1]]))
+    def _training_step(self, model: torch.nn.Module) -> PlainStep | ReplayedTrainingStep:
+        """The step this epoch takes: replayed while the run's path is (a step that falls back at its first
+        batch leaves the next epochs to the plain one), else the plain one through ``model``."""
+        return ReplayedTrainingStep(self) if self._replaying() else PlainStep(self, model)
 
-    def _minibatches(self, train: Sequence[Data], order: list[int]) -> Iterator[tuple[list[int], list[int], Batch]]:
-        """The epoch's minibatches, as :meth:`_minibatch` gives them. In one process, from plain ``Data``
-        graphs, they are cut from the training graphs concatenated once per :meth:`fit` (:class:`BatchCutter`,
-        built here, in the first epoch's time): the same batches for a fraction of the work. Not for a dataset
-        with a ``transform``, which may give other graphs at every access."""
-        if reads_from_disk(train):
-            yield from self._disk_minibatches(train, order)
-            return
-        if self._cutter is _NOT_YET:
-            cuttable = distributed.world_size() == 1 and getattr(train, "transform", None) is None
-            self._cutter = BatchCutter.of(train) if cuttable else None
-        starts = range(0, len(order), self.batch_size)
-        cutter = self._cutter
-        if not isinstance(cutter, BatchCutter):
-            for start in starts:
-                yield self._minibatch(train, order, start)
-            return
-        for start, batch in zip(starts, cutter.batches(order, self.batch_size)):
-            minibatch = order[start:start + self.batch_size]
-            yield minibatch, minibatch, self._prepare(batch)
-
-    def _disk_minibatches(self, train: Sequence[Data], order: Tensor) -> Iterator[tuple[list[int], list[int], Batch]]:
-        """:meth:`_minibatches` of a dataset on disk: ``loader_workers`` processes each read a share of a
-        minibatch in one query, collate it and build its schedule (:class:`~graphtree.data.ScheduleCollater`);
-        under ``torchrun`` each rank reads its own shares only, so the ranks read disjoint parts of the store."""
-        shares = _MinibatchShares(order, self.batch_size)
-        loader = torch.utils.data.DataLoader(_EncodedReads(train), batch_sampler=shares,
-                                             collate_fn=ScheduleCollater(train, packed=self.loader_workers > 0),
-                                             num_workers=self.loader_workers,
-                                             prefetch_factor=4 if self.loader_workers else None)
-        for start, batch in zip(range(0, len(order), self.batch_size), unpacked(loader)):
-            minibatch = order[start:start + self.batch_size].tolist()
-            yield minibatch, distributed.shard(minibatch), self._prepare(batch)
-
-    def _train_epoch(self, model: torch.nn.Module, train: Sequence[Data], epoch: int, step: int,
-                     history: list[dict], resume: dict[str, Any] | None = None,
+    def _train_epoch(self, step: PlainStep | ReplayedTrainingStep, train: Sequence[Data], epoch: int,
+                     steps_before: int, history: list[dict], resume: dict[str, Any] | None = None,
                      save_part: Callable[[dict[str, Any]], None] | None = None) -> tuple[float, dict[str, float]]:
-        """One pass over ``train``; returns the summed loss per example and the seconds of each of :data:`PHASES`.
+        """One pass over ``train``, ``step`` on each minibatch; returns the summed loss per example and the seconds
+        of each phase (``batches``, then the step's). ``steps_before``: optimizer steps of the earlier epochs.
         ``resume``: the part of this epoch a mid-epoch checkpoint had done (its minibatches are skipped);
         ``save_part`` writes such a checkpoint (see ``checkpoint_every``)."""
+        if resume and not step.resumable:
+            raise ValueError("a mid-epoch checkpoint resumes on the plain path only (replay='off')")
         self.model.train()
-        order = self._epoch_order(train, epoch)  # a dataset on disk reads each minibatch's rows in one query
+        order = self._order(train, epoch)  # a dataset on disk reads each minibatch's rows in one query
         order = order if reads_from_disk(train) else order.tolist()
         last_dev = self._last_dev(history)
         done = resume["minibatches"] if resume else 0
-        bar = tqdm(range(done, math.ceil(len(order) / self.batch_size)),
-                   desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}", initial=done,
-                   total=math.ceil(len(order) / self.batch_size),
-                   disable=not self.progress or not distributed.is_main(), leave=False, file=sys.stderr,
-                   mininterval=0.5 if sys.stderr.isatty() else 30.0)
+        bar = self._progress_bar(epoch, done, math.ceil(len(order) / self.batch_size))
         ranks = distributed.world_size()
-        loss_sum, examples = (resume["loss_sum"], resume["examples"]) if resume else (0.0, 0)
-        phases = dict(resume["phases"]) if resume else dict.fromkeys(PHASES, 0.0)
-        step += done
+        running = _RunningLoss(step.sums_on_device, resume["loss_sum"] if resume else 0.0)
+        examples = resume["examples"] if resume else 0
+        phases = dict(resume["phases"]) if resume else dict.fromkeys(("batches", *step.phases), 0.0)
+        steps = steps_before + done
         order = order[done * self.batch_size:]  # minibatches are consecutive runs of batch_size: cuts unchanged
-        partial_saves = self.checkpoint_every is not None and save_part is not None and ranks == 1
+        partial_saves = step.resumable and self.checkpoint_every is not None and save_part is not None and ranks == 1
         last_save = time.perf_counter()
-
-        def clock() -> float:  # a first use of the kernels (build or load) is left out, as from train_seconds
-            return time.perf_counter() - native.build_seconds()
-
         minibatches = self._minibatches(train, order)
-        if self._replaying():
-            if resume:
-                raise ValueError("a mid-epoch checkpoint resumes on the plain path only (replay='off')")
-            return self._train_replayed(minibatches, bar, step, last_dev)
         for k in bar:
-            began = clock()
+            began = _clock()
             minibatch, mine, batch = next(minibatches)
-            built = clock()
-            loss = self._every_parameter(self._batch_loss(model, batch))
-            forward = clock()
-            self.optimizer.zero_grad()
-            # DDP averages over the ranks, so each rank's share is divided by the minibatch size over the ranks:
-            # the gradient is that of the minibatch's summed loss over its size, as in one process.
-            (loss / (len(minibatch) / ranks) if mine else loss * 0.0).backward()
-            for param in self._sparse_params:
-                distributed.all_reduce_sparse_(param)
-            backward = clock()
-            self.optimizer.step_model()
-            stepped = clock()
-            self.optimizer.step_embeddings()
-            done = clock()
-            for phase, seconds in zip(PHASES, (built - began, forward - built, backward - forward,
-                                               stepped - backward, done - stepped)):
-                phases[phase] += seconds
-            if mine:
-                loss_sum += float(loss.detach())
-                examples += len(mine)
-            step += 1
+            phases["batches"] += _clock() - began
+            loss = step(minibatch, mine, batch, phases)
+            if loss is not None:
+                running.add(loss)
+            examples += len(mine)
+            steps += 1
             if partial_saves and time.perf_counter() - last_save >= self.checkpoint_every:
-                save_part({"minibatches": k + 1, "loss_sum": loss_sum, "examples": examples, "phases": phases})
+                save_part({"minibatches": k + 1, "loss_sum": running.value(), "examples": examples,
+                           "phases": phases})
                 last_save = time.perf_counter()
             if self.on_step is not None:
-                self.on_step(step)
-            bar.set_postfix(loss=f"{loss_sum / examples:.3f}" if examples else "-", dev=last_dev, refresh=False)
+                self.on_step(steps)
+            if self.progress and k % running.read_every == 0:
+                bar.set_postfix(loss=f"{running.value() / examples:.3f}" if examples else "-", dev=last_dev,
+                                refresh=False)
         bar.close()
+        loss_sum = running.value()
+        step.end_epoch()
         if ranks > 1:
             loss_sum, examples = (sum(part) for part in zip(*distributed.all_gather_objects((loss_sum, examples))))
         return loss_sum / examples, phases
 
-    def _train_replayed(self, minibatches: Iterator[tuple[list[int], list[int], Batch]], bar: Any, step: int,
-                        last_dev: str) -> tuple[float, dict[str, float]]:
-        """:meth:`_train_epoch` on the replayed path: one replayed step per minibatch, the losses summed on the
-        device (read once per epoch, and every 50 steps for the bar)."""
-        ranks = distributed.world_size()
-        phases = {"batches": 0.0, "step": 0.0}
-        total, examples = None, 0
-        for k in bar:
-            began = time.perf_counter()
-            minibatch, mine, batch = next(minibatches)
-            built = time.perf_counter()
-            loss = self._replayed_step(batch, ranks / len(minibatch) if mine else 0.0)
-            phases["batches"] += built - began
-            phases["step"] += time.perf_counter() - built
-            total = loss if total is None else total + loss
-            examples += len(mine)
-            step += 1
-            if self.on_step is not None:
-                self.on_step(step)
-            if self.progress and k % 50 == 0 and examples:
-                bar.set_postfix(loss=f"{float(total) / examples:.3f}", dev=last_dev, refresh=False)
-        bar.close()
-        loss_sum = float(total) if total is not None else 0.0
-        self.replay_path.note_fallback()
-        if ranks > 1:
-            loss_sum, examples = (sum(part) for part in zip(*distributed.all_gather_objects((loss_sum, examples))))
-        return loss_sum / examples, phases
+    def _progress_bar(self, epoch: int, done: int, total: int) -> tqdm:
+        """The epoch's bar over its minibatches, from ``done`` (a resumed epoch's); on rank 0 only."""
+        return tqdm(range(done, total), desc=f"{self.desc} epoch {epoch + 1}/{self.epochs}", initial=done,
+                    total=total, disable=not self.progress or not distributed.is_main(), leave=False,
+                    file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 30.0)
 
     def test(self, data: Sequence[Data], breakdown: bool = True) -> Tally:
         """Evaluate the model (after :meth:`fit`: the best-dev weights) on ``data``."""
