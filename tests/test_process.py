@@ -54,8 +54,8 @@ def test_importing_and_running_the_library_leaves_the_process_alone(tmp_path):
     leave the collector (never paused, frozen or retuned), the floating-point mode (subnormals survive a product on
     every thread of the pool, during training too), malloc's options (a 64 MiB block is still mmapped), the thread
     counts, the environment, the warning filters and PyTorch's global switches and seed as they were."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "2"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "experiments"),
+                                                        os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "2"}
     out = subprocess.run([sys.executable, str(HELPER), str(tmp_path)], capture_output=True, text=True, env=env,
                          timeout=600)
     assert out.returncode == 0, out.stderr
@@ -115,7 +115,10 @@ def test_the_exit_collects_nothing_once_asked():
         "    exit_without_collecting(); exit_without_collecting()\n"
         "print('handlers added:', register.call_count, 'frozen now:', gc.get_freeze_count() > 0)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    # A new interpreter finds the lab where the scripts do, beside them (pytest's pythonpath is this process's).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "experiments"), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env=env).stdout
     assert out.splitlines() == ["handlers added: 1 frozen now: False", "frozen at exit: True"]
 
 

@@ -26,6 +26,7 @@ from torch_geometric.data import Batch, Data
 
 from ..data.batching import BatchCutter, collate_graphs
 from ..data.loader import ScheduleCollater, unpacked
+from ..errors import OutOfRangeError
 from . import distributed
 
 __all__ = ["Minibatch", "StoredBatches", "TrainingBatches", "collate", "reads_from_disk"]
@@ -94,7 +95,7 @@ class StoredBatches(Sequence):
 
     def __getitem__(self, k: int) -> Batch:  # type: ignore[override]
         if not 0 <= k < len(self):
-            raise IndexError(k)
+            raise OutOfRangeError(k)
         return self.finish(ScheduleCollater(self.data)(_EncodedReads(self.data).__getitems__(self._indices(k))))
 
     def __iter__(self) -> Iterator[Batch]:

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..errors import InvalidArgumentError
 from ..levels import topological_levels
 
 __all__ = ["EpochOrder", "epoch_order", "height_grouped_order", "tree_levels"]
@@ -43,7 +44,7 @@ def tree_levels(example: Data) -> int:
     if getattr(example, "height_a", None) is not None and getattr(example, "height_b", None) is not None:
         return max(int(h.max()) + 1 if h.numel() else 0 for h in (example.height_a, example.height_b))
     if getattr(example, "edge_index", None) is None:
-        raise ValueError(f"cannot tell the height of {type(example).__name__} without height or edge_index")
+        raise InvalidArgumentError(f"cannot tell the height of {type(example).__name__} without height or edge_index")
     if not example.num_nodes:
         return 0
     return int(topological_levels(example.edge_index, example.num_nodes)[0].max()) + 1
@@ -69,7 +70,7 @@ def height_grouped_order(levels: Tensor | Sequence[int], batch_size: int, window
         seed, epoch: As for :func:`epoch_order`.
     """
     if batch_size < 1 or window < 1:
-        raise ValueError(f"batch_size and window must be positive, got {batch_size} and {window}")
+        raise InvalidArgumentError(f"batch_size and window must be positive, got {batch_size} and {window}")
     levels = torch.as_tensor(levels, dtype=torch.long)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)  # epoch_order's permutation, then more
     order = torch.randperm(levels.numel(), generator=generator)

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from ..backend import native
 from ..backend.thread_budget import ThreadBudget
 from ..data.loader import with_schedule
+from ..errors import InvalidArgumentError
 from ..models.classifier import node_loss
 from . import distributed
 from .batches import Minibatch, StoredBatches, TrainingBatches, collate, reads_from_disk
@@ -268,13 +269,14 @@ class Trainer:
                  loader_workers: int = 2, thread_budget: ThreadBudget | None = None,
                  checkpoint_every: float | None = None) -> None:
         if epochs < 1 or batch_size < 1:
-            raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
+            raise InvalidArgumentError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
         if group_by_height is not None and (isinstance(group_by_height, bool) or not isinstance(group_by_height, int)
                                             or group_by_height < 1):
-            raise ValueError(f"group_by_height must be None or a positive number of minibatches, got "
+            raise InvalidArgumentError(f"group_by_height must be None or a positive number of minibatches, got "
                              f"{group_by_height!r}")
         if checkpoint_every is not None and not checkpoint_every > 0:
-            raise ValueError(f"checkpoint_every must be None or a positive number of seconds, got {checkpoint_every}")
+            raise InvalidArgumentError(
+                f"checkpoint_every must be None or a positive number of seconds, got {checkpoint_every}")
         self.checkpoint_every = checkpoint_every
         self.group_by_height = group_by_height
         self._order = EpochOrder(seed, batch_size, group_by_height)  # each epoch's order of the training set
@@ -468,12 +470,12 @@ class Trainer:
             return None
         state = torch.load(self.checkpoint, map_location="cpu", weights_only=False)
         if state.get("format") != self.checkpoint_format:
-            raise ValueError(f"{self.checkpoint} is not a checkpoint of {type(self).__name__} (format "
+            raise InvalidArgumentError(f"{self.checkpoint} is not a checkpoint of {type(self).__name__} (format "
                              f"{state.get('format')!r}); delete it to start the run afresh")
         if state["config"] != self.config:
             changed = sorted(k for k in set(state["config"]) | set(self.config)
                              if state["config"].get(k) != self.config.get(k))
-            raise ValueError(f"{self.checkpoint} belongs to a run with other settings (differing: "
+            raise InvalidArgumentError(f"{self.checkpoint} belongs to a run with other settings (differing: "
                              f"{', '.join(changed)}); delete it, or give this run another name")
         return state
 
@@ -516,7 +518,7 @@ class Trainer:
         block that gets no gradient), wrap the call in :func:`graphtree.backend.threads.denormals_flushed`, as
         the experiment scripts do (the same numbers, faster)."""
         if len(train) == 0 or len(dev) == 0:
-            raise ValueError("fit needs non-empty training and dev sets")
+            raise InvalidArgumentError("fit needs non-empty training and dev sets")
         with self._thread_budget():
             return self._fit(train, dev)
 
@@ -613,7 +615,7 @@ class Trainer:
         ``resume``: the part of this epoch a mid-epoch checkpoint had done (its minibatches are skipped);
         ``save_part`` writes such a checkpoint (see ``checkpoint_every``)."""
         if resume and not step.resumable:
-            raise ValueError("a mid-epoch checkpoint resumes on the plain path only (replay='off')")
+            raise InvalidArgumentError("a mid-epoch checkpoint resumes on the plain path only (replay='off')")
         self.model.train()
         order = self._order(train, epoch)  # a dataset on disk reads each minibatch's rows in one query
         order = order if reads_from_disk(train) else order.tolist()
