@@ -33,7 +33,16 @@ from graphtree.nn import (
     NaryTreeLSTM,
     TreeCell,
 )
-from graphtree.replay import Buckets, BucketShape, PaddedBatch, ReplayedStep, ReplayError, pad, padded_batch
+from graphtree.replay import (
+    Bucket,
+    Buckets,
+    BucketShape,
+    PaddedBatch,
+    ReplayedStep,
+    ReplayError,
+    pad,
+    padded_batch,
+)
 from graphtree.train import CapturableAdagrad, make_optimizer
 
 D = 5
@@ -296,8 +305,8 @@ def test_the_padded_step_asks_the_host_for_nothing(model):
     step = ReplayedStep(net, make_optimizer("adagrad", list(net.parameters()), 0.1, capturable=True))
     batch = Batch.from_data_list(_sentences(6, seed=3))
     shape, tensors = padded_batch(batch, step.buckets, top_down=True)  # a top-down plan too, whatever the model
-    bucket = step._bucket(shape, tensors, batch.num_graphs)
-    step._fill(bucket, tensors)
+    bucket = Bucket.make(shape, tensors, step.device, batch.num_graphs)
+    bucket.fill(tensors)
     # The first step runs eagerly before any capture (and may check a cell of one's own on the host, once): the
     # step a graph holds is a later one.
     step._padded_step(bucket)
@@ -439,7 +448,7 @@ def test_graph_attributes_are_carried_refilled_and_keyed():
     step = ReplayedStep(net, CapturableAdagrad(net.parameters(), lr=0.1), loss=_graph_loss, buckets=buckets)
     got = [step(batch) for batch in batches]
     torch.testing.assert_close(torch.stack(got), torch.stack(want), rtol=1e-12, atol=1e-10)
-    assert len(step.stats.shapes) == 1 and len(step._buckets) == 2  # one level shape, served per graph count
+    assert len(step.stats.shapes) == 1 and len(step.replayer) == 2  # one level shape, served per graph count
     for a, b in zip(net.parameters(), plain.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
