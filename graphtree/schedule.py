@@ -52,7 +52,6 @@ that changes needs a new schedule (``batch.schedule = Schedule.from_data(batch)`
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,7 +62,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import HostValueError, ScheduleError
+from .errors import ScheduleError
 from .levels import topological_levels
 
 __all__ = ["DIRECTIONS", "SPLIT_COST_SLOTS", "LevelPlan", "Schedule", "level_blocks", "schedule_of"]
@@ -105,32 +104,6 @@ class LevelPlan:
     is_static: bool = False
     _derived: dict = field(default_factory=dict, repr=False)
 
-    @classmethod
-    def static(cls, widths: Sequence[int], slots: int, slot_index: Tensor, slot_position: Tensor, *,
-               direction: str = "bottom_up", order: Tensor | None = None, rank: Tensor | None = None,
-               position_table: Sequence[Sequence[int]] | None = None,
-               position_groups: Sequence[Sequence[int]] = ()) -> LevelPlan:
-        """A static-shape plan (:mod:`graphtree.replay`'s padded plans): level ``l`` is ``widths[l]``
-        consecutive rows, every level above the first with ``slots`` slots per row, read from the
-        ``[sum(widths), slots]`` matrices ``slot_index`` and ``slot_position``, which the caller refills for
-        every batch of the shape (the plan holds views of them).
-
-        By default the rows are the graph's own (``order`` and ``rank`` the identity) and the plan knows no host
-        counts: a pass that asks for them raises :class:`~graphtree.errors.HostValueError`. A plan with rows of
-        its own (a padded top-down plan) takes ``order`` (``[sum(widths)]``: the graph row each plan row reads
-        its inputs from) and ``rank`` (one entry per graph row: the plan row it returns), both refilled like the
-        slots, and may take the counts its shape fixes: ``position_table[l][p]``, the filled slots of level
-        ``l`` at position ``p``, and ``position_groups`` (see the module docstring)."""
-        if direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-        starts = [0, *itertools.accumulate(widths)]
-        identity = torch.arange(starts[-1], device=slot_index.device) if order is None or rank is None else None
-        table = None if position_table is None else [list(row) for row in position_table]
-        return cls(direction, identity if order is None else order, identity if rank is None else rank, starts,
-                   slot_index.view(-1), slot_position.view(-1), [0] + [slots] * (len(widths) - 1),
-                   [start * slots for start in starts[:-1]], table, [list(row) for row in position_groups],
-                   is_static=True)
-
     def derived(self, key: tuple, make: Callable[[], Any]) -> Any:
         """What ``make()`` derives from this plan (its tensors on a device, a level layout), made once per
         ``key`` and kept with the plan, which never changes. A static-shape plan's tensors are refilled in
@@ -150,25 +123,6 @@ class LevelPlan:
     @cached_property
     def slot_pos(self) -> list[Tensor]:
         return level_blocks(self.slot_position, self.ptr, self.widths, self.slot_start)
-
-    def padded_slots(self) -> tuple[Tensor, Tensor]:
-        """``[num_nodes, K]`` slot indices and positions of every level-sorted row, ``K`` the widest level's
-        width, the missing slots padded (``num_nodes``, ``-1``): the layout a padded, static-shape plan takes."""
-        # In NumPy, for all levels at once: a row's slots are consecutive in the flat tensors, from its level's
-        # block start plus its place in the level times the level's width.
-        widest, num_nodes = max(self.widths, default=0), self.num_nodes
-        ptr = np.asarray(self.ptr, dtype=np.int64)
-        level = np.repeat(np.arange(self.num_levels), np.diff(ptr))
-        width = np.asarray(self.widths, dtype=np.int64)[level]
-        first = np.asarray(self.slot_start, dtype=np.int64)[level] + (np.arange(num_nodes) - ptr[level]) * width
-        column = np.arange(widest)
-        filled = column < width[:, None]
-        entry = np.where(filled, first[:, None] + column, 0)
-        index, position = self.slot_index.numpy(), self.slot_position.numpy()
-        if not index.size:  # no slots at all: nothing to read (entry is [num_nodes, 0] then)
-            index, position = np.zeros(1, dtype=index.dtype), np.zeros(1, dtype=position.dtype)
-        return (torch.from_numpy(np.where(filled, index[entry], num_nodes)),
-                torch.from_numpy(np.where(filled, position[entry], -1)))
 
     @property
     def num_nodes(self) -> int:
@@ -218,8 +172,6 @@ class Schedule:
     def __init__(self, edge_index: Tensor, num_nodes: int, height: Tensor | None = None,
                  depth: Tensor | None = None, edge_pos: Tensor | None = None,
                  batch: Tensor | None = None) -> None:
-        self._fixed: dict[str, LevelPlan] | None = None  # the plans of a schedule made by of_plan, by direction
-        self._what = "the graph"
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ScheduleError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
         _require_integers("edge_index", edge_index)
@@ -272,24 +224,6 @@ class Schedule:
         else:  # roots 0, a child 1 + its deepest parent
             _check_levels(name, level, receiver=child, sender=parent, describe=self.describe_node)
         return level
-
-    @classmethod
-    def of_plan(cls, plan: LevelPlan, what: str = "a padded batch", top_down: LevelPlan | None = None) -> Schedule:
-        """The schedule of a graph given by its static-shape bottom-up plan alone (:meth:`LevelPlan.static`),
-        with no edges: every pass bottom-up runs on ``plan`` itself, and every pass top-down on ``top_down``, a
-        static-shape plan over the same rows; without one a top-down pass raises
-        :class:`~graphtree.errors.HostValueError` (its levels and counts change from batch to batch).
-        ``what``: the graph, in errors."""
-        device = plan.order.device
-        schedule = cls(torch.empty(2, 0, dtype=torch.long), plan.num_nodes, height=torch.zeros(plan.num_nodes,
-                       dtype=torch.long), depth=torch.zeros(plan.num_nodes, dtype=torch.long))
-        schedule.edge_index = schedule.edge_index.to(device)
-        schedule.edge_pos = schedule.edge_pos.to(device)
-        schedule.height = schedule.depth = None  # a padded batch's levels are its plan's, not heights
-        schedule._fixed, schedule._what = {"bottom_up": plan}, what
-        if top_down is not None:
-            schedule._fixed["top_down"] = top_down
-        return schedule
 
     @classmethod
     def from_data(cls, data) -> Schedule:
@@ -345,13 +279,6 @@ class Schedule:
         """
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-        if self._fixed is not None:  # levels fixed by the plan, split or not
-            if direction not in self._fixed:
-                raise HostValueError(f"{self._what} has a static-shape bottom-up plan only; a {direction} pass "
-                                     "groups its rows by counts that change from batch to batch (pad the batch "
-                                     "with its top-down plan: graphtree.replay.pad, padded_batch(..., "
-                                     "top_down=True))")
-            return self._fixed[direction]
         key = (direction, split_cost)
         if key not in self._plans:
             if direction == "bottom_up":
@@ -386,8 +313,6 @@ class Schedule:
 
     def describe_node(self, node: int) -> str:
         """Human-readable name of a node: its index, and its graph and local index in a batch."""
-        if self._fixed is not None:
-            return f"row {node} of {self._what}"
         if self.batch is None:
             return f"node {node}"
         graph = int(self.batch[node])
@@ -395,20 +320,12 @@ class Schedule:
         return f"node {node} (node {local} of graph {graph} in the batch)"
 
     def __repr__(self) -> str:
-        if self._fixed is not None:
-            levels = self._fixed["bottom_up"].num_levels
-            return f"{self.__class__.__name__}(num_nodes={self.num_nodes}, {levels} static levels)"
         return (f"{self.__class__.__name__}(num_nodes={self.num_nodes}, num_edges={self.edge_index.size(1)}, "
                 f"height={int(self.height.max()) + 1 if self.num_nodes else 0} levels)")
 
     def check_fits(self, data: Any) -> None:
         """Raise a :class:`ScheduleError` unless ``data`` has this schedule's numbers of nodes and edges: a graph
         whose size changed after its schedule was attached fails here, by name, rather than inside a pass."""
-        if self._fixed is not None:  # a padded batch has rows but no edges: its plan holds its slots
-            if data.num_nodes != self.num_nodes:
-                raise ScheduleError(f"a static-shape schedule of {self.num_nodes} rows on a batch of "
-                                    f"{data.num_nodes}")
-            return
         num_nodes, num_edges = data.num_nodes, data.edge_index.size(1)
         if self.num_nodes != num_nodes or self.num_edges != num_edges:
             raise ScheduleError(f"the graph's schedule was built for {self.num_nodes} nodes and {self.num_edges} "

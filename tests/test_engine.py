@@ -155,11 +155,11 @@ def test_a_level_is_marked_full_exactly_where_no_slot_of_it_is_empty(direction, 
 def test_a_static_plan_never_marks_a_level_full():
     """A replayed step refills a static plan's slots for every batch: nothing read from them holds for the next."""
     from graphtree.engine.layout import level_slots
-    from graphtree.schedule import LevelPlan, Schedule
+    from graphtree.replay import StaticSchedule, static_plan
 
     index = torch.tensor([[0, 1], [2, 3], [0, 1]])  # rows 0-1: the first level; row 2: a level of one node
-    plan = LevelPlan.static([2, 1], 2, index, torch.zeros_like(index))
-    slots = level_slots(torch.nn.Module(), plan, Schedule.of_plan(plan), torch.device("cpu"))
+    plan = static_plan([2, 1], 2, index, torch.zeros_like(index))
+    slots = level_slots(torch.nn.Module(), plan, StaticSchedule(plan), torch.device("cpu"))
     assert not any(s.every_slot_filled for s in slots)
 
 

@@ -7,6 +7,7 @@ elsewhere); float64 on both sides. The tests marked ``cuda`` run the captured gr
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -33,7 +34,18 @@ from graphtree.nn import (
     NaryTreeLSTM,
     TreeCell,
 )
-from graphtree.replay import Buckets, BucketShape, PaddedBatch, ReplayedStep, ReplayError, pad, padded_batch
+from graphtree.replay import (
+    Bucket,
+    Buckets,
+    BucketShape,
+    PaddedBatch,
+    ReplayedForward,
+    ReplayedStep,
+    ReplayError,
+    pad,
+    padded_batch,
+    weighted_node_loss,
+)
 from graphtree.train import CapturableAdagrad, make_optimizer
 
 D = 5
@@ -296,8 +308,8 @@ def test_the_padded_step_asks_the_host_for_nothing(model):
     step = ReplayedStep(net, make_optimizer("adagrad", list(net.parameters()), 0.1, capturable=True))
     batch = Batch.from_data_list(_sentences(6, seed=3))
     shape, tensors = padded_batch(batch, step.buckets, top_down=True)  # a top-down plan too, whatever the model
-    bucket = step._bucket(shape, tensors, batch.num_graphs)
-    step._fill(bucket, tensors)
+    bucket = Bucket.make(shape, tensors, step.device, batch.num_graphs)
+    bucket.fill(tensors)
     # The first step runs eagerly before any capture (and may check a cell of one's own on the host, once): the
     # step a graph holds is a later one.
     step._padded_step(bucket)
@@ -439,7 +451,7 @@ def test_graph_attributes_are_carried_refilled_and_keyed():
     step = ReplayedStep(net, CapturableAdagrad(net.parameters(), lr=0.1), loss=_graph_loss, buckets=buckets)
     got = [step(batch) for batch in batches]
     torch.testing.assert_close(torch.stack(got), torch.stack(want), rtol=1e-12, atol=1e-10)
-    assert len(step.stats.shapes) == 1 and len(step._buckets) == 2  # one level shape, served per graph count
+    assert len(step.stats.shapes) == 1 and len(step.replayer) == 2  # one level shape, served per graph count
     for a, b in zip(net.parameters(), plain.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
@@ -644,3 +656,134 @@ def test_the_gpu_benchmark_runs_in_a_short_form_on_the_cpu(tmp_path):
                     ("plain", "eager"), ("lstm", "eager")}
     assert {(r["model"], r["mode"], r["epoch"]) for r in results["epochs"]} == {
         ("nary", "replayed", 1), ("nary", "replayed", 2), ("nary", "eager", 1)}
+
+
+# --------------------------------------------------------------------------- the capture loop, without a GPU
+
+
+class _FakeCuda:
+    """Stand-ins for torch.cuda's streams and graphs, so that the capture loop's own logic (warm-up, capture,
+    bookkeeping, fallbacks) runs on the CPU: a capture runs its block eagerly, a replay does nothing (its output
+    is the captured one). ``capturing`` says whether a block runs inside a capture."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.capturing, self.captured, self.replays = False, 0, 0
+        fake = self
+
+        class Stream:
+            def __init__(self, device=None) -> None:
+                pass
+
+            def wait_stream(self, other) -> None:
+                pass
+
+        class Graph:
+            def replay(self) -> None:
+                fake.replays += 1
+
+        @contextlib.contextmanager
+        def graph(cuda_graph, pool=None):
+            fake.capturing = True
+            try:
+                yield
+            finally:
+                fake.capturing = False
+            fake.captured += 1
+
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+        monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+        monkeypatch.setattr(torch.cuda, "graph", graph)
+        monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
+
+
+def test_the_evaluation_pass_warms_up_captures_and_replays_each_shape(monkeypatch):
+    fake = _FakeCuda(monkeypatch)
+    torch.manual_seed(0)
+    net = _classifier("nary").double().eval()
+    calls = []
+
+    def forward(model, batch):
+        calls.append(fake.capturing)
+        return model(batch)
+
+    evaluate = ReplayedForward(net, forward, lambda model, batch: model(batch), graphs=True)
+    batch = Batch.from_data_list(_sentences(5, seed=7))
+    with torch.no_grad():
+        want = net(batch)
+    torch.testing.assert_close(evaluate(batch), want, rtol=1e-12, atol=1e-12)  # the captured output, in node order
+    assert calls == [False, True]  # a warm-up, then the capture
+    evaluate(batch)  # the same shape: replayed, nothing run
+    assert calls == [False, True] and fake.replays == 2
+    assert evaluate.captures == 1 and evaluate.passes == dict(replayed=2, padded=0, eager=0)
+    assert evaluate.record()["path"] == "replayed"
+
+
+def test_an_evaluation_pass_a_graph_cannot_hold_runs_padded_and_one_that_asks_the_host_runs_plainly(monkeypatch):
+    fake = _FakeCuda(monkeypatch)
+    torch.manual_seed(0)
+    net = _classifier("nary").double().eval()
+    batch = Batch.from_data_list(_sentences(5, seed=7))
+    with torch.no_grad():
+        want = net(batch)
+
+    def uncapturable(model, batch):
+        if fake.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return model(batch)
+
+    evaluate = ReplayedForward(net, uncapturable, lambda model, batch: model(batch), graphs=True)
+    with pytest.warns(UserWarning, match="could not be captured"):
+        got = evaluate(batch)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert not evaluate.graphs and evaluate.captures == 0 and evaluate.passes["padded"] == 1
+
+    def host_bound(model, batch):  # raised at the warm-up: not a failed capture, a pass that cannot be padded
+        raise ReplayError("reads the host")
+
+    evaluate = ReplayedForward(net, host_bound, lambda model, batch: model(batch), graphs=True)
+    with pytest.warns(UserWarning, match="not replayed"):
+        got = evaluate(batch)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert not evaluate.replayable and evaluate.fallback == "reads the host" and len(evaluate.replayer) == 0
+    assert evaluate.passes == dict(replayed=0, padded=0, eager=1) and fake.captured == 0
+
+
+def test_the_step_trains_its_first_batch_then_captures_and_replays(monkeypatch):
+    fake = _FakeCuda(monkeypatch)
+    torch.manual_seed(0)
+    net = _classifier("nary").double()
+    step = ReplayedStep(net, CapturableAdagrad(net.parameters(), lr=0.1))
+    step.graphs = True  # as on a GPU; the fake graph runs the captured step on the CPU
+    first, other = Batch.from_data_list(_sentences(6, seed=1)), Batch.from_data_list(_sentences(40, seed=2))
+    step(first)  # checked, trained eagerly, then captured
+    assert fake.captured == 1 and step.stats.captures == 1 and step.stats.padded_eager == 1
+    assert all(p.grad is None for p in net.parameters())  # the capture's gradients are not left behind
+    step(first)  # replayed
+    assert step.stats.replayed == 1 and fake.replays == 1
+    assert padded_batch(other, step.buckets)[0] != padded_batch(first, step.buckets)[0]
+    step(other)  # a new shape, warm already: captured at once, then its first replay
+    assert fake.captured == 2 and step.stats.captures == 2 and step.stats.replayed == 2
+    assert step.stats.capture_seconds > 0 and step.replayable
+
+
+def test_a_step_a_graph_cannot_hold_runs_eagerly(monkeypatch):
+    fake = _FakeCuda(monkeypatch)
+    torch.manual_seed(0)
+    net = _classifier("nary").double()
+
+    def loss(model, batch):
+        if fake.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return weighted_node_loss(model(batch), batch.y, batch.node_weight)
+
+    step = ReplayedStep(net, CapturableAdagrad(net.parameters(), lr=0.1), loss=loss)
+    step.graphs = True
+    batch = Batch.from_data_list(_sentences(6, seed=1))
+    with pytest.warns(UserWarning, match="could not be captured"):
+        step(batch)
+    assert not step.replayable and step.reason.startswith("the step could not be captured")
+    assert len(step.replayer) == 0 and all(p.grad is None for p in net.parameters())
+    step(batch)
+    assert step.stats.eager == 1 and step.stats.padded_eager == 1 and step.stats.captures == 0

@@ -21,6 +21,7 @@ from graphtree.engine import propagate
 from graphtree.errors import HostValueError
 from graphtree.nn import TopDownTreeLSTM
 from graphtree.replay import Buckets, pad, padded_batch
+from graphtree.replay.padding import padded_slots
 from graphtree.schedule import Schedule
 
 D = 5
@@ -192,7 +193,7 @@ def test_padded_slots_are_each_levels_block_padded(split):
     for graph in (hub, _trees("(1 a)", "(2 b)")):
         for direction in ("bottom_up", "top_down"):
             plan = Schedule.from_data(graph).plan(direction, split)
-            index, position = plan.padded_slots()
+            index, position = padded_slots(plan)
             widest = max(plan.widths, default=0)
             assert index.shape == position.shape == (plan.num_nodes, widest)
             for (a, b, w), rows, pos in zip(zip(plan.ptr, plan.ptr[1:], plan.widths), plan.slots, plan.slot_pos):

@@ -19,8 +19,11 @@ at every step on every rank, whatever its batch: a collective a graph can
 hold), instead of ``DistributedDataParallel``'s hooks.
 
 Dev and test run a forward-only pass on the padded batch (captured per bucket
-shape on a GPU, :class:`ReplayedForward`), whose outputs are put back in the
-batch's node order for the metrics.
+shape on a GPU, :class:`graphtree.replay.ReplayedForward`, importable from here
+too), whose outputs are put back in the batch's node order for the metrics. The
+padding, the buckets and the capture loop are :mod:`graphtree.replay`'s; this
+module holds what the trainer decides: whether a run replays, its optimizer's
+step under ``torchrun``, and what the run records.
 
 What cannot replay runs as before, and the run says so (:meth:`ReplayPath.record`):
 a model without a tree cell or with a sequence LSTM (``nn.LSTM`` reads its
@@ -31,18 +34,13 @@ top-down pass, today: :class:`graphtree.replay.ReplayError` at its first step).
 
 from __future__ import annotations
 
-import time
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
 
-from ..backend import native
-from ..errors import HostValueError
 from ..nn.cell import TreeCell
+from ..replay import ReplayedForward
 from . import distributed
 from .optim import OptimizerSpec, PaperOptimizer
 
@@ -164,106 +162,3 @@ class ReplayPath:
         if self.forward is not None:
             out["evaluation"] = self.forward.record()
         return out
-
-
-class ReplayedForward:
-    """A forward-only pass on padded batches, for dev and test: ``forward(model, padded) -> outputs`` per padded
-    row (``node_level``: put back in the batch's node order) or per graph, captured per bucket shape as a CUDA
-    graph on a GPU (under ``no_grad``, in the model's mode at capture: eval, as the trainer evaluates).
-
-    A model whose padded pass asks the host for values (or that a graph cannot capture) runs plainly instead:
-    ``plain(model, batch)`` on the batch moved to the device. Outputs come back on the CPU, where the metrics
-    read them with the host batches.
-    """
-
-    def __init__(self, model: torch.nn.Module, forward: Callable[[torch.nn.Module, Any], Tensor],
-                 plain: Callable[[torch.nn.Module, Any], Tensor], prepare: Callable[[Any], Any] = lambda b: b,
-                 node_level: bool = True, buckets: Any = None, graphs: bool | None = None) -> None:
-        from ..replay import Buckets, _has_top_down_pass
-
-        self.model, self.forward, self.plain, self.prepare, self.node_level = model, forward, plain, prepare, node_level
-        self.buckets = buckets if buckets is not None else Buckets()
-        self.device = next(model.parameters()).device
-        self.graphs = self.device.type == "cuda" if graphs is None else graphs
-        self.replayable = True
-        self.fallback: str | None = None
-        self._top_down = _has_top_down_pass(model)  # its padded batches carry a top-down plan too
-        self._buckets: dict[tuple, Any] = {}
-        self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
-        self.passes = dict(replayed=0, padded=0, eager=0)
-        self.captures, self.capture_seconds = 0, 0.0
-
-    def record(self) -> dict[str, Any]:
-        return {"path": "eager" if not self.replayable else "replayed" if self.graphs else "padded",
-                "fallback": self.fallback, "passes": dict(self.passes), "captures": self.captures,
-                "capture_seconds": self.capture_seconds}
-
-    @torch.no_grad()
-    def __call__(self, batch: Any) -> Tensor:
-        if self.replayable:
-            try:
-                return self._padded(batch)
-            except HostValueError as error:  # a pass that reads host values (a top-down pass, today)
-                self.replayable, self.fallback = False, str(error)
-                self._buckets.clear()
-                warnings.warn(f"{type(self.model).__name__}'s evaluation is not replayed: {error}", stacklevel=2)
-        self.passes["eager"] += 1
-        on_device = batch if self.device.type == "cpu" else batch.to(self.device)
-        return self.plain(self.model, on_device).detach().cpu()
-
-    def _padded(self, batch: Any) -> Tensor:
-        from ..replay import _bucket_key, _fill, _new_bucket, _num_graphs, padded_batch
-
-        trees = self.prepare(batch)
-        shape, tensors = padded_batch(trees, self.buckets, top_down=self._top_down)
-        num_graphs = _num_graphs(trees)
-        key = _bucket_key(shape, tensors, num_graphs)
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = _new_bucket(shape, tensors, self.device, num_graphs)
-        _fill(bucket, tensors)
-        if self.graphs and bucket.graph is None:
-            self._capture(bucket)
-        if bucket.graph is not None:
-            bucket.graph.replay()
-            out = bucket.loss.clone()  # the bucket's output (its ``loss`` slot holds the captured output)
-            self.passes["replayed"] += 1
-        else:
-            bucket.forget_derived()  # the layouts derived from another batch's fixed tensors: made anew
-            with native.use_native(False):
-                out = self.forward(self.model, bucket.batch)
-            self.passes["padded"] += 1
-        out = out.detach().cpu()
-        if not self.node_level:
-            return out
-        real = tensors["node_weight"] != 0
-        rows = real.nonzero().view(-1)  # host tensors: no device synchronization
-        plain = out.new_zeros((int(trees.num_nodes), *out.shape[1:]))
-        return plain.index_copy_(0, tensors["source"][rows], out.index_select(0, rows))
-
-    def _capture(self, bucket: Any) -> None:
-        """Run the bucket's pass once eagerly (it warms up, and raises what a padded pass cannot do), then
-        capture it; a pass a graph cannot hold leaves the bucket uncaptured (it runs eagerly)."""
-        start = time.perf_counter()
-        with native.use_native(False):
-            bucket.plan.forget_derived()
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                self.forward(self.model, bucket.batch)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            bucket.plan.forget_derived()
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph, pool=self._pool):
-                    out = self.forward(self.model, bucket.batch)
-            except RuntimeError as error:
-                warnings.warn(f"{type(self.model).__name__}'s evaluation pass could not be captured, it runs "
-                              f"eagerly on the padded batch: {error}", stacklevel=3)
-                self.graphs = False
-                return
-            finally:
-                bucket.plan.forget_derived()
-        bucket.graph, bucket.loss = graph, out
-        self.captures += 1
-        self.capture_seconds += time.perf_counter() - start
