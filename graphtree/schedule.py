@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import ScheduleError
+from .errors import InvalidArgumentError, ScheduleError
 from .levels import topological_levels
 
 __all__ = ["DIRECTIONS", "SPLIT_COST_SLOTS", "LevelPlan", "Schedule", "level_blocks", "schedule_of"]
@@ -278,7 +278,7 @@ class Schedule:
         which fixed-arity cells take (their every node has ``max_children`` slots anyway).
         """
         if direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+            raise InvalidArgumentError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
         key = (direction, split_cost)
         if key not in self._plans:
             if direction == "bottom_up":

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import HostValueError
+from ..errors import HostValueError, InvalidArgumentError
 
 __all__ = ["BucketShape", "Buckets", "ReplayError"]
 
@@ -41,9 +41,9 @@ class Buckets:
 
     def __post_init__(self) -> None:
         if self.growth <= 1:
-            raise ValueError(f"growth must be above 1, got {self.growth}")
+            raise InvalidArgumentError(f"growth must be above 1, got {self.growth}")
         if self.exact_below < 1 or self.level_step < 1:
-            raise ValueError("exact_below and level_step must be at least 1")
+            raise InvalidArgumentError("exact_below and level_step must be at least 1")
 
     def width(self, n: int) -> int:
         """``n`` rounded up to the grid (at least 1)."""

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import HostValueError, ScheduleError
+from ..errors import HostValueError, InvalidArgumentError, ScheduleError
 from ..schedule import DIRECTIONS, LevelPlan, Schedule
 from .batch import PaddedBatch
 from .buckets import BucketShape, ReplayError
@@ -45,7 +45,7 @@ def static_plan(widths: Sequence[int], slots: int, slot_index: Tensor, slot_posi
     slots, and may take the counts its shape fixes: ``position_table[l][p]``, the filled slots of level
     ``l`` at position ``p``, and ``position_groups`` (see :mod:`graphtree.schedule`)."""
     if direction not in DIRECTIONS:
-        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        raise InvalidArgumentError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     starts = [0, *itertools.accumulate(widths)]
     identity = torch.arange(starts[-1], device=slot_index.device) if order is None or rank is None else None
     table = None if position_table is None else [list(row) for row in position_table]
@@ -82,7 +82,7 @@ class StaticSchedule(Schedule):
     def plan(self, direction: str, split_cost: int | None = None) -> LevelPlan:
         """The static plan of ``direction``: its levels are fixed by the plan, split by width or not."""
         if direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+            raise InvalidArgumentError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
         if direction not in self.fixed:
             raise HostValueError(f"{self.what} has a static-shape bottom-up plan only; a {direction} pass "
                                  "groups its rows by counts that change from batch to batch (pad the batch "

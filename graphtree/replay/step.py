@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..backend import native
-from ..errors import HostValueError
+from ..errors import HostValueError, InvalidArgumentError
 from .batch import PaddedBatch, model_node_loss
 from .buckets import Buckets
 from .capture import Replayer, has_top_down_pass, on_side_stream
@@ -85,7 +85,7 @@ class ReplayedStep:
         self.device = next(model.parameters()).device
         self.graphs = self.device.type == "cuda" if graphs is None else graphs
         if self.graphs and self.device.type != "cuda":
-            raise ValueError(f"CUDA graphs need a model on a GPU, this one is on {self.device}")
+            raise InvalidArgumentError(f"CUDA graphs need a model on a GPU, this one is on {self.device}")
         refuse_uncapturable(optimizer)
         self.stats = ReplayStats()
         self.replayable = True
@@ -197,7 +197,7 @@ def refuse_uncapturable(optimizer: torch.optim.Optimizer) -> None:
         return  # CapturableAdagrad says so on its class (this module sits below the training code: no import)
     else:
         reason = "it has no capturable setting, and graphtree does not know it for one that asks the host for nothing"
-    raise ValueError(f"a replayed step needs an optimizer whose step a CUDA graph can hold; "
+    raise InvalidArgumentError(f"a replayed step needs an optimizer whose step a CUDA graph can hold; "
                      f"{type(optimizer).__name__} is not one: {reason}. Use graphtree.train.make_optimizer(..., "
                      f"capturable=True), graphtree.train.CapturableAdagrad, torch.optim.SGD, or "
                      f"torch.optim.Adam(..., capturable=True) on a GPU")

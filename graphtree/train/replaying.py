@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from ..errors import InvalidArgumentError
 from ..nn.cell import TreeCell
 from ..replay import ReplayedForward
 from . import distributed
@@ -54,7 +55,7 @@ REPLAY_MODES = ("auto", "on", "off")
 def replay_requested(mode: str, device: torch.device | str) -> bool:
     """Whether ``mode`` asks for the replayed path on ``device``: ``"on"``, or ``"auto"`` on a GPU."""
     if mode not in REPLAY_MODES:
-        raise ValueError(f"replay must be one of {', '.join(REPLAY_MODES)}, got {mode!r}")
+        raise InvalidArgumentError(f"replay must be one of {', '.join(REPLAY_MODES)}, got {mode!r}")
     return mode == "on" or (mode == "auto" and torch.device(device).type == "cuda")
 
 
@@ -84,7 +85,7 @@ class StepOptimizer:
 
     def __init__(self, optimizer: PaperOptimizer) -> None:
         if not optimizer.capturable:
-            raise ValueError("StepOptimizer needs a PaperOptimizer built with capturable=True")
+            raise InvalidArgumentError("StepOptimizer needs a PaperOptimizer built with capturable=True")
         self.optimizer = optimizer
         self.param_groups = [{"params": optimizer.params + optimizer.embedding_params, "capturable": True}]
 
