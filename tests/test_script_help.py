@@ -8,6 +8,7 @@ parser objects themselves, not from the help text's layout.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,9 +48,12 @@ print(json.dumps({"code": code, "help": out.getvalue(), "flags": flags,
 @pytest.fixture(scope="module")
 def answers() -> dict[str, dict]:
     found = {}
+    # runpy runs a script without putting its folder on the path, as ``python experiments/x.py`` does: the lab
+    # beside the scripts comes through the environment instead.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "experiments"), os.environ.get("PYTHONPATH", "")])}
     for name in SCRIPTS:
         done = subprocess.run([sys.executable, "-c", f"HEAVY = {HEAVY!r}\n" + PROBE, f"experiments/{name}"],
-                              cwd=REPO, capture_output=True, text=True, timeout=120)
+                              cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 0, done.stderr
         found[name] = json.loads(done.stdout.splitlines()[-1])
     return found
